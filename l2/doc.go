@@ -1,0 +1,41 @@
+// Package l2 binds a virtual IP to a network interface and advertises it on
+// the local link, so that neighbours send traffic for the VIP to this host.
+//
+// An Announcer manages the VIPs of one interface:
+//
+//   - Announce adds the VIP as a host address (/32 for IPv4, /128 for IPv6)
+//     and sends a burst of advertisements: gratuitous ARP for IPv4 (an ARP
+//     request and an ARP reply, both broadcast, with sender and target IP set
+//     to the VIP) and, for IPv6, unsolicited neighbor advertisements to the
+//     all-nodes group ff02::1 with the Override flag set and a Target
+//     Link-Layer Address option. IPv6 VIPs are added with IFA_F_NODAD, so the
+//     address is usable at once instead of after duplicate address detection.
+//     The first advertisement is sent before Announce returns; the rest of the
+//     burst is spaced by Config.GARPInterval in a goroutine the Announcer owns.
+//     Announce is idempotent: an address that is already present is left as
+//     it is, and calling Announce again restarts the burst (useful after a
+//     conflicting owner was seen).
+//   - Withdraw stops the burst for the VIP, then removes every address equal
+//     to the VIP from the interface. Removing an absent address, or an
+//     address on an interface that no longer exists, is not an error.
+//   - Held reports whether the VIP is configured on the interface.
+//   - WatchConflicts reports other hosts that claim the VIP: ARP packets sent
+//     from the VIP by a different hardware address, and IPv6 neighbor
+//     advertisements for the VIP whose target link-layer address is not this
+//     interface's.
+//
+// With Config.Quiet the Announcer only adds and removes addresses and sends
+// nothing; BGP mode uses this to bind the VIP on "lo".
+//
+// Sockets (netlink, packet and ICMPv6) are created in the network namespace of
+// the calling thread: the netlink socket in New, the advertisement sockets on
+// first use by Announce and a fresh listening socket per WatchConflicts call.
+// Callers that run the Announcer in a namespace other than their process's
+// must call those methods from a goroutine locked (runtime.LockOSThread) to a
+// thread in that namespace.
+//
+// The kernel is reached through small unexported interfaces, so the package's
+// unit tests run without privileges against in-memory fakes; a separate test,
+// enabled by VIPD_NETNS_TESTS=1 when run as root, exercises the real kernel
+// between two network namespaces joined by a veth pair.
+package l2

@@ -1,0 +1,256 @@
+package l2
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+)
+
+// addrManager reads and changes the addresses of an interface. netlinkAddrs
+// implements it on the kernel; tests use an in-memory fake.
+type addrManager interface {
+	// link looks up an interface by name; the error wraps errNoLink if it
+	// does not exist.
+	link(name string) (*net.Interface, error)
+	// list returns the addresses configured on ifi, of both families.
+	list(ifi *net.Interface) ([]netip.Prefix, error)
+	// add configures p on ifi, with IFA_F_NODAD if nodad. An existing equal
+	// address is not an error.
+	add(ifi *net.Interface, p netip.Prefix, nodad bool) error
+	// del removes p from ifi. An absent address is not an error.
+	del(ifi *net.Interface, p netip.Prefix) error
+	close() error
+}
+
+// dialer opens the link-layer sockets of an Announcer. With listen false the
+// socket only sends and drops everything it would receive.
+type dialer interface {
+	dialARP(ifi *net.Interface, listen bool) (arpConn, error)
+	dialNDP(ifi *net.Interface, listen bool) (ndpConn, error)
+}
+
+// arpConn sends and receives ARP packets on one interface.
+type arpConn interface {
+	// writeTo sends p in an Ethernet frame to dst.
+	writeTo(p *arp.Packet, dst net.HardwareAddr) error
+	// read returns the next ARP packet, skipping malformed frames.
+	read() (*arp.Packet, error)
+	Close() error
+}
+
+// ndpConn is the part of *ndp.Conn an Announcer uses.
+type ndpConn interface {
+	WriteTo(m ndp.Message, cm *ipv6.ControlMessage, dst netip.Addr) error
+	ReadFrom() (ndp.Message, *ipv6.ControlMessage, netip.Addr, error)
+	Close() error
+}
+
+var _ ndpConn = (*ndp.Conn)(nil)
+
+// netlinkAddrs implements addrManager with a netlink handle, which is bound to
+// the network namespace it was opened in.
+type netlinkAddrs struct {
+	h *netlink.Handle
+}
+
+func (n *netlinkAddrs) link(name string) (*net.Interface, error) {
+	l, err := n.h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil, fmt.Errorf("%w: %s", errNoLink, name)
+		}
+		return nil, fmt.Errorf("look up interface %s: %w", name, err)
+	}
+	at := l.Attrs()
+	return &net.Interface{
+		Index:        at.Index,
+		MTU:          at.MTU,
+		Name:         at.Name,
+		HardwareAddr: at.HardwareAddr,
+		Flags:        at.Flags,
+	}, nil
+}
+
+// nlLink returns the minimal netlink.Link naming ifi for address calls.
+func nlLink(ifi *net.Interface) netlink.Link {
+	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifi.Index, Name: ifi.Name}}
+}
+
+func (n *netlinkAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
+	var (
+		as  []netlink.Addr
+		err error
+	)
+	// A dump interrupted by a concurrent change may be inconsistent: retry.
+	for range 3 {
+		as, err = n.h.AddrList(nlLink(ifi), netlink.FAMILY_ALL)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Prefix, 0, len(as))
+	for _, a := range as {
+		if a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	return out, nil
+}
+
+func (n *netlinkAddrs) add(ifi *net.Interface, p netip.Prefix, nodad bool) error {
+	a := &netlink.Addr{IPNet: prefixIPNet(p)}
+	if nodad {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	err := n.h.AddrAdd(nlLink(ifi), a)
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	return err
+}
+
+func (n *netlinkAddrs) del(ifi *net.Interface, p netip.Prefix) error {
+	err := n.h.AddrDel(nlLink(ifi), &netlink.Addr{IPNet: prefixIPNet(p)})
+	if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENODEV) {
+		return nil
+	}
+	return err
+}
+
+func (n *netlinkAddrs) close() error {
+	n.h.Close()
+	return nil
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{
+		IP:   p.Addr().AsSlice(),
+		Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()),
+	}
+}
+
+// kernelDialer implements dialer with packet(7) and raw ICMPv6 sockets,
+// created in the calling thread's network namespace.
+type kernelDialer struct{}
+
+// etherTypeARP is the ARP EtherType, for packet.Listen.
+const etherTypeARP = int(ethernet.EtherTypeARP)
+
+// dropAll is a socket filter that accepts no packet, for send-only sockets.
+var dropAll = mustAssemble(bpf.RetConstant{Val: 0})
+
+func mustAssemble(insns ...bpf.Instruction) []bpf.RawInstruction {
+	raw, err := bpf.Assemble(insns)
+	if err != nil {
+		panic(fmt.Sprintf("l2: assemble BPF: %v", err))
+	}
+	return raw
+}
+
+func (kernelDialer) dialARP(ifi *net.Interface, listen bool) (arpConn, error) {
+	cfg := &packet.Config{}
+	if !listen {
+		cfg.Filter = dropAll
+	}
+	c, err := packet.Listen(ifi, packet.Raw, etherTypeARP, cfg)
+	if err != nil {
+		return nil, err
+	}
+	mtu := ifi.MTU
+	if mtu < 1500 {
+		mtu = 1500
+	}
+	return &packetARP{c: c, buf: make([]byte, mtu+14)}, nil
+}
+
+func (kernelDialer) dialNDP(ifi *net.Interface, listen bool) (ndpConn, error) {
+	// Bind to the unspecified address: the VIP is used as the source of each
+	// advertisement through the control message instead, so no link-local
+	// address (possibly still tentative) is needed.
+	c, _, err := ndp.Listen(ifi, ndp.Unspecified)
+	if err != nil {
+		return nil, err
+	}
+	var f ipv6.ICMPFilter
+	f.SetAll(true)
+	if listen {
+		f.Accept(ipv6.ICMPTypeNeighborAdvertisement)
+		// The unspecified bind receives from every interface; the
+		// interface index lets WatchConflicts keep only its own.
+		if err := c.SetControlMessage(ipv6.FlagInterface, true); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("enable interface control messages: %w", err)
+		}
+	}
+	if err := c.SetICMPFilter(&f); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("set ICMPv6 filter: %w", err)
+	}
+	return c, nil
+}
+
+// packetARP is an arpConn on a packet(7) socket. Unlike arp.Client it does
+// not need an IPv4 address on the interface.
+type packetARP struct {
+	c   *packet.Conn
+	buf []byte
+}
+
+func (p *packetARP) writeTo(pkt *arp.Packet, dst net.HardwareAddr) error {
+	pb, err := pkt.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	f := &ethernet.Frame{
+		Destination: dst,
+		Source:      pkt.SenderHardwareAddr,
+		EtherType:   ethernet.EtherTypeARP,
+		Payload:     pb,
+	}
+	fb, err := f.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	_, err = p.c.WriteTo(fb, &packet.Addr{HardwareAddr: dst})
+	return err
+}
+
+func (p *packetARP) read() (*arp.Packet, error) {
+	for {
+		n, _, err := p.c.ReadFrom(p.buf)
+		if err != nil {
+			return nil, err
+		}
+		var f ethernet.Frame
+		if err := f.UnmarshalBinary(p.buf[:n]); err != nil || f.EtherType != ethernet.EtherTypeARP {
+			continue
+		}
+		pkt := new(arp.Packet)
+		if err := pkt.UnmarshalBinary(f.Payload); err != nil {
+			continue
+		}
+		return pkt, nil
+	}
+}
+
+func (p *packetARP) Close() error { return p.c.Close() }

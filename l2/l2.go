@@ -1,0 +1,393 @@
+package l2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	// DefaultGARPCount is the number of advertisements sent per Announce.
+	DefaultGARPCount = 5
+	// DefaultGARPInterval is the spacing between advertisements of a burst.
+	DefaultGARPInterval = 200 * time.Millisecond
+)
+
+// Config configures an Announcer. The zero value of every field except
+// Interface selects the default given next to it.
+type Config struct {
+	// Interface is the name of the interface that carries the VIP, for
+	// example "eth0", "bond0" or, in Quiet mode, "lo". Required.
+	Interface string
+
+	// Quiet makes the Announcer only add and remove addresses and send no
+	// gratuitous ARP or neighbor advertisement. BGP mode uses it to bind the
+	// VIP on "lo". WatchConflicts is unavailable in Quiet mode.
+	Quiet bool
+
+	// GARPCount is the number of advertisements sent per Announce: for IPv4
+	// each one is a gratuitous ARP request plus a gratuitous ARP reply, for
+	// IPv6 one unsolicited neighbor advertisement. Default DefaultGARPCount
+	// (5). Must not be negative.
+	GARPCount int
+
+	// GARPInterval is the spacing between the advertisements of one burst.
+	// Default DefaultGARPInterval (200ms). Must not be negative.
+	GARPInterval time.Duration
+
+	// Logger receives state changes at info level and burst failures at warn
+	// level. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and returns a copy with defaults applied.
+func (c Config) withDefaults() (Config, error) {
+	if c.Interface == "" {
+		return c, errors.New("l2: Config.Interface is required")
+	}
+	if c.GARPCount < 0 {
+		return c, fmt.Errorf("l2: Config.GARPCount must not be negative, got %d", c.GARPCount)
+	}
+	if c.GARPInterval < 0 {
+		return c, fmt.Errorf("l2: Config.GARPInterval must not be negative, got %s", c.GARPInterval)
+	}
+	if c.GARPCount == 0 {
+		c.GARPCount = DefaultGARPCount
+	}
+	if c.GARPInterval == 0 {
+		c.GARPInterval = DefaultGARPInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// An Announcer adds VIPs to one interface, advertises them on the link and
+// removes them again. It is safe for concurrent use. Close releases it.
+type Announcer struct {
+	cfg   Config
+	log   *slog.Logger
+	addrs addrManager
+	dial  dialer
+	after func(time.Duration) <-chan time.Time
+
+	// ctx ends when Close is called; bursts and WatchConflicts derive from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wg counts burst goroutines and running WatchConflicts calls.
+	wg sync.WaitGroup
+
+	// mu serialises address changes and guards the fields below.
+	mu     sync.Mutex
+	closed bool
+	bursts map[netip.Addr]*burst
+	// Advertisement sockets, opened on first use for the interface index
+	// they were opened on.
+	arp      arpConn
+	arpIndex int
+	ndp      ndpConn
+	ndpIndex int
+}
+
+// burst is one running advertisement goroutine.
+type burst struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New validates cfg and returns an Announcer for cfg.Interface. It opens a
+// netlink socket in the calling thread's network namespace; the interface
+// does not have to exist yet. Advertisement sockets are opened on first use.
+func New(cfg Config) (*Announcer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("l2: open netlink: %w", err)
+	}
+	return newAnnouncer(cfg, &netlinkAddrs{h: h}, kernelDialer{}, time.After), nil
+}
+
+// newAnnouncer builds an Announcer on the given kernel seams. cfg must have
+// passed withDefaults.
+func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Duration) <-chan time.Time) *Announcer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Announcer{
+		cfg:    cfg,
+		log:    cfg.Logger.With("interface", cfg.Interface),
+		addrs:  addrs,
+		dial:   d,
+		after:  after,
+		ctx:    ctx,
+		cancel: cancel,
+		bursts: make(map[netip.Addr]*burst),
+	}
+}
+
+// Announce ensures addr is configured on the interface as a host address (/32
+// for IPv4, /128 with IFA_F_NODAD for IPv6) and, unless Quiet, sends a burst
+// of Config.GARPCount advertisements spaced by Config.GARPInterval.
+//
+// Announce is idempotent: an address already present is not added again, and
+// a burst already running for addr is replaced by a new one. The first
+// advertisement is sent before Announce returns; the others are sent by a
+// goroutine owned by the Announcer, which a later Withdraw of addr or Close
+// stops. ctx bounds only the work done before Announce returns.
+//
+// If the address was added but the first advertisement could not be sent,
+// Announce returns an error and leaves the address in place.
+func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", addr, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("announce %s: %w", vip, err)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("announce %s: %w", vip, net.ErrClosed)
+	}
+	a.stopBurstLocked(vip)
+
+	ifi, err := a.addrs.link(a.cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", vip, err)
+	}
+	added, err := a.ensureLocked(ifi, vip)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", vip, err)
+	}
+	if added {
+		a.log.Info("vip address added", "vip", vip, "prefix", hostPrefix(vip))
+	}
+	if a.cfg.Quiet {
+		return nil
+	}
+
+	send, err := a.senderLocked(ifi, vip)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", vip, err)
+	}
+	if err := send(); err != nil {
+		a.dropConnLocked(vip)
+		return fmt.Errorf("announce %s: send advertisement: %w", vip, err)
+	}
+	if a.cfg.GARPCount > 1 {
+		bctx, cancel := context.WithCancel(a.ctx)
+		b := &burst{cancel: cancel, done: make(chan struct{})}
+		a.bursts[vip] = b
+		a.wg.Add(1)
+		go a.runBurst(bctx, b, vip, send)
+	}
+	a.log.Info("vip announced", "vip", vip, "advertisements", a.cfg.GARPCount)
+	return nil
+}
+
+// ensureLocked adds vip as a host address unless an address equal to vip is
+// already on ifi. It reports whether it added one.
+func (a *Announcer) ensureLocked(ifi *net.Interface, vip netip.Addr) (bool, error) {
+	present, err := a.addrs.list(ifi)
+	if err != nil {
+		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+	}
+	for _, p := range present {
+		if p.Addr() == vip {
+			return false, nil
+		}
+	}
+	p := hostPrefix(vip)
+	if err := a.addrs.add(ifi, p, vip.Is6()); err != nil {
+		return false, fmt.Errorf("add %s to %s: %w", p, ifi.Name, err)
+	}
+	return true, nil
+}
+
+// runBurst sends the advertisements after the first one, until the burst is
+// complete or ctx ends.
+func (a *Announcer) runBurst(ctx context.Context, b *burst, vip netip.Addr, send func() error) {
+	defer a.wg.Done()
+	defer close(b.done)
+	for i := 1; i < a.cfg.GARPCount; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.after(a.cfg.GARPInterval):
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := send(); err != nil {
+			a.log.Warn("vip advertisement failed", "vip", vip, "attempt", i+1, "err", err)
+		}
+	}
+}
+
+// stopBurstLocked stops the burst for vip, if any, and waits for it to end.
+func (a *Announcer) stopBurstLocked(vip netip.Addr) {
+	b, ok := a.bursts[vip]
+	if !ok {
+		return
+	}
+	b.cancel()
+	<-b.done
+	delete(a.bursts, vip)
+}
+
+// Withdraw stops any burst for addr and removes every address equal to addr
+// from the interface. It is idempotent: an absent address, or a missing
+// interface, is not an error.
+func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return fmt.Errorf("withdraw %s: %w", addr, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("withdraw %s: %w", vip, err)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("withdraw %s: %w", vip, net.ErrClosed)
+	}
+	a.stopBurstLocked(vip)
+
+	ifi, err := a.addrs.link(a.cfg.Interface)
+	if errors.Is(err, errNoLink) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("withdraw %s: %w", vip, err)
+	}
+	present, err := a.addrs.list(ifi)
+	if err != nil {
+		return fmt.Errorf("withdraw %s: list addresses on %s: %w", vip, ifi.Name, err)
+	}
+	for _, p := range present {
+		if p.Addr() != vip {
+			continue
+		}
+		if err := a.addrs.del(ifi, p); err != nil {
+			return fmt.Errorf("withdraw %s: delete %s from %s: %w", vip, p, ifi.Name, err)
+		}
+		a.log.Info("vip address removed", "vip", vip, "prefix", p)
+	}
+	return nil
+}
+
+// Held reports whether an address equal to addr is configured on the
+// interface. A missing interface holds nothing and is not an error.
+func (a *Announcer) Held(addr netip.Addr) (bool, error) {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return false, fmt.Errorf("held %s: %w", addr, err)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false, fmt.Errorf("held %s: %w", vip, net.ErrClosed)
+	}
+	ifi, err := a.addrs.link(a.cfg.Interface)
+	if errors.Is(err, errNoLink) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("held %s: %w", vip, err)
+	}
+	present, err := a.addrs.list(ifi)
+	if err != nil {
+		return false, fmt.Errorf("held %s: list addresses on %s: %w", vip, ifi.Name, err)
+	}
+	for _, p := range present {
+		if p.Addr() == vip {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Close stops all bursts, ends running WatchConflicts calls, waits for the
+// Announcer's goroutines to return and closes its sockets. Addresses stay
+// configured. Close is idempotent; other methods fail with net.ErrClosed
+// afterwards.
+func (a *Announcer) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.cancel()
+	a.mu.Unlock()
+
+	a.wg.Wait()
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.bursts)
+	var errs []error
+	if a.arp != nil {
+		errs = append(errs, a.arp.Close())
+		a.arp = nil
+	}
+	if a.ndp != nil {
+		errs = append(errs, a.ndp.Close())
+		a.ndp = nil
+	}
+	errs = append(errs, a.addrs.close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close announcer for %s: %w", a.cfg.Interface, err)
+	}
+	return nil
+}
+
+// RemoveAddress removes every address equal to addr from the interface named
+// iface, in the calling thread's network namespace. It is idempotent, like
+// Announcer.Withdraw, and meant for cleanup outside a running Announcer.
+func RemoveAddress(iface string, addr netip.Addr) error {
+	a, err := New(Config{Interface: iface, Quiet: true})
+	if err != nil {
+		return err
+	}
+	werr := a.Withdraw(context.Background(), addr)
+	return errors.Join(werr, a.Close())
+}
+
+// vipAddr validates addr as a VIP and returns it in canonical form: IPv4
+// addresses unmapped and zones removed.
+func vipAddr(addr netip.Addr) (netip.Addr, error) {
+	if !addr.IsValid() {
+		return netip.Addr{}, errors.New("invalid address")
+	}
+	addr = addr.Unmap().WithZone("")
+	switch {
+	case addr.IsUnspecified():
+		return netip.Addr{}, errors.New("unspecified address cannot be a VIP")
+	case addr.IsMulticast():
+		return netip.Addr{}, errors.New("multicast address cannot be a VIP")
+	case addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return netip.Addr{}, errors.New("broadcast address cannot be a VIP")
+	}
+	return addr, nil
+}
+
+// hostPrefix returns the single-address prefix of addr: /32 or /128.
+func hostPrefix(addr netip.Addr) netip.Prefix {
+	return netip.PrefixFrom(addr, addr.BitLen())
+}
