@@ -1,0 +1,562 @@
+package l2
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+)
+
+var (
+	vip4 = netip.MustParseAddr("192.0.2.10")
+	vip6 = netip.MustParseAddr("2001:db8::10")
+)
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := Config{Interface: "eth0"}.withDefaults()
+	if err != nil {
+		t.Fatalf("withDefaults: %v", err)
+	}
+	if cfg.GARPCount != DefaultGARPCount || cfg.GARPInterval != DefaultGARPInterval || cfg.Logger == nil {
+		t.Fatalf("defaults not applied: count %d interval %s logger %v", cfg.GARPCount, cfg.GARPInterval, cfg.Logger)
+	}
+	if DefaultGARPCount != 5 || DefaultGARPInterval != 200*time.Millisecond {
+		t.Fatalf("documented defaults changed: %d, %s", DefaultGARPCount, DefaultGARPInterval)
+	}
+	kept, err := Config{Interface: "eth0", GARPCount: 2, GARPInterval: time.Second}.withDefaults()
+	if err != nil {
+		t.Fatalf("withDefaults: %v", err)
+	}
+	if kept.GARPCount != 2 || kept.GARPInterval != time.Second {
+		t.Fatalf("explicit values overridden: %d, %s", kept.GARPCount, kept.GARPInterval)
+	}
+}
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no interface", Config{}},
+		{"negative count", Config{Interface: "eth0", GARPCount: -1}},
+		{"negative interval", Config{Interface: "eth0", GARPInterval: -time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := New(tt.cfg)
+			if err == nil {
+				a.Close()
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestAnnounceConfiguresHostAddress(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		present  []string
+		addr     netip.Addr
+		times    int
+		wantAdds []addCall
+	}{
+		{
+			name:     "ipv4 vip gets a /32",
+			addr:     vip4,
+			times:    1,
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+		},
+		{
+			name:     "ipv6 vip gets a /128 without DAD",
+			addr:     vip6,
+			times:    1,
+			wantAdds: []addCall{{netip.MustParsePrefix("2001:db8::10/128"), true}},
+		},
+		{
+			name:     "ipv4-mapped ipv6 vip is treated as ipv4",
+			addr:     netip.MustParseAddr("::ffff:192.0.2.10"),
+			times:    1,
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+		},
+		{
+			name:     "announcing twice adds once",
+			addr:     vip4,
+			times:    2,
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+		},
+		{
+			name:    "vip already present is not added again",
+			present: []string{"192.0.2.1/24", "192.0.2.10/32"},
+			addr:    vip4,
+			times:   1,
+		},
+		{
+			name:    "vip present with a wider prefix is left alone",
+			present: []string{"2001:db8::10/64"},
+			addr:    vip6,
+			times:   1,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{GARPCount: 1}, newFakeAddrs(tt.present...))
+			for range tt.times {
+				if err := h.a.Announce(context.Background(), tt.addr); err != nil {
+					t.Fatalf("Announce: %v", err)
+				}
+			}
+			_, adds, _ := h.addrs.snapshot()
+			if !slices.Equal(adds, tt.wantAdds) {
+				t.Fatalf("adds = %v, want %v", adds, tt.wantAdds)
+			}
+			held, err := h.a.Held(tt.addr)
+			if err != nil || !held {
+				t.Fatalf("Held = %v, %v; want true", held, err)
+			}
+			if got := h.advertisements(); got != tt.times {
+				t.Fatalf("%d advertisements for %d Announce calls with GARPCount 1", got, tt.times)
+			}
+		})
+	}
+}
+
+func TestAnnounceSendsGratuitousARP(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, nil)
+	if err := h.a.Announce(context.Background(), vip4); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	arps, nas := h.dial.sent()
+	if len(nas) != 0 {
+		t.Fatalf("IPv4 announce sent %d neighbor advertisements", len(nas))
+	}
+	if len(arps) != 2 {
+		t.Fatalf("sent %d ARP packets, want a request and a reply", len(arps))
+	}
+	for i, want := range []struct {
+		op  arp.Operation
+		tha net.HardwareAddr
+	}{
+		{arp.OperationRequest, net.HardwareAddr{0, 0, 0, 0, 0, 0}},
+		{arp.OperationReply, ethernet.Broadcast},
+	} {
+		s := arps[i]
+		// Round-trip through the wire format to check what a neighbour sees.
+		b, err := s.p.MarshalBinary()
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		var p arp.Packet
+		if err := p.UnmarshalBinary(b); err != nil {
+			t.Fatalf("unmarshal: %v", err)
+		}
+		if p.Operation != want.op || p.SenderIP != vip4 || p.TargetIP != vip4 ||
+			!bytes.Equal(p.SenderHardwareAddr, testMAC) || !bytes.Equal(p.TargetHardwareAddr, want.tha) {
+			t.Errorf("packet %d = %+v, want op %v sender %s/%s target %s/%s", i, p, want.op, testMAC, vip4, want.tha, vip4)
+		}
+		if !bytes.Equal(s.dst, ethernet.Broadcast) {
+			t.Errorf("packet %d sent to %s, want broadcast", i, s.dst)
+		}
+	}
+}
+
+func TestAnnounceSendsUnsolicitedNA(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, nil)
+	if err := h.a.Announce(context.Background(), vip6); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	arps, nas := h.dial.sent()
+	if len(arps) != 0 || len(nas) != 1 {
+		t.Fatalf("sent %d ARP and %d NA, want 0 and 1", len(arps), len(nas))
+	}
+	s := nas[0]
+	if s.dst != allNodes {
+		t.Errorf("NA sent to %s, want ff02::1", s.dst)
+	}
+	if s.cm == nil || s.cm.HopLimit != 255 || s.cm.IfIndex != testIndex || !net.IP(s.cm.Src).Equal(vip6.AsSlice()) {
+		t.Errorf("control message = %v, want hop limit 255, source %s, interface %d", s.cm, vip6, testIndex)
+	}
+	// Round-trip through the wire format to check what a neighbour sees.
+	b, err := ndp.MarshalMessage(s.m)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	m, err := ndp.ParseMessage(b)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	na, ok := m.(*ndp.NeighborAdvertisement)
+	if !ok {
+		t.Fatalf("sent %T, want neighbor advertisement", m)
+	}
+	if !na.Override || na.Solicited || na.Router || na.TargetAddress != vip6 {
+		t.Errorf("NA = %+v, want Override, not Solicited, not Router, target %s", na, vip6)
+	}
+	if len(na.Options) != 1 {
+		t.Fatalf("NA has %d options, want the target link-layer address only", len(na.Options))
+	}
+	lla, ok := na.Options[0].(*ndp.LinkLayerAddress)
+	if !ok || lla.Direction != ndp.Target || !bytes.Equal(lla.Addr, testMAC) {
+		t.Errorf("NA option = %+v, want target link-layer address %s", na.Options[0], testMAC)
+	}
+}
+
+func TestBurstSpacing(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		addr netip.Addr
+	}{
+		{"ipv4 burst of gratuitous ARP", vip4},
+		{"ipv6 burst of neighbor advertisements", vip6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const count, interval = 4, 7 * time.Millisecond
+			h := newHarness(t, Config{GARPCount: count, GARPInterval: interval}, nil)
+			if err := h.a.Announce(context.Background(), tt.addr); err != nil {
+				t.Fatalf("Announce: %v", err)
+			}
+			if got := h.advertisements(); got != 1 {
+				t.Fatalf("%d advertisements when Announce returned, want 1", got)
+			}
+			for i := 1; i < count; i++ {
+				w := h.clock.next(t)
+				if w.d != interval {
+					t.Fatalf("wait %d is %s, want %s", i, w.d, interval)
+				}
+				if got := h.advertisements(); got != i {
+					t.Fatalf("%d advertisements before wait %d fired, want %d", got, i, i)
+				}
+				w.fire <- time.Time{}
+			}
+			h.waitBurst(t, tt.addr.Unmap())
+			if got := h.advertisements(); got != count {
+				t.Fatalf("%d advertisements after the burst, want %d", got, count)
+			}
+			h.clock.idle(t)
+		})
+	}
+}
+
+func TestWithdrawStopsBurst(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 5}, nil)
+	ctx := context.Background()
+	if err := h.a.Announce(ctx, vip4); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	w := h.clock.next(t)
+	if err := h.a.Withdraw(ctx, vip4); err != nil {
+		t.Fatalf("Withdraw: %v", err)
+	}
+	// Withdraw waited for the burst to end: firing its timer now sends nothing.
+	w.fire <- time.Time{}
+	h.clock.idle(t)
+	if got := h.advertisements(); got != 1 {
+		t.Fatalf("%d advertisements, want only the first one", got)
+	}
+	addrs, _, dels := h.addrs.snapshot()
+	if len(addrs) != 0 || !slices.Equal(dels, []netip.Prefix{hostPrefix(vip4)}) {
+		t.Fatalf("after Withdraw addrs = %v, dels = %v", addrs, dels)
+	}
+}
+
+func TestReannounceRestartsBurst(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 3}, nil)
+	ctx := context.Background()
+	if err := h.a.Announce(ctx, vip6); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	old := h.clock.next(t)
+	if err := h.a.Announce(ctx, vip6); err != nil {
+		t.Fatalf("second Announce: %v", err)
+	}
+	cur := h.clock.next(t)
+	old.fire <- time.Time{} // the replaced burst must not react
+	if got := h.advertisements(); got != 2 {
+		t.Fatalf("%d advertisements, want one per Announce", got)
+	}
+	cur.fire <- time.Time{}
+	h.clock.next(t).fire <- time.Time{}
+	h.waitBurst(t, vip6)
+	if got := h.advertisements(); got != 1+3 {
+		t.Fatalf("%d advertisements, want 1 from the replaced burst and 3 from the new one", got)
+	}
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 5}, nil)
+	ctx := context.Background()
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Announce(ctx, addr); err != nil {
+			t.Fatalf("Announce %s: %v", addr, err)
+		}
+	}
+	h.clock.next(t)
+	h.clock.next(t)
+	h.a.mu.Lock()
+	var done []chan struct{}
+	for _, b := range h.a.bursts {
+		done = append(done, b.done)
+	}
+	h.a.mu.Unlock()
+	if len(done) != 2 {
+		t.Fatalf("%d bursts running, want 2", len(done))
+	}
+
+	if err := h.a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i, d := range done {
+		select {
+		case <-d:
+		default:
+			t.Fatalf("burst %d still running after Close", i)
+		}
+	}
+	if !h.dial.allClosed() {
+		t.Fatal("a socket is still open after Close")
+	}
+	if !h.addrs.closed {
+		t.Fatal("address manager not closed")
+	}
+	if addrs, _, _ := h.addrs.snapshot(); len(addrs) != 2 {
+		t.Fatalf("Close changed addresses: %v", addrs)
+	}
+	if err := h.a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := h.a.Announce(ctx, vip4); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Announce after Close = %v, want net.ErrClosed", err)
+	}
+	if err := h.a.Withdraw(ctx, vip4); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Withdraw after Close = %v, want net.ErrClosed", err)
+	}
+	if err := h.a.WatchConflicts(ctx, vip4, func(net.HardwareAddr) {}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WatchConflicts after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+func TestQuietOnlyManagesAddresses(t *testing.T) {
+	h := newHarness(t, Config{Quiet: true, Interface: "lo"}, nil)
+	h.addrs.ifi.Name = "lo"
+	ctx := context.Background()
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Announce(ctx, addr); err != nil {
+			t.Fatalf("Announce %s: %v", addr, err)
+		}
+	}
+	_, adds, _ := h.addrs.snapshot()
+	want := []addCall{{hostPrefix(vip4), false}, {hostPrefix(vip6), true}}
+	if !slices.Equal(adds, want) {
+		t.Fatalf("adds = %v, want %v", adds, want)
+	}
+	if n := h.dial.dialCount(); n != 0 {
+		t.Fatalf("Quiet announcer opened %d sockets", n)
+	}
+	h.clock.idle(t)
+	if err := h.a.WatchConflicts(ctx, vip4, func(net.HardwareAddr) {}); err == nil {
+		t.Fatal("WatchConflicts in Quiet mode returned nil")
+	}
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Withdraw(ctx, addr); err != nil {
+			t.Fatalf("Withdraw %s: %v", addr, err)
+		}
+	}
+	if addrs, _, _ := h.addrs.snapshot(); len(addrs) != 0 {
+		t.Fatalf("addresses left after Withdraw: %v", addrs)
+	}
+}
+
+func TestWithdraw(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		addrs    *fakeAddrs
+		addr     netip.Addr
+		wantErr  bool
+		wantLeft []string
+		wantDels []string
+	}{
+		{
+			name:     "vip present as a host address is removed",
+			addrs:    newFakeAddrs("192.0.2.1/24", "192.0.2.10/32"),
+			addr:     vip4,
+			wantLeft: []string{"192.0.2.1/24"},
+			wantDels: []string{"192.0.2.10/32"},
+		},
+		{
+			name:     "every prefix carrying the vip is removed",
+			addrs:    newFakeAddrs("2001:db8::10/128", "2001:db8::1/64", "2001:db8::10/64"),
+			addr:     vip6,
+			wantLeft: []string{"2001:db8::1/64"},
+			wantDels: []string{"2001:db8::10/128", "2001:db8::10/64"},
+		},
+		{
+			name:     "absent vip is not an error",
+			addrs:    newFakeAddrs("192.0.2.1/24"),
+			addr:     vip4,
+			wantLeft: []string{"192.0.2.1/24"},
+		},
+		{
+			name:  "missing interface is not an error",
+			addrs: func() *fakeAddrs { f := newFakeAddrs(); f.ifi = nil; return f }(),
+			addr:  vip4,
+		},
+		{
+			name:     "delete failure is reported",
+			addrs:    func() *fakeAddrs { f := newFakeAddrs("192.0.2.10/32"); f.delErr = errBoom; return f }(),
+			addr:     vip4,
+			wantErr:  true,
+			wantLeft: []string{"192.0.2.10/32"},
+		},
+		{
+			name:    "list failure is reported",
+			addrs:   func() *fakeAddrs { f := newFakeAddrs(); f.listErr = errBoom; return f }(),
+			addr:    vip4,
+			wantErr: true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, tt.addrs)
+			err := h.a.Withdraw(context.Background(), tt.addr)
+			if tt.wantErr != (err != nil) {
+				t.Fatalf("Withdraw error = %v, want error %v", err, tt.wantErr)
+			}
+			if tt.wantErr && !errors.Is(err, errBoom) {
+				t.Fatalf("Withdraw error %v does not wrap the cause", err)
+			}
+			left, _, dels := h.addrs.snapshot()
+			if !slices.Equal(left, prefixes(tt.wantLeft)) || !slices.Equal(dels, prefixes(tt.wantDels)) {
+				t.Fatalf("left %v, deleted %v; want %v, %v", left, dels, tt.wantLeft, tt.wantDels)
+			}
+		})
+	}
+}
+
+func prefixes(ss []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func TestAnnounceErrors(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name      string
+		ctx       context.Context
+		addr      netip.Addr
+		setup     func(*harness)
+		wantIs    error
+		wantAdded bool
+	}{
+		{name: "zero address", addr: netip.Addr{}},
+		{name: "unspecified address", addr: netip.IPv6Unspecified()},
+		{name: "multicast address", addr: netip.MustParseAddr("224.0.0.18")},
+		{name: "broadcast address", addr: netip.MustParseAddr("255.255.255.255")},
+		{name: "cancelled context", ctx: cancelled, addr: vip4, wantIs: context.Canceled},
+		{
+			name:   "missing interface",
+			addr:   vip4,
+			setup:  func(h *harness) { h.addrs.ifi = nil },
+			wantIs: errNoLink,
+		},
+		{
+			name:   "address cannot be added",
+			addr:   vip6,
+			setup:  func(h *harness) { h.addrs.addErr = errBoom },
+			wantIs: errBoom,
+		},
+		{
+			name:      "advertisement socket cannot be opened",
+			addr:      vip4,
+			setup:     func(h *harness) { h.dial.dialErr = errBoom },
+			wantIs:    errBoom,
+			wantAdded: true,
+		},
+		{
+			name:      "first advertisement fails",
+			addr:      vip6,
+			setup:     func(h *harness) { h.dial.writeErr = errBoom },
+			wantIs:    errBoom,
+			wantAdded: true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, nil)
+			if tt.setup != nil {
+				tt.setup(h)
+			}
+			ctx := tt.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			err := h.a.Announce(ctx, tt.addr)
+			if err == nil {
+				t.Fatal("Announce returned nil")
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Fatalf("Announce error %v does not wrap %v", err, tt.wantIs)
+			}
+			if addrs, _, _ := h.addrs.snapshot(); (len(addrs) > 0) != tt.wantAdded {
+				t.Fatalf("addresses after failed Announce: %v, want added %v", addrs, tt.wantAdded)
+			}
+			// No burst may start after a failure.
+			h.clock.idle(t)
+			if got := h.advertisements(); got != 0 {
+				t.Fatalf("%d advertisements recorded after a failed Announce", got)
+			}
+		})
+	}
+}
+
+func TestAnnounceReopensSocketAfterWriteFailure(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, nil)
+	ctx := context.Background()
+	h.dial.writeErr = errBoom
+	if err := h.a.Announce(ctx, vip4); !errors.Is(err, errBoom) {
+		t.Fatalf("Announce = %v, want errBoom", err)
+	}
+	h.dial.mu.Lock()
+	h.dial.writeErr = nil
+	h.dial.mu.Unlock()
+	if err := h.a.Announce(ctx, vip4); err != nil {
+		t.Fatalf("Announce after recovery: %v", err)
+	}
+	if n := h.dial.dialCount(); n != 2 {
+		t.Fatalf("%d sockets opened, want the failed one replaced", n)
+	}
+	if got := h.advertisements(); got != 1 {
+		t.Fatalf("%d advertisements, want 1", got)
+	}
+}
+
+func TestHeld(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		addrs   *fakeAddrs
+		addr    netip.Addr
+		want    bool
+		wantErr bool
+	}{
+		{name: "vip configured", addrs: newFakeAddrs("192.0.2.10/32"), addr: vip4, want: true},
+		{name: "other address configured", addrs: newFakeAddrs("192.0.2.11/32"), addr: vip4},
+		{name: "vip configured with a wider prefix", addrs: newFakeAddrs("2001:db8::10/64"), addr: vip6, want: true},
+		{name: "missing interface holds nothing", addrs: func() *fakeAddrs { f := newFakeAddrs(); f.ifi = nil; return f }(), addr: vip4},
+		{name: "list failure", addrs: func() *fakeAddrs { f := newFakeAddrs(); f.listErr = errBoom; return f }(), addr: vip4, wantErr: true},
+		{name: "invalid address", addrs: newFakeAddrs(), addr: netip.Addr{}, wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, tt.addrs)
+			got, err := h.a.Held(tt.addr)
+			if tt.wantErr != (err != nil) || got != tt.want {
+				t.Fatalf("Held = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
