@@ -1,0 +1,129 @@
+package bgp
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	return Config{
+		ASN:      65001,
+		RouterID: netip.MustParseAddr("192.0.2.1"),
+		Peers: []Peer{{
+			Address:     netip.MustParseAddr("192.0.2.254"),
+			ASN:         65000,
+			Communities: []string{"65000:100"},
+		}},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(c *Config)
+		want   []string // substrings, one per expected error, in order
+	}{
+		{name: "valid config", modify: func(c *Config) {}},
+		{name: "ipv6 peer and listening", modify: func(c *Config) {
+			c.ListenPort = 179
+			c.ListenAddresses = []string{"192.0.2.1", "2001:db8::1"}
+			c.Peers = append(c.Peers, Peer{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, HoldTime: 3 * time.Second})
+		}},
+		{name: "asn zero", modify: func(c *Config) { c.ASN = 0 }, want: []string{"asn: must not be 0"}},
+		{name: "router id missing", modify: func(c *Config) { c.RouterID = netip.Addr{} }, want: []string{"router_id: missing"}},
+		{name: "router id ipv6", modify: func(c *Config) { c.RouterID = netip.MustParseAddr("2001:db8::1") }, want: []string{"must be an IPv4 address"}},
+		{name: "router id unspecified", modify: func(c *Config) { c.RouterID = netip.IPv4Unspecified() }, want: []string{"must not be unspecified"}},
+		{name: "listen port out of range", modify: func(c *Config) { c.ListenPort = 70000 }, want: []string{"listen_port 70000"}},
+		{name: "listen port below -1", modify: func(c *Config) { c.ListenPort = -2 }, want: []string{"listen_port -2"}},
+		{name: "bad listen address", modify: func(c *Config) { c.ListenAddresses = []string{"nope"} }, want: []string{`listen_addresses "nope"`}},
+		{name: "hold time under 3s", modify: func(c *Config) { c.Peers[0].HoldTime = 2 * time.Second }, want: []string{"must be at least 3s"}},
+		{name: "hold time fractional", modify: func(c *Config) { c.Peers[0].HoldTime = 3500 * time.Millisecond }, want: []string{"whole seconds"}},
+		{name: "keepalive not shorter than hold", modify: func(c *Config) {
+			c.Peers[0].HoldTime = 9 * time.Second
+			c.Peers[0].Keepalive = 9 * time.Second
+		}, want: []string{"must be shorter than hold time"}},
+		{name: "keepalive versus default hold", modify: func(c *Config) { c.Peers[0].Keepalive = 90 * time.Second }, want: []string{"shorter than hold time 1m30s"}},
+		{name: "peer asn zero", modify: func(c *Config) { c.Peers[0].ASN = 0 }, want: []string{"peer 192.0.2.254: asn must not be 0"}},
+		{name: "peer address missing", modify: func(c *Config) { c.Peers[0].Address = netip.Addr{} }, want: []string{"peers[0]: address missing"}},
+		{name: "peer address with zone", modify: func(c *Config) { c.Peers[0].Address = netip.MustParseAddr("fe80::1%eth0") }, want: []string{"without zone"}},
+		{name: "peer listed twice", modify: func(c *Config) { c.Peers = append(c.Peers, c.Peers[0]) }, want: []string{"listed twice"}},
+		{name: "community without colon", modify: func(c *Config) { c.Peers[0].Communities = []string{"65000"} }, want: []string{`community "65000": want asn:value`}},
+		{name: "community part too large", modify: func(c *Config) { c.Peers[0].Communities = []string{"65536:1"} }, want: []string{"asn part must be 0-65535"}},
+		{name: "every problem reported", modify: func(c *Config) {
+			c.ASN = 0
+			c.RouterID = netip.MustParseAddr("2001:db8::1")
+			c.Peers[0].HoldTime = time.Second
+			c.Peers[0].Communities = []string{"x:1", "1:y"}
+		}, want: []string{"asn", "router_id", "hold_time", "asn part", "value part"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.modify(&c)
+			errs := c.Validate()
+			if len(errs) != len(tt.want) {
+				t.Fatalf("Validate() = %v, want %d errors matching %q", errs, len(tt.want), tt.want)
+			}
+			for i, e := range errs {
+				if !strings.Contains(e.Error(), tt.want[i]) {
+					t.Errorf("error %d = %q, want it to contain %q", i, e, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestParseCommunity(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    uint32
+		wantErr bool
+	}{
+		{in: "65535:0", want: GracefulShutdown},
+		{in: "0:0", want: 0},
+		{in: "65000:100", want: 65000<<16 | 100},
+		{in: "1:65535", want: 1<<16 | 65535},
+		{in: "65536:0", wantErr: true},
+		{in: "1:65536", wantErr: true},
+		{in: "-1:0", wantErr: true},
+		{in: "1:2:3", wantErr: true},
+		{in: ":1", wantErr: true},
+		{in: "1:", wantErr: true},
+		{in: "graceful-shutdown", wantErr: true},
+		{in: " 1:2", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseCommunity(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseCommunity(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil {
+			if got != tt.want {
+				t.Errorf("ParseCommunity(%q) = %#x, want %#x", tt.in, got, tt.want)
+			}
+			if back := FormatCommunity(got); back != tt.in {
+				t.Errorf("FormatCommunity(%#x) = %q, want %q", got, back, tt.in)
+			}
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	p := Peer{}
+	if got := p.holdTime(); got != DefaultHoldTime {
+		t.Errorf("default hold time = %s, want %s", got, DefaultHoldTime)
+	}
+	if got := p.keepalive(); got != 30*time.Second {
+		t.Errorf("default keepalive = %s, want 30s", got)
+	}
+	p.HoldTime = 10 * time.Second
+	if got := p.keepalive(); got != 3*time.Second {
+		t.Errorf("keepalive for hold 10s = %s, want 3s (whole seconds)", got)
+	}
+	if got := (Config{}).listenPort(); got != -1 {
+		t.Errorf("default listen port = %d, want -1", got)
+	}
+}

@@ -1,0 +1,177 @@
+package bgp
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+var (
+	familyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	familyIPv6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+)
+
+// hostPrefix returns addr as a host route (/32 or /128), rejecting addresses
+// that cannot be a VIP.
+func hostPrefix(addr netip.Addr) (netip.Prefix, error) {
+	if !addr.IsValid() {
+		return netip.Prefix{}, fmt.Errorf("invalid address")
+	}
+	if addr.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("address %s: zones are not routable", addr)
+	}
+	addr = addr.Unmap()
+	if addr.IsUnspecified() || addr.IsMulticast() || addr.IsLoopback() || addr.IsLinkLocalUnicast() {
+		return netip.Prefix{}, fmt.Errorf("address %s: not a routable unicast address", addr)
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+// buildPath builds the locally originated path for a host route to addr with
+// next hop self (the unspecified address, which GoBGP replaces per peer with
+// the session's local address) and the given communities. Per-peer
+// communities are not part of the path: an export policy adds them.
+func buildPath(addr netip.Addr, communities []uint32) (*api.Path, error) {
+	pfx, err := hostPrefix(addr)
+	if err != nil {
+		return nil, err
+	}
+	nlri, err := anypb.New(&api.IPAddressPrefix{
+		Prefix:    pfx.Addr().String(),
+		PrefixLen: uint32(pfx.Bits()),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode nlri %s: %w", pfx, err)
+	}
+	attrs := []*anypb.Any{}
+	origin, err := anypb.New(&api.OriginAttribute{Origin: 0}) // IGP
+	if err != nil {
+		return nil, fmt.Errorf("encode origin: %w", err)
+	}
+	attrs = append(attrs, origin)
+
+	family := familyIPv4
+	if pfx.Addr().Is4() {
+		nh, err := anypb.New(&api.NextHopAttribute{NextHop: "0.0.0.0"})
+		if err != nil {
+			return nil, fmt.Errorf("encode next hop: %w", err)
+		}
+		attrs = append(attrs, nh)
+	} else {
+		family = familyIPv6
+		mp, err := anypb.New(&api.MpReachNLRIAttribute{
+			Family:   familyIPv6,
+			NextHops: []string{"::"},
+			Nlris:    []*anypb.Any{nlri},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("encode mp_reach: %w", err)
+		}
+		attrs = append(attrs, mp)
+	}
+	if len(communities) > 0 {
+		c := slices.Clone(communities)
+		slices.Sort(c)
+		c = slices.Compact(c)
+		comm, err := anypb.New(&api.CommunitiesAttribute{Communities: c})
+		if err != nil {
+			return nil, fmt.Errorf("encode communities: %w", err)
+		}
+		attrs = append(attrs, comm)
+	}
+	return &api.Path{
+		Family: family,
+		Nlri:   nlri,
+		Pattrs: attrs,
+	}, nil
+}
+
+// exportPolicyName is the global export policy that adds each peer's
+// communities to what is sent to that peer.
+const exportPolicyName = "vipd-export"
+
+// exportPolicy builds the policy request that adds Peer.Communities to every
+// route sent to that peer: one neighbor set and one statement per peer with
+// communities, assigned to the global export direction with default accept.
+// GoBGP only supports per-neighbor policies for route-server clients, so the
+// per-peer selection is a neighbor-set condition in a global policy.
+func exportPolicy(peers []Peer) (*api.SetPoliciesRequest, error) {
+	req := &api.SetPoliciesRequest{}
+	pol := &api.Policy{Name: exportPolicyName}
+	for _, p := range peers {
+		if len(p.Communities) == 0 {
+			continue
+		}
+		comms := make([]string, 0, len(p.Communities))
+		for _, s := range p.Communities {
+			c, err := ParseCommunity(s)
+			if err != nil {
+				return nil, fmt.Errorf("peer %s: %w", p.Address, err)
+			}
+			comms = append(comms, FormatCommunity(c))
+		}
+		name := "peer-" + p.Address.String()
+		req.DefinedSets = append(req.DefinedSets, &api.DefinedSet{
+			DefinedType: api.DefinedType_NEIGHBOR,
+			Name:        name,
+			List:        []string{netip.PrefixFrom(p.Address, p.Address.BitLen()).String()},
+		})
+		pol.Statements = append(pol.Statements, &api.Statement{
+			Name: name,
+			Conditions: &api.Conditions{
+				NeighborSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: name},
+			},
+			Actions: &api.Actions{
+				Community:   &api.CommunityAction{Type: api.CommunityAction_ADD, Communities: comms},
+				RouteAction: api.RouteAction_ACCEPT,
+			},
+		})
+	}
+	if len(pol.Statements) == 0 {
+		return req, nil
+	}
+	req.Policies = []*api.Policy{pol}
+	req.Assignments = []*api.PolicyAssignment{{
+		Name:          "global",
+		Direction:     api.PolicyDirection_EXPORT,
+		Policies:      []*api.Policy{{Name: exportPolicyName}},
+		DefaultAction: api.RouteAction_ACCEPT,
+	}}
+	return req, nil
+}
+
+// apiPeer converts p to GoBGP's peer configuration.
+func apiPeer(p Peer) *api.Peer {
+	family := familyIPv4
+	if p.Address.Is6() {
+		family = familyIPv6
+	}
+	return &api.Peer{
+		Conf: &api.PeerConf{
+			NeighborAddress: p.Address.String(),
+			PeerAsn:         p.ASN,
+			AuthPassword:    p.Password,
+		},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			ConnectRetry:           connectRetrySeconds,
+			HoldTime:               uint64(p.holdTime() / time.Second),
+			KeepaliveInterval:      uint64(p.keepalive() / time.Second),
+			IdleHoldTimeAfterReset: idleHoldSeconds,
+		}},
+		AfiSafis: []*api.AfiSafi{{
+			Config: &api.AfiSafiConfig{Family: family, Enabled: true},
+		}},
+	}
+}
+
+// Session retry timers. GoBGP's defaults (120s connect retry, 30s idle hold)
+// are long for a VIP that should be reachable again soon after a router
+// restarts.
+const (
+	connectRetrySeconds = 5
+	idleHoldSeconds     = 5
+)
