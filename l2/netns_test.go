@@ -1,0 +1,497 @@
+//go:build linux
+
+package l2
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/ipv6"
+)
+
+// These tests run the real kernel path between two network namespaces, A
+// (the VIP owner) and B (a neighbour), joined by a veth pair the test creates.
+// Nothing is created in the caller's namespace.
+
+var (
+	labVIP4 = netip.MustParseAddr("192.0.2.100")
+	labVIP6 = netip.MustParseAddr("2001:db8::100")
+	labA4   = netip.MustParseAddr("192.0.2.1")
+)
+
+// probeTimeout bounds every wait on the network in these tests.
+const probeTimeout = 5 * time.Second
+
+func requireNetns(t *testing.T) {
+	t.Helper()
+	if os.Getenv("VIPD_NETNS_TESTS") != "1" {
+		t.Skip("network namespace test: set VIPD_NETNS_TESTS=1 (and run as root) to enable")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("network namespace test: needs root to create namespaces and veth pairs")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("network namespace test: ip (iproute2) not found")
+	}
+}
+
+type lab struct {
+	nsA, nsB   string
+	hA, hB     netns.NsHandle
+	ifA, ifB   string
+	macA, macB net.HardwareAddr
+}
+
+var labSeq atomic.Int32
+
+func ipCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// newLab creates namespaces A and B joined by a veth pair, with 192.0.2.1/24
+// and 2001:db8::1/64 in A and 192.0.2.2/24 and 2001:db8::2/64 in B, and no
+// routes beyond the connected ones. Everything is removed at cleanup.
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	id := fmt.Sprintf("%d-%d", os.Getpid(), labSeq.Add(1))
+	l := &lab{
+		nsA: "vt-l2-" + id + "-a",
+		nsB: "vt-l2-" + id + "-b",
+		// Unique per run so Go's interface-name cache cannot map a name
+		// to an index from an earlier namespace.
+		ifA: "l2a" + strings.ReplaceAll(id, "-", ""),
+		ifB: "l2b" + strings.ReplaceAll(id, "-", ""),
+	}
+	if len(l.ifA) > 15 {
+		l.ifA, l.ifB = l.ifA[:15], l.ifB[:15]
+	}
+	for _, ns := range []string{l.nsA, l.nsB} {
+		ipCmd(t, "netns", "add", ns)
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
+			}
+		})
+	}
+	ipCmd(t, "-n", l.nsA, "link", "add", l.ifA, "type", "veth", "peer", "name", l.ifB, "netns", l.nsB)
+	ipCmd(t, "-n", l.nsA, "addr", "add", "192.0.2.1/24", "dev", l.ifA)
+	ipCmd(t, "-n", l.nsA, "addr", "add", "2001:db8::1/64", "dev", l.ifA, "nodad")
+	ipCmd(t, "-n", l.nsB, "addr", "add", "192.0.2.2/24", "dev", l.ifB)
+	ipCmd(t, "-n", l.nsB, "addr", "add", "2001:db8::2/64", "dev", l.ifB, "nodad")
+	for _, x := range []struct{ ns, dev string }{{l.nsA, "lo"}, {l.nsA, l.ifA}, {l.nsB, "lo"}, {l.nsB, l.ifB}} {
+		ipCmd(t, "-n", x.ns, "link", "set", x.dev, "up")
+	}
+
+	var err error
+	if l.hA, err = netns.GetFromName(l.nsA); err != nil {
+		t.Fatalf("open namespace %s: %v", l.nsA, err)
+	}
+	t.Cleanup(func() { l.hA.Close() })
+	if l.hB, err = netns.GetFromName(l.nsB); err != nil {
+		t.Fatalf("open namespace %s: %v", l.nsB, err)
+	}
+	t.Cleanup(func() { l.hB.Close() })
+	l.macA = waitLinkUp(t, l.hA, l.ifA)
+	l.macB = waitLinkUp(t, l.hB, l.ifB)
+	return l
+}
+
+// waitLinkUp waits (bounded) until the veth end has carrier and returns its MAC.
+func waitLinkUp(t *testing.T, ns netns.NsHandle, name string) net.HardwareAddr {
+	t.Helper()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatalf("netlink in namespace: %v", err)
+	}
+	defer h.Close()
+	for range 50 {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatalf("look up %s: %v", name, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return l.Attrs().HardwareAddr
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s did not come up within 5s", name)
+	return nil
+}
+
+// inNS runs fn on a thread switched into ns and returns its error. Sockets
+// fn creates stay in ns. The thread is never unlocked, so it exits with the
+// goroutine instead of returning to the pool inside ns.
+func inNS(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter namespace: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// newLabAnnouncer creates an Announcer inside namespace A.
+func newLabAnnouncer(t *testing.T, l *lab, cfg Config) *Announcer {
+	t.Helper()
+	cfg.Interface = l.ifA
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var a *Announcer
+	if err := inNS(l.hA, func() (err error) {
+		a, err = New(cfg)
+		return err
+	}); err != nil {
+		t.Fatalf("New in %s: %v", l.nsA, err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return a
+}
+
+// observers opens an ARP client and an NDP listener on B's interface.
+func observers(t *testing.T, l *lab) (*arp.Client, *ndp.Conn) {
+	t.Helper()
+	var (
+		ac *arp.Client
+		nc *ndp.Conn
+	)
+	err := inNS(l.hB, func() error {
+		ifi, err := net.InterfaceByName(l.ifB)
+		if err != nil {
+			return err
+		}
+		if ac, err = arp.Dial(ifi); err != nil {
+			return fmt.Errorf("arp.Dial: %w", err)
+		}
+		if nc, _, err = ndp.Listen(ifi, ndp.Unspecified); err != nil {
+			ac.Close()
+			return fmt.Errorf("ndp.Listen: %w", err)
+		}
+		var f ipv6.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv6.ICMPTypeNeighborAdvertisement)
+		if err := nc.SetICMPFilter(&f); err != nil {
+			return err
+		}
+		return nc.SetControlMessage(ipv6.FlagDst|ipv6.FlagInterface, true)
+	})
+	if err != nil {
+		t.Fatalf("open observers in %s: %v", l.nsB, err)
+	}
+	t.Cleanup(func() {
+		ac.Close()
+		nc.Close()
+	})
+	return ac, nc
+}
+
+// addrLines returns `ip -o addr show` for A's interface, one line per address.
+func addrLines(t *testing.T, l *lab) []string {
+	t.Helper()
+	return strings.Split(strings.TrimSpace(ipCmd(t, "-n", l.nsA, "-o", "addr", "show", "dev", l.ifA)), "\n")
+}
+
+func findLine(lines []string, substr string) (string, bool) {
+	for _, line := range lines {
+		if strings.Contains(line, substr) {
+			return line, true
+		}
+	}
+	return "", false
+}
+
+func TestNetnsAnnounceAndWithdraw(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	arpB, ndpB := observers(t, l)
+	const count = 3
+	a := newLabAnnouncer(t, l, Config{GARPCount: count, GARPInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+
+	if err := inNS(l.hA, func() error {
+		if err := a.Announce(ctx, labVIP4); err != nil {
+			return err
+		}
+		return a.Announce(ctx, labVIP6)
+	}); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+
+	t.Run("B receives the gratuitous ARP burst from A's MAC", func(t *testing.T) {
+		var requests, replies int
+		if err := arpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+			t.Fatal(err)
+		}
+		for requests < count || replies < count {
+			p, _, err := arpB.Read()
+			if err != nil {
+				t.Fatalf("after %d requests and %d replies of %d each: %v", requests, replies, count, err)
+			}
+			if p.SenderIP != labVIP4 {
+				continue
+			}
+			if !bytes.Equal(p.SenderHardwareAddr, l.macA) || p.TargetIP != labVIP4 {
+				t.Fatalf("gratuitous ARP %+v, want sender %s and target IP %s", p, l.macA, labVIP4)
+			}
+			switch p.Operation {
+			case arp.OperationRequest:
+				requests++
+			case arp.OperationReply:
+				replies++
+			}
+		}
+	})
+
+	t.Run("B receives unsolicited NAs with Override from A's MAC", func(t *testing.T) {
+		if err := ndpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+			t.Fatal(err)
+		}
+		for seen := 0; seen < count; {
+			m, cm, src, err := ndpB.ReadFrom()
+			if err != nil {
+				t.Fatalf("after %d of %d advertisements: %v", seen, count, err)
+			}
+			na, ok := m.(*ndp.NeighborAdvertisement)
+			if !ok || na.TargetAddress != labVIP6 {
+				continue
+			}
+			seen++
+			if !na.Override || na.Solicited || na.Router {
+				t.Errorf("NA flags: override %v solicited %v router %v", na.Override, na.Solicited, na.Router)
+			}
+			if len(na.Options) != 1 {
+				t.Fatalf("NA options %v, want one target link-layer address", na.Options)
+			}
+			if lla, ok := na.Options[0].(*ndp.LinkLayerAddress); !ok || lla.Direction != ndp.Target || !bytes.Equal(lla.Addr, l.macA) {
+				t.Errorf("NA option %+v, want target link-layer address %s", na.Options[0], l.macA)
+			}
+			if src.WithZone("") != labVIP6 {
+				t.Errorf("NA source %s, want %s", src, labVIP6)
+			}
+			if cm == nil || !cm.Dst.Equal(net.IPv6linklocalallnodes) {
+				t.Errorf("NA control message %v, want destination ff02::1", cm)
+			}
+		}
+	})
+
+	t.Run("A has the /32 and the /128 nodad, not tentative", func(t *testing.T) {
+		lines := addrLines(t, l)
+		if _, ok := findLine(lines, "inet 192.0.2.100/32 "); !ok {
+			t.Errorf("no 192.0.2.100/32 in:\n%s", strings.Join(lines, "\n"))
+		}
+		line, ok := findLine(lines, "inet6 2001:db8::100/128 ")
+		if !ok {
+			t.Fatalf("no 2001:db8::100/128 in:\n%s", strings.Join(lines, "\n"))
+		}
+		if !strings.Contains(line, "nodad") || strings.Contains(line, "tentative") {
+			t.Errorf("IPv6 VIP should be nodad and not tentative: %s", line)
+		}
+		for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+			if held, err := a.Held(vip); err != nil || !held {
+				t.Errorf("Held(%s) = %v, %v; want true", vip, held, err)
+			}
+		}
+	})
+
+	t.Run("B reaches the VIPs", func(t *testing.T) {
+		for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+			out, err := exec.Command("ip", "netns", "exec", l.nsB, "ping", "-c", "1", "-W", "2", vip.String()).CombinedOutput()
+			if err != nil {
+				t.Errorf("ping %s from B: %v\n%s", vip, err, out)
+			}
+		}
+	})
+
+	t.Run("announcing again keeps one address", func(t *testing.T) {
+		if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
+			t.Fatalf("Announce again: %v", err)
+		}
+		n := 0
+		for _, line := range addrLines(t, l) {
+			if strings.Contains(line, " 192.0.2.100/") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("192.0.2.100 configured %d times", n)
+		}
+	})
+
+	t.Run("Withdraw removes both and is idempotent", func(t *testing.T) {
+		// Withdraw needs only the netlink socket opened in A, so any thread works.
+		for range 2 {
+			for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+				if err := a.Withdraw(ctx, vip); err != nil {
+					t.Fatalf("Withdraw(%s): %v", vip, err)
+				}
+			}
+		}
+		lines := addrLines(t, l)
+		for _, s := range []string{" 192.0.2.100/", " 2001:db8::100/"} {
+			if line, ok := findLine(lines, s); ok {
+				t.Errorf("still configured after Withdraw: %s", line)
+			}
+		}
+		if _, ok := findLine(lines, "inet 192.0.2.1/24 "); !ok {
+			t.Errorf("Withdraw removed A's own address:\n%s", strings.Join(lines, "\n"))
+		}
+		for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+			if held, err := a.Held(vip); err != nil || held {
+				t.Errorf("Held(%s) = %v, %v; want false", vip, held, err)
+			}
+		}
+	})
+}
+
+func TestNetnsWatchConflicts(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	a := newLabAnnouncer(t, l, Config{GARPCount: 2, GARPInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// A owns both VIPs, as a node watching for duplicate owners would.
+	if err := inNS(l.hA, func() error {
+		if err := a.Announce(ctx, labVIP4); err != nil {
+			return err
+		}
+		return a.Announce(ctx, labVIP6)
+	}); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+
+	type report struct {
+		vip netip.Addr
+		mac net.HardwareAddr
+	}
+	reports := make(chan report, 256)
+	watchErrs := make(chan error, 2)
+	for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+		go func() {
+			watchErrs <- inNS(l.hA, func() error {
+				return a.WatchConflicts(ctx, vip, func(mac net.HardwareAddr) {
+					select {
+					case reports <- report{vip, mac}:
+					default:
+					}
+				})
+			})
+		}()
+	}
+
+	arpB, ndpB := observers(t, l)
+	claim4, err := arp.NewPacket(arp.OperationReply, l.macB, labVIP4, l.macA, labA4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim6 := &ndp.NeighborAdvertisement{
+		Override:      true,
+		TargetAddress: labVIP6,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: l.macB}},
+	}
+
+	// claimUntilReported has B claim the VIPs until A reported both: the
+	// watchers may still be opening their sockets when the first claims go
+	// out. Bounded: 100 rounds of 50ms.
+	claimUntilReported := func(phase string) {
+		t.Helper()
+		seen := map[netip.Addr]bool{}
+		for i := 0; i < 100 && !(seen[labVIP4] && seen[labVIP6]); i++ {
+			if !seen[labVIP4] {
+				if err := arpB.WriteTo(claim4, ethernet.Broadcast); err != nil {
+					t.Fatalf("%s: send ARP claim from B: %v", phase, err)
+				}
+			}
+			if !seen[labVIP6] {
+				if err := ndpB.WriteTo(claim6, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
+					t.Fatalf("%s: send NA claim from B: %v", phase, err)
+				}
+			}
+			timeout := time.After(50 * time.Millisecond)
+		drain:
+			for {
+				select {
+				case r := <-reports:
+					if !bytes.Equal(r.mac, l.macB) {
+						t.Fatalf("%s: conflict on %s reported for %s, want only B's MAC %s (A is %s)", phase, r.vip, r.mac, l.macB, l.macA)
+					}
+					seen[r.vip] = true
+				case err := <-watchErrs:
+					t.Fatalf("%s: WatchConflicts returned early: %v", phase, err)
+				case <-timeout:
+					break drain
+				}
+			}
+		}
+		for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+			if !seen[vip] {
+				t.Fatalf("%s: no conflict reported for %s within 5s", phase, vip)
+			}
+		}
+	}
+	claimUntilReported("watchers starting")
+
+	// The watchers are now listening: A advertises again before B's next
+	// claims. Its own NAs loop back to the IPv6 watcher (multicast loopback)
+	// and must be ignored. (Linux does not hand outgoing frames to an
+	// ETH_P_ARP packet socket, so the IPv4 own-MAC filter is covered by the
+	// unit tests only.)
+	if err := inNS(l.hA, func() error {
+		if err := a.Announce(ctx, labVIP4); err != nil {
+			return err
+		}
+		return a.Announce(ctx, labVIP6)
+	}); err != nil {
+		t.Fatalf("Announce again: %v", err)
+	}
+	claimUntilReported("after A re-announced")
+
+	cancel()
+	for range 2 {
+		select {
+		case err := <-watchErrs:
+			if err != nil {
+				t.Errorf("WatchConflicts after cancel: %v", err)
+			}
+		case <-time.After(probeTimeout):
+			t.Fatal("WatchConflicts did not return after cancel")
+		}
+	}
+	for {
+		select {
+		case r := <-reports:
+			if !bytes.Equal(r.mac, l.macB) {
+				t.Errorf("late conflict on %s reported for %s, want only %s", r.vip, r.mac, l.macB)
+			}
+		default:
+			return
+		}
+	}
+}
