@@ -1,0 +1,740 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+// Announcer puts a VIP on the network and takes it off. The l2 and bgp
+// packages implement it; both methods are idempotent.
+type Announcer interface {
+	Announce(ctx context.Context, addr netip.Addr) error
+	Withdraw(ctx context.Context, addr netip.Addr) error
+}
+
+// Drainer is implemented by announcers that can tell the network a VIP is
+// about to go before withdrawing it (BGP GRACEFUL_SHUTDOWN).
+type Drainer interface {
+	Drain(ctx context.Context, addr netip.Addr) error
+}
+
+// Backends builds the announcers for a configuration. Tests substitute
+// fakes; NewBackends builds the real l2 and bgp ones.
+type Backends interface {
+	// Announcer returns the announcer of a VIP. It is called again after
+	// a reload for every VIP, and may return the same value.
+	Announcer(vip VIPConfig) (Announcer, error)
+	// Reconfigure applies a reloaded configuration (BGP peers).
+	Reconfigure(ctx context.Context, c *Config) error
+	// BGPPeers reports BGP session state; nil without BGP.
+	BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus
+	// Close releases sockets and stops speakers.
+	Close() error
+}
+
+// Options are the agent's collaborators; zero values select the real ones.
+type Options struct {
+	Logger *slog.Logger
+	// Backends creates announcers. [NewBackends]
+	Backends func(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error)
+	// Notify sends a systemd notification ("READY=1", "STATUS=...",
+	// "WATCHDOG=1"). [sd_notify through $NOTIFY_SOCKET]
+	Notify func(state string)
+	// Now is the clock. [time.Now]
+	Now func() time.Time
+	// Version is reported in status.
+	Version string
+	// Tick is the reconcile period when nothing happens. [250ms]
+	Tick time.Duration
+}
+
+// Agent is one vipd node. Create it with New and run it with Run.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+	now  func() time.Time
+
+	cfg      *Config // owned by the loop
+	ml       *membership
+	backends Backends
+
+	reqs     chan func() // run on the loop goroutine
+	reloadCh chan struct{}
+	health   chan healthResult
+	events   *broker
+
+	cacheMu sync.Mutex
+	cache   []CachedPeer
+
+	// Loop-owned state.
+	vips         map[string]*vipState
+	withdrawn    bool
+	withdrawErr  error
+	shuttingDown bool
+	waiters      []*withdrawWaiter
+	healthCancel context.CancelFunc
+	healthWG     sync.WaitGroup
+	ready        bool
+	lastStatus   string
+	quorumLogged bool
+
+	self string // node name; fixed for the agent's life
+}
+
+// vipState is the loop's actual and remembered state of one VIP.
+type vipState struct {
+	cfg       VIPConfig
+	ann       Announcer
+	held      bool
+	healthy   bool
+	owner     string
+	reason    string
+	release   time.Time // when this node started handing the VIP off
+	drainFrom time.Time // when the BGP graceful-shutdown announcement went out
+}
+
+type withdrawWaiter struct {
+	vips     []string
+	deadline time.Time
+	reply    chan error
+}
+
+// New validates the collaborators; Run does the work.
+func New(cfg *Config, opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Backends == nil {
+		opts.Backends = NewBackends
+	}
+	if opts.Notify == nil {
+		opts.Notify = sdNotify
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Tick == 0 {
+		opts.Tick = 250 * time.Millisecond
+	}
+	return &Agent{
+		opts:     opts,
+		log:      opts.Logger,
+		now:      opts.Now,
+		cfg:      cfg,
+		reqs:     make(chan func()),
+		reloadCh: make(chan struct{}, 1),
+		health:   make(chan healthResult, 16),
+		events:   newBroker(),
+		vips:     map[string]*vipState{},
+		self:     cfg.NodeName,
+	}, nil
+}
+
+// Reload asks the agent to re-read its configuration file. An invalid file
+// keeps the running configuration; every problem is logged.
+func (a *Agent) Reload() {
+	select {
+	case a.reloadCh <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the agent until ctx ends, then hands its VIPs off (bounded by
+// cluster.handoff_timeout), leaves the cluster and returns. It returns
+// only after every goroutine it started has ended.
+func (a *Agent) Run(ctx context.Context) error {
+	c := a.cfg
+	if err := os.MkdirAll(c.StateDir, 0o750); err != nil {
+		return fmt.Errorf("create state_dir: %w", err)
+	}
+	ws := loadWithdraw(c.StateDir)
+	a.withdrawn, a.withdrawErr = ws.Withdrawn, ws.Corrupt
+	if ws.Corrupt != nil {
+		a.log.Error("withdraw flag unreadable; staying withdrawn until vipctl restore", "err", ws.Corrupt)
+	} else if ws.Withdrawn {
+		a.log.Info("starting withdrawn (flag set by vipctl withdraw; clear with vipctl restore)")
+	}
+	cache, err := loadPeerCache(c.StateDir)
+	if err != nil {
+		a.log.Error("peer cache", "err", err)
+	}
+	a.setCache(cache)
+
+	// Background work that lives as long as Run: its own context, so the
+	// shutdown handoff can still use it after ctx ends.
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+
+	backends, err := a.opts.Backends(bg, c, a.log)
+	if err != nil {
+		return fmt.Errorf("start announcers: %w", err)
+	}
+	a.backends = backends
+	defer backends.Close()
+
+	if err := a.setupVIPs(bg, c); err != nil {
+		return err
+	}
+	// Leftovers from a crash or an earlier owner: no VIP is held until
+	// this node has joined and won an election.
+	for _, v := range a.vips {
+		if err := v.ann.Withdraw(bg, v.cfg.addr); err != nil {
+			a.log.Warn("remove leftover VIP address", "vip", v.cfg.Name, "err", err)
+		}
+	}
+
+	var keyring *memberlist.Keyring
+	if c.Cluster.KeyFile != "" {
+		keyring, err = loadKeyring(c.Cluster.KeyFile)
+		if err != nil {
+			return err
+		}
+	}
+	meta, err := a.localMeta().Encode()
+	if err != nil {
+		return err
+	}
+	ml, err := newMembership(c, a.log, meta, keyring)
+	if err != nil {
+		return err
+	}
+	a.ml = ml
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopBG()
+	wg.Add(1)
+	go func() { defer wg.Done(); ml.runPublisher(bg) }()
+
+	api, err := a.serveAPI(bg, &wg)
+	if err != nil {
+		ml.shutdown()
+		return err
+	}
+	defer api.stop()
+
+	a.startHealth(bg)
+	defer a.stopHealth()
+
+	a.joinAll(rejoinTargets(c.NodeName, a.getCache(), c.Cluster.peerAddrs, nil))
+	wg.Add(1)
+	go func() { defer wg.Done(); a.rejoinLoop(bg) }()
+
+	a.loop(ctx)
+
+	// Shutdown: make-before-break handoff, then leave.
+	a.shutdown()
+	return nil
+}
+
+// loop is the one goroutine that owns the agent's state.
+func (a *Agent) loop(ctx context.Context) {
+	t := time.NewTicker(a.opts.Tick)
+	defer t.Stop()
+	a.reconcile()
+	a.markReady()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.ml.changed:
+		case <-t.C:
+		case r := <-a.health:
+			a.onHealth(r)
+		case f := <-a.reqs:
+			f()
+		case <-a.reloadCh:
+			a.reload()
+		}
+		a.reconcile()
+	}
+}
+
+// do runs f on the loop goroutine and waits for it.
+func (a *Agent) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case a.reqs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *Agent) markReady() {
+	if !a.ready {
+		a.ready = true
+		a.opts.Notify("READY=1")
+		a.log.Info("vipd ready", "node", a.cfg.NodeName, "members", len(a.ml.snapshot()))
+	}
+}
+
+func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
+	next := map[string]*vipState{}
+	for _, vc := range c.VIPs {
+		ann, err := a.backends.Announcer(vc)
+		if err != nil {
+			return fmt.Errorf("vip %s: %w", vc.Name, err)
+		}
+		st := a.vips[vc.Name]
+		if st == nil || st.cfg.addr != vc.addr || st.cfg.Mode != vc.Mode || st.cfg.Interface != vc.Interface {
+			if st != nil && st.held {
+				a.releaseNow(ctx, st, "configuration changed")
+			}
+			st = &vipState{healthy: vc.Health == nil}
+		}
+		st.cfg = vc
+		st.ann = ann
+		if vc.Health == nil {
+			st.healthy = true
+		}
+		next[vc.Name] = st
+	}
+	for name, st := range a.vips {
+		if _, keep := next[name]; !keep && st.held {
+			a.releaseNow(ctx, st, "removed from configuration")
+		}
+	}
+	a.vips = next
+	return nil
+}
+
+// localMeta is what this node advertises now.
+func (a *Agent) localMeta() NodeMeta {
+	m := NodeMeta{Valid: true, Withdrawn: a.withdrawn || a.shuttingDown, Leaving: a.shuttingDown, VIPs: map[uint32]VIPMeta{}}
+	for _, v := range a.vips {
+		vm := VIPMeta{Healthy: v.healthy, Held: v.held}
+		if vm.Healthy || vm.Held {
+			m.VIPs[vipKey(v.cfg.Name)] = vm
+		}
+	}
+	return m
+}
+
+// view is the election's input: every member, with this node's entry taken
+// from its own current state rather than from gossip.
+func (a *Agent) view(members []memberInfo) []Member {
+	out := make([]Member, 0, len(members)+1)
+	for _, m := range members {
+		if m.Name == a.cfg.NodeName {
+			continue
+		}
+		out = append(out, Member{Name: m.Name, State: m.State, Meta: m.Meta})
+	}
+	return append(out, Member{Name: a.cfg.NodeName, State: StateAlive, Meta: a.localMeta()})
+}
+
+// reconcile drives actual state towards desired state: the election
+// result, the withdraw flag, health and quorum.
+func (a *Agent) reconcile() {
+	ctx := context.Background()
+	now := a.now()
+	self := a.cfg.NodeName
+	members := a.ml.snapshot()
+	quorum, required, alive, known := hasQuorum(self, a.getCache(), members, a.cfg.Cluster.RequireQuorum)
+
+	names := make([]string, 0, len(a.vips))
+	for n := range a.vips {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := a.vips[name]
+		view := a.view(members)
+		ev := ElectionVIP{Name: name, Preempt: v.cfg.Preempt}
+		res := Elect(view, ev)
+		want := res.Owner == self
+		if v.cfg.Announce == "all" {
+			want = contains(Eligible(view, ev), self)
+		}
+		if !quorum {
+			want = false
+		}
+		if res.Owner != v.owner {
+			reason := res.Reason
+			a.log.Info("ownership change", "vip", name, "from", orNone(v.owner), "to", orNone(res.Owner), "reason", reason)
+			a.events.publish(&apipb.Event{Kind: "ownership", Vip: name, From: v.owner, To: res.Owner, Reason: reason})
+			v.owner = res.Owner
+		}
+		v.reason = res.Reason
+		switch {
+		case want && !v.held:
+			if err := v.ann.Announce(ctx, v.cfg.addr); err != nil {
+				a.log.Error("announce VIP", "vip", name, "err", err)
+				continue
+			}
+			v.held, v.release, v.drainFrom = true, time.Time{}, time.Time{}
+			a.log.Info("holding VIP", "vip", name, "address", v.cfg.addr, "mode", v.cfg.Mode, "reason", res.Reason)
+			a.events.publish(&apipb.Event{Kind: "hold", Vip: name, Node: self, Reason: res.Reason})
+		case want && v.held:
+			v.release, v.drainFrom = time.Time{}, time.Time{}
+		case !want && v.held:
+			if !quorum {
+				a.releaseNow(ctx, v, fmt.Sprintf("lost quorum: %d of %d known members alive", alive, known))
+				continue
+			}
+			a.handOff(ctx, v, view, res, now)
+		}
+	}
+	if !quorum && required {
+		a.logQuorumOnce(alive, known)
+	} else {
+		a.quorumLogged = false
+	}
+
+	if b, err := a.localMeta().Encode(); err == nil {
+		a.ml.setMeta(b)
+	} else {
+		a.log.Error("encode metadata", "err", err)
+	}
+	a.updateCache(members)
+	a.checkWaiters(members, now)
+	a.notifyStatus()
+}
+
+// handOff releases a VIP this node should no longer hold, make-before-break:
+// it keeps the VIP until the successor reports holding it (or, in BGP, the
+// graceful-shutdown announcement has been up for graceful_shutdown), or
+// until handoff_timeout passes, or at once when there is no successor.
+func (a *Agent) handOff(ctx context.Context, v *vipState, view []Member, res Result, now time.Time) {
+	if v.release.IsZero() {
+		v.release = now
+		a.log.Info("handing VIP off", "vip", v.cfg.Name, "to", orNone(res.Owner))
+	}
+	if v.cfg.Mode == ModeBGP && a.cfg.BGP != nil && a.cfg.BGP.gracefulShutdown > 0 && (a.withdrawn || a.shuttingDown) {
+		if d, ok := v.ann.(Drainer); ok {
+			if v.drainFrom.IsZero() {
+				if err := d.Drain(ctx, v.cfg.addr); err != nil {
+					a.log.Warn("graceful shutdown announcement", "vip", v.cfg.Name, "err", err)
+				}
+				v.drainFrom = now
+			}
+			if now.Sub(v.drainFrom) < a.cfg.BGP.gracefulShutdown {
+				return
+			}
+		}
+	}
+	successorHolds := false
+	others := 0
+	for _, m := range view {
+		if m.Name == a.cfg.NodeName {
+			continue
+		}
+		if m.Name == res.Owner && m.Meta.VIP(vipKey(v.cfg.Name)).Held {
+			successorHolds = true
+		}
+		if v.cfg.Announce == "all" && usable(m) {
+			others++
+		}
+	}
+	switch {
+	case res.Owner == "" && v.cfg.Announce != "all":
+		a.releaseNow(ctx, v, "no eligible node")
+	case v.cfg.Announce == "all":
+		a.releaseNow(ctx, v, "not eligible")
+	case successorHolds:
+		a.releaseNow(ctx, v, "successor "+res.Owner+" holds it")
+	case now.Sub(v.release) >= a.cfg.Cluster.handoffTimeout:
+		a.releaseNow(ctx, v, "handoff timeout; successor "+orNone(res.Owner)+" did not confirm")
+	}
+	_ = others
+}
+
+func (a *Agent) releaseNow(ctx context.Context, v *vipState, reason string) {
+	if err := v.ann.Withdraw(ctx, v.cfg.addr); err != nil {
+		a.log.Error("withdraw VIP", "vip", v.cfg.Name, "err", err)
+		return
+	}
+	v.held, v.release, v.drainFrom = false, time.Time{}, time.Time{}
+	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
+	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.cfg.NodeName, Reason: reason})
+}
+
+func (a *Agent) logQuorumOnce(alive, known int) {
+	if !a.quorumLogged {
+		a.quorumLogged = true
+		a.log.Warn("no quorum: not holding any VIP", "alive", alive, "known", known)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: a.cfg.NodeName, Message: fmt.Sprintf("no quorum: %d of %d known members alive", alive, known)})
+	}
+}
+
+func (a *Agent) onHealth(r healthResult) {
+	v := a.vips[r.VIP]
+	if v == nil || v.healthy == r.Healthy {
+		return
+	}
+	v.healthy = r.Healthy
+	msg := "healthy"
+	if !r.Healthy {
+		msg = "unhealthy"
+		if r.Err != nil {
+			msg += ": " + r.Err.Error()
+		}
+	}
+	a.log.Info("health change", "vip", r.VIP, "healthy", r.Healthy, "detail", msg)
+	a.events.publish(&apipb.Event{Kind: "health", Vip: r.VIP, Node: a.cfg.NodeName, Message: msg})
+}
+
+func (a *Agent) startHealth(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	a.healthCancel = cancel
+	for _, v := range a.vips {
+		h := v.cfg.Health
+		if h == nil {
+			continue
+		}
+		probe, err := newProbe(h)
+		if err != nil {
+			a.log.Error("health check not started; VIP stays unhealthy", "vip", v.cfg.Name, "err", err)
+			continue
+		}
+		a.healthWG.Add(1)
+		go func(name string) {
+			defer a.healthWG.Done()
+			runHealth(ctx, name, h, probe, a.health, a.log)
+		}(v.cfg.Name)
+	}
+}
+
+// stopHealth ends the health goroutines; results they are sending are
+// drained so none blocks.
+func (a *Agent) stopHealth() {
+	if a.healthCancel == nil {
+		return
+	}
+	a.healthCancel()
+	done := make(chan struct{})
+	go func() { a.healthWG.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-a.health:
+		}
+	}
+}
+
+func (a *Agent) reload() {
+	c, err := Load(a.cfg.Path)
+	if err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				a.log.Error("reload refused, keeping running configuration", "problem", p.Error())
+			}
+		} else {
+			a.log.Error("reload refused, keeping running configuration", "err", err)
+		}
+		return
+	}
+	old := a.cfg
+	if c.NodeName != old.NodeName || c.Cluster.BindAddress != old.Cluster.BindAddress ||
+		c.Cluster.BindPort != old.Cluster.BindPort || c.Cluster.FailureDetection != old.Cluster.FailureDetection ||
+		c.Cluster.KeyFile != old.Cluster.KeyFile || c.StateDir != old.StateDir || c.API != old.API {
+		a.log.Warn("reload: node_name, state_dir, [api] and cluster bind/failure_detection/key_file changes take effect after a restart")
+		c.NodeName, c.StateDir, c.API = old.NodeName, old.StateDir, old.API
+		c.Cluster.BindAddress, c.Cluster.BindPort, c.Cluster.bindAddr = old.Cluster.BindAddress, old.Cluster.BindPort, old.Cluster.bindAddr
+		c.Cluster.FailureDetection, c.Cluster.KeyFile = old.Cluster.FailureDetection, old.Cluster.KeyFile
+	}
+	ctx := context.Background()
+	if err := a.backends.Reconfigure(ctx, c); err != nil {
+		a.log.Error("reload: reconfigure announcers", "err", err)
+		return
+	}
+	a.cfg = c
+	a.stopHealth()
+	if err := a.setupVIPs(ctx, c); err != nil {
+		a.log.Error("reload: set up VIPs", "err", err)
+	}
+	a.startHealth(context.Background())
+	a.log.Info("configuration reloaded", "path", c.Path, "vips", len(c.VIPs))
+}
+
+// shutdown hands every held VIP off (make-before-break), then leaves the
+// cluster. It runs on the loop goroutine after the loop ended.
+func (a *Agent) shutdown() {
+	a.shuttingDown = true
+	limit := a.cfg.Cluster.handoffTimeout
+	if a.cfg.BGP != nil {
+		limit += a.cfg.BGP.gracefulShutdown
+	}
+	deadline := a.now().Add(limit)
+	a.log.Info("shutting down: handing VIPs off", "timeout", limit)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for a.holdsAny() && a.now().Before(deadline) {
+		a.reconcile()
+		if !a.holdsAny() {
+			break
+		}
+		select {
+		case <-a.ml.changed:
+		case <-t.C:
+		}
+	}
+	for _, v := range a.vips {
+		if v.held {
+			a.releaseNow(context.Background(), v, "shutting down")
+		}
+	}
+	if b, err := a.localMeta().Encode(); err == nil {
+		a.ml.setMeta(b)
+	}
+	if err := a.ml.leave(2 * time.Second); err != nil {
+		a.log.Warn("leave cluster", "err", err)
+	}
+	if err := a.ml.shutdown(); err != nil {
+		a.log.Warn("stop memberlist", "err", err)
+	}
+	for _, w := range a.waiters {
+		w.reply <- status.Error(codes.Aborted, "vipd is shutting down")
+	}
+	a.waiters = nil
+	a.opts.Notify("STOPPING=1")
+	a.log.Info("stopped")
+}
+
+func (a *Agent) holdsAny() bool {
+	for _, v := range a.vips {
+		if v.held {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Agent) notifyStatus() {
+	var held []string
+	for _, v := range a.vips {
+		if v.held {
+			held = append(held, v.cfg.Name)
+		}
+	}
+	sort.Strings(held)
+	s := "holding no VIP"
+	if len(held) > 0 {
+		s = "holding " + strings.Join(held, ", ")
+	}
+	if a.withdrawn {
+		s += " (withdrawn)"
+	}
+	if s != a.lastStatus {
+		a.lastStatus = s
+		a.opts.Notify("STATUS=" + s)
+	}
+	a.opts.Notify("WATCHDOG=1")
+}
+
+func (a *Agent) setCache(c []CachedPeer) {
+	a.cacheMu.Lock()
+	a.cache = c
+	a.cacheMu.Unlock()
+}
+
+func (a *Agent) getCache() []CachedPeer {
+	a.cacheMu.Lock()
+	defer a.cacheMu.Unlock()
+	return a.cache
+}
+
+func (a *Agent) updateCache(members []memberInfo) {
+	old := a.getCache()
+	next := nextPeerCache(a.cfg.NodeName, old, members)
+	if samePeers(old, next) {
+		return
+	}
+	a.setCache(next)
+	if err := savePeerCache(a.cfg.StateDir, next); err != nil {
+		a.log.Error("save peer cache (kept in memory)", "err", err)
+	}
+}
+
+// joinAll joins addresses in parallel: memberlist joins a list one by one
+// and an unreachable cached peer would hold the others up for its timeout.
+func (a *Agent) joinAll(addrs []string) int {
+	if len(addrs) == 0 {
+		return 0
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	joined := 0
+	for _, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := a.ml.join([]string{addr})
+			if err != nil {
+				a.log.Debug("join", "peer", addr, "err", err)
+			}
+			mu.Lock()
+			joined += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	a.log.Info("join", "tried", len(addrs), "joined", joined)
+	return joined
+}
+
+// rejoinLoop joins, every rejoin_interval, the known peers that are not
+// alive members, so a node cut off for a while comes back by itself.
+func (a *Agent) rejoinLoop(ctx context.Context) {
+	var interval time.Duration
+	if err := a.do(ctx, func() { interval = a.cfg.Cluster.rejoinInterval }); err != nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var peers []string
+		if err := a.do(ctx, func() { peers = a.cfg.Cluster.peerAddrs }); err != nil {
+			return
+		}
+		targets := rejoinTargets(a.self, a.getCache(), peers, a.ml.snapshot())
+		if len(targets) == 0 {
+			continue
+		}
+		a.log.Info("rejoin", "peers", strings.Join(targets, ","))
+		a.joinAll(targets)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,180 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/l2"
+)
+
+// realBackends announces L2 VIPs with l2.Announcer (one per interface) and
+// BGP VIPs with the embedded bgp.Speaker, binding the address locally with
+// a quiet l2.Announcer.
+type realBackends struct {
+	lg      *slog.Logger
+	mu      sync.Mutex
+	l2      map[string]*l2.Announcer // by interface, and "quiet:" + interface
+	speaker *bgp.Speaker
+}
+
+// NewBackends starts the real announcers for c: the BGP speaker when a
+// [bgp] section exists; L2 announcers are created on first use.
+func NewBackends(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error) {
+	b := &realBackends{lg: lg, l2: map[string]*l2.Announcer{}}
+	if c.BGP != nil {
+		sp, err := bgp.New(speakerConfig(c, lg))
+		if err != nil {
+			return nil, fmt.Errorf("bgp: %w", err)
+		}
+		if err := sp.Start(ctx); err != nil {
+			return nil, fmt.Errorf("bgp: %w", err)
+		}
+		b.speaker = sp
+	}
+	return b, nil
+}
+
+// speakerConfig converts the [bgp] section.
+func speakerConfig(c *Config, lg *slog.Logger) bgp.Config {
+	bc := bgp.Config{
+		ASN:        c.BGP.ASN,
+		RouterID:   c.BGP.routerID,
+		ListenPort: int32(*c.BGP.ListenPort),
+		Logger:     lg.With("component", "bgp"),
+	}
+	for _, p := range c.BGP.Peers {
+		bc.Peers = append(bc.Peers, bgp.Peer{
+			Address: p.addr, ASN: p.ASN, Password: p.password,
+			HoldTime: p.holdTime, Keepalive: p.keepalive, Communities: p.Communities,
+		})
+	}
+	return bc
+}
+
+func (b *realBackends) l2For(iface string, quiet bool) (*l2.Announcer, error) {
+	key := iface
+	if quiet {
+		key = "quiet:" + iface
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a := b.l2[key]; a != nil {
+		return a, nil
+	}
+	a, err := l2.New(l2.Config{Interface: iface, Quiet: quiet, Logger: b.lg.With("interface", iface)})
+	if err != nil {
+		return nil, err
+	}
+	b.l2[key] = a
+	return a, nil
+}
+
+// Announcer implements Backends.
+func (b *realBackends) Announcer(v VIPConfig) (Announcer, error) {
+	switch v.Mode {
+	case ModeL2:
+		return b.l2For(v.Interface, false)
+	case ModeBGP:
+		if b.speaker == nil {
+			return nil, errors.New("mode bgp needs a [bgp] section")
+		}
+		bind, err := b.l2For(v.Interface, true)
+		if err != nil {
+			return nil, err
+		}
+		return &routedVIP{bind: bind, route: b.speaker}, nil
+	}
+	return nil, fmt.Errorf("unknown mode %q", v.Mode)
+}
+
+// Reconfigure implements Backends.
+func (b *realBackends) Reconfigure(ctx context.Context, c *Config) error {
+	if c.BGP == nil && b.speaker != nil {
+		return errors.New("removing [bgp] takes a restart")
+	}
+	if c.BGP != nil && b.speaker == nil {
+		return errors.New("adding [bgp] takes a restart")
+	}
+	if b.speaker != nil {
+		return b.speaker.Reconfigure(ctx, speakerConfig(c, b.lg))
+	}
+	return nil
+}
+
+// BGPPeers implements Backends.
+func (b *realBackends) BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus {
+	if b.speaker == nil {
+		return nil
+	}
+	peers, err := b.speaker.Peers(ctx)
+	if err != nil {
+		b.lg.Warn("bgp peer status", "err", err)
+		return nil
+	}
+	out := make([]*apipb.BGPPeerStatus, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, &apipb.BGPPeerStatus{
+			Address: p.Address.String(), Asn: p.ASN, State: p.State,
+			UptimeSeconds: int64(p.Uptime.Seconds()), Received: p.Received, Advertised: p.Advertised,
+		})
+	}
+	return out
+}
+
+// Close implements Backends.
+func (b *realBackends) Close() error {
+	var errs []error
+	b.mu.Lock()
+	for _, a := range b.l2 {
+		errs = append(errs, a.Close())
+	}
+	b.mu.Unlock()
+	if b.speaker != nil {
+		errs = append(errs, b.speaker.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// routedVIP is a BGP VIP: the address bound locally so the host accepts
+// traffic for it, and the route announced to the routers. Announce binds
+// first; Withdraw removes the route first.
+type routedVIP struct {
+	bind  *l2.Announcer
+	route *bgp.Speaker
+}
+
+func (r *routedVIP) Announce(ctx context.Context, addr netip.Addr) error {
+	if err := r.bind.Announce(ctx, addr); err != nil {
+		return err
+	}
+	return r.route.Announce(ctx, addr)
+}
+
+func (r *routedVIP) Drain(ctx context.Context, addr netip.Addr) error {
+	return r.route.Drain(ctx, addr)
+}
+
+func (r *routedVIP) Withdraw(ctx context.Context, addr netip.Addr) error {
+	if err := r.route.Withdraw(ctx, addr); err != nil {
+		return err
+	}
+	return r.bind.Withdraw(ctx, addr)
+}
+
+// Cleanup removes every configured VIP address from this host: what
+// `vipd cleanup` runs after a crash (systemd ExecStopPost).
+func Cleanup(c *Config) error {
+	var errs []error
+	for _, v := range c.VIPs {
+		if err := l2.RemoveAddress(v.Interface, v.addr); err != nil {
+			errs = append(errs, fmt.Errorf("vip %s: %w", v.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,384 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+// wire is a fake network shared by in-process agents: it records which
+// node holds which address, and every moment two nodes held one at once.
+type wire struct {
+	mu      sync.Mutex
+	holders map[netip.Addr]map[string]bool
+	drains  map[string]int
+	overlap int // announcements made while another node held the address
+}
+
+func newWire() *wire {
+	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}}
+}
+
+func (w *wire) holdersOf(a netip.Addr) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for n := range w.holders[a] {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fakeAnnouncer is one node's view of the wire.
+type fakeAnnouncer struct {
+	w    *wire
+	node string
+}
+
+func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if f.w.holders[a] == nil {
+		f.w.holders[a] = map[string]bool{}
+	}
+	if !f.w.holders[a][f.node] && len(f.w.holders[a]) > 0 {
+		f.w.overlap++
+	}
+	f.w.holders[a][f.node] = true
+	return nil
+}
+
+func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	delete(f.w.holders[a], f.node)
+	return nil
+}
+
+func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.drains[f.node]++
+	return nil
+}
+
+type fakeBackends struct{ ann *fakeAnnouncer }
+
+func (b fakeBackends) Announcer(VIPConfig) (Announcer, error)          { return b.ann, nil }
+func (b fakeBackends) Reconfigure(context.Context, *Config) error      { return nil }
+func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus { return nil }
+func (b fakeBackends) Close() error                                    { return nil }
+
+// testNode is one in-process agent.
+type testNode struct {
+	name   string
+	port   int
+	cfg    *Config
+	cancel context.CancelFunc
+	done   chan error
+	agent  *Agent
+}
+
+type testCluster struct {
+	t     *testing.T
+	w     *wire
+	dir   string
+	nodes map[string]*testNode
+	vip   netip.Addr
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	// memberlist needs the same port free for TCP and UDP.
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func newTestCluster(t *testing.T, names ...string) *testCluster {
+	c := &testCluster{t: t, w: newWire(), dir: t.TempDir(), nodes: map[string]*testNode{}, vip: netip.MustParseAddr("192.0.2.10")}
+	for _, n := range names {
+		c.nodes[n] = &testNode{name: n, port: freePort(t)}
+	}
+	for _, n := range names {
+		c.nodes[n].cfg = c.config(n, "")
+	}
+	return c
+}
+
+// config writes and loads a node's configuration; extra is appended to
+// the [cluster] table.
+func (c *testCluster) config(name, extra string) *Config {
+	c.t.Helper()
+	n := c.nodes[name]
+	var peers []string
+	for _, o := range c.nodes {
+		if o.name != name {
+			peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", o.port)))
+		}
+	}
+	sort.Strings(peers)
+	dir := filepath.Join(c.dir, name)
+	text := fmt.Sprintf(`node_name = %q
+state_dir = %q
+[api]
+socket = %q
+[cluster]
+bind_address = "127.0.0.1"
+bind_port = %d
+peers = [%s]
+rejoin_interval = "1s"
+handoff_timeout = "3s"
+%s
+[[vip]]
+name = "apiserver"
+address = %q
+interface = "fake0"
+`, name, filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), n.port, strings.Join(peers, ", "), extra, c.vip)
+	path := filepath.Join(dir, "vipd.toml")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		c.t.Fatalf("config for %s: %v", name, err)
+	}
+	return cfg
+}
+
+func (c *testCluster) start(name string) {
+	c.t.Helper()
+	n := c.nodes[name]
+	lg := slog.New(slog.NewTextHandler(testWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)
+	a, err := New(n.cfg, Options{
+		Logger: lg,
+		Backends: func(context.Context, *Config, *slog.Logger) (Backends, error) {
+			return fakeBackends{&fakeAnnouncer{w: c.w, node: name}}, nil
+		},
+		Notify: func(string) {},
+		Tick:   50 * time.Millisecond,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.agent, n.cancel, n.done = a, cancel, make(chan error, 1)
+	go func() { n.done <- a.Run(ctx) }()
+	c.t.Cleanup(func() { c.stop(name) })
+}
+
+func (c *testCluster) stop(name string) {
+	n := c.nodes[name]
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	select {
+	case err := <-n.done:
+		if err != nil {
+			c.t.Errorf("%s: Run: %v", name, err)
+		}
+	case <-time.After(20 * time.Second):
+		c.t.Errorf("%s: Run did not return 20s after cancel", name)
+	}
+	n.cancel = nil
+}
+
+// waitHolders waits (bounded) until exactly the wanted nodes hold the VIP.
+func (c *testCluster) waitHolders(timeout time.Duration, want func([]string) bool, what string) []string {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var got []string
+	for time.Now().Before(deadline) {
+		got = c.w.holdersOf(c.vip)
+		if want(got) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("%s: holders %v after %s", what, got, timeout)
+	return nil
+}
+
+func exactlyOne(h []string) bool { return len(h) == 1 }
+
+func (c *testCluster) client(name string) apipb.VipdClient {
+	c.t.Helper()
+	conn, err := grpc.NewClient("unix://"+c.nodes[name].cfg.API.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { conn.Close() })
+	return apipb.NewVipdClient(conn)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		c.start(n)
+	}
+	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+
+	// All nodes agree on the owner.
+	for _, n := range []string{"a", "b", "c"} {
+		c.waitOwner(n, owner)
+	}
+
+	resp, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 10000})
+	if err != nil {
+		t.Fatalf("withdraw --wait on owner %s: %v", owner, err)
+	}
+	if len(resp.HandedOver) != 1 || resp.HandedOver[0] != "apiserver" {
+		t.Errorf("handed over = %v, want [apiserver]", resp.HandedOver)
+	}
+	h := c.w.holdersOf(c.vip)
+	if len(h) != 1 || h[0] == owner {
+		t.Fatalf("after withdraw --wait returned: holders %v, want one node other than %s", h, owner)
+	}
+	next := h[0]
+
+	// The flag is persisted: restart the withdrawn node; it stays ineligible.
+	c.stop(owner)
+	if _, err := os.Stat(filepath.Join(c.nodes[owner].cfg.StateDir, withdrawFile)); err != nil {
+		t.Fatalf("withdraw flag not persisted: %v", err)
+	}
+	c.start(owner)
+	c.waitMember(next, owner, StateAlive)
+	st, err := c.client(owner).Status(context.Background(), &apipb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Withdrawn {
+		t.Errorf("%s restarted not withdrawn", owner)
+	}
+	if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != next {
+		t.Errorf("after withdrawn node restarted: holders %v, want [%s]", h, next)
+	}
+
+	// Withdraw the second owner too, then the last eligible node refuses.
+	if _, err := c.client(next).Withdraw(context.Background(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 10000}); err != nil {
+		t.Fatalf("withdraw second owner: %v", err)
+	}
+	last := c.waitHolders(10*time.Second, exactlyOne, "after second withdraw")[0]
+	_, err = c.client(last).Withdraw(context.Background(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 2000})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("withdraw on last eligible node: err %v, want FailedPrecondition", err)
+	}
+	if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != last {
+		t.Errorf("refused withdraw changed holders: %v", h)
+	}
+
+	// Restore: without preempt the VIP stays where it is.
+	if _, err := c.client(owner).Restore(context.Background(), &apipb.RestoreRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitWithdrawn(last, owner, false)
+	if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != last {
+		t.Errorf("restore without preempt moved the VIP: holders %v, want [%s]", h, last)
+	}
+}
+
+func TestClusterOwnerStopHandsOff(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		c.start(n)
+	}
+	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	c.stop(owner)
+	h := c.waitHolders(10*time.Second, exactlyOne, "after owner stop")
+	if h[0] == owner {
+		t.Fatalf("stopped owner %s still holds the VIP", owner)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if n != owner {
+			c.waitMember(n, owner, StateLeft)
+		}
+	}
+}
+
+func (c *testCluster) waitOwner(node, owner string) {
+	c.t.Helper()
+	c.waitStatus(node, func(st *apipb.StatusResponse) bool {
+		return len(st.Vips) == 1 && st.Vips[0].Owner == owner
+	}, "owner "+owner)
+}
+
+func (c *testCluster) waitMember(node, member string, state MemberState) {
+	c.t.Helper()
+	c.waitStatus(node, func(st *apipb.StatusResponse) bool {
+		for _, m := range st.Members {
+			if m.Name == member && m.State == state.String() {
+				return true
+			}
+		}
+		return false
+	}, member+" "+state.String())
+}
+
+func (c *testCluster) waitWithdrawn(node, member string, withdrawn bool) {
+	c.t.Helper()
+	c.waitStatus(node, func(st *apipb.StatusResponse) bool {
+		for _, m := range st.Members {
+			if m.Name == member && m.Withdrawn == withdrawn {
+				return true
+			}
+		}
+		return false
+	}, fmt.Sprintf("%s withdrawn=%v", member, withdrawn))
+}
+
+func (c *testCluster) waitStatus(node string, ok func(*apipb.StatusResponse) bool, what string) {
+	c.t.Helper()
+	cl := c.client(node)
+	var last *apipb.StatusResponse
+	for i := 0; i < 200; i++ {
+		st, err := cl.Status(context.Background(), &apipb.StatusRequest{})
+		if err == nil {
+			last = st
+			if ok(st) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("%s never saw %s; last status %v", node, what, last)
+}

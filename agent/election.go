@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"hash/fnv"
+	"sort"
+)
+
+// MemberState is a member's liveness as membership sees it.
+type MemberState int
+
+// Member states.
+const (
+	StateAlive MemberState = iota
+	StateSuspect
+	StateDead
+	StateLeft
+)
+
+func (s MemberState) String() string {
+	switch s {
+	case StateAlive:
+		return "alive"
+	case StateSuspect:
+		return "suspect"
+	case StateDead:
+		return "dead"
+	case StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+// Member is one node as the election sees it: its liveness and what it
+// announces about itself in its metadata.
+type Member struct {
+	Name  string
+	State MemberState
+	Meta  NodeMeta
+}
+
+// ElectionVIP is what the election needs to know of a VIP.
+type ElectionVIP struct {
+	Name    string
+	Preempt bool
+}
+
+// Election reasons, as they appear in logs and events.
+const (
+	ReasonKeep      = "current holder stays owner"
+	ReasonRank      = "highest ranked eligible node"
+	ReasonContested = "several nodes hold it; highest ranked holder wins"
+	ReasonBootstrap = "no node is healthy; bootstrap fallback to alive, not withdrawn nodes"
+	ReasonNone      = "no eligible node"
+)
+
+// Result is the outcome of an election.
+type Result struct {
+	Owner     string // "" when no node is eligible
+	Reason    string
+	Bootstrap bool // eligibility fell back to alive + not withdrawn
+}
+
+// Elect returns the owner of vip given the members. It is a pure function:
+// every node that sees the same members computes the same owner.
+//
+// A member is eligible when it is alive (or suspect: not yet declared
+// dead), not withdrawn and healthy for this VIP. When no alive,
+// non-withdrawn member is healthy (cluster bootstrap: the apiserver is not
+// up anywhere yet), eligibility falls back to alive and not withdrawn.
+//
+// Among eligible members, without preemption a member that already holds
+// the VIP keeps it (no second interruption when a better node returns);
+// when several eligible members hold it (after a partition heals), the
+// highest ranked of them wins. Otherwise the highest ranked eligible member
+// wins. Rank is rendezvous hashing of (VIP, node name), which spreads VIPs
+// over nodes and moves only the VIPs of a node that goes.
+func Elect(members []Member, vip ElectionVIP) Result {
+	key := vipKey(vip.Name)
+	var eligible []Member
+	anyHealthy := false
+	for _, m := range members {
+		if !usable(m) {
+			continue
+		}
+		if m.Meta.VIP(key).Healthy {
+			anyHealthy = true
+		}
+	}
+	for _, m := range members {
+		if usable(m) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+			eligible = append(eligible, m)
+		}
+	}
+	if len(eligible) == 0 {
+		return Result{Reason: ReasonNone}
+	}
+	sort.Slice(eligible, func(i, j int) bool {
+		return ranksBefore(vip.Name, eligible[i].Name, eligible[j].Name)
+	})
+	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !anyHealthy}
+	if !anyHealthy {
+		res.Reason = ReasonBootstrap
+	}
+	var holders []string
+	for _, m := range eligible {
+		if m.Meta.VIP(key).Held {
+			holders = append(holders, m.Name)
+		}
+	}
+	switch {
+	case len(holders) > 1:
+		if !vip.Preempt {
+			res.Owner = holders[0]
+		}
+		res.Reason = ReasonContested
+	case len(holders) == 1 && !vip.Preempt:
+		res.Owner = holders[0]
+		res.Reason = ReasonKeep
+	}
+	return res
+}
+
+// Eligible lists the members that may own vip, in rank order, by the same
+// rules as Elect.
+func Eligible(members []Member, vip ElectionVIP) []string {
+	key := vipKey(vip.Name)
+	anyHealthy := false
+	for _, m := range members {
+		if usable(m) && m.Meta.VIP(key).Healthy {
+			anyHealthy = true
+		}
+	}
+	var out []string
+	for _, m := range members {
+		if usable(m) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+			out = append(out, m.Name)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return ranksBefore(vip.Name, out[i], out[j]) })
+	return out
+}
+
+func usable(m Member) bool {
+	return (m.State == StateAlive || m.State == StateSuspect) && m.Meta.Valid && !m.Meta.Withdrawn
+}
+
+// ranksBefore orders nodes for a VIP by rendezvous hash, highest first, with
+// the name as tie breaker.
+func ranksBefore(vip, a, b string) bool {
+	ra, rb := rank(vip, a), rank(vip, b)
+	if ra != rb {
+		return ra > rb
+	}
+	return a < b
+}
+
+func rank(vip, node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(vip))
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	// fnv mixes the last bytes poorly into the high bits; finish with a
+	// 64-bit avalanche (splitmix64) so ranks are spread.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// vipKey is the 32-bit key a VIP is known by in node metadata.
+func vipKey(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32()
+}

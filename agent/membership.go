@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// memberInfo is the membership table entry of one node.
+type memberInfo struct {
+	Name    string
+	Address string // host:port
+	State   MemberState
+	Meta    NodeMeta
+}
+
+// membership wraps memberlist: it publishes this node's metadata, keeps a
+// table of every node seen (including dead and left ones, which memberlist
+// forgets), and signals changes on a channel.
+type membership struct {
+	ml   *memberlist.Memberlist
+	self string
+	log  *slog.Logger
+
+	metaMu sync.Mutex
+	meta   []byte
+
+	mu      sync.Mutex
+	nodes   map[string]memberInfo
+	changed chan struct{} // capacity 1: a pending "something changed"
+
+	publish chan struct{} // capacity 1: metadata needs re-advertising
+}
+
+// memberlistConfig builds memberlist's configuration from ours.
+func memberlistConfig(c *Config) *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	if c.Cluster.FailureDetection == "fast" {
+		// About 1 s from a node's failure to its death on a quiet LAN:
+		// probe often, suspect briefly, and accept one independent
+		// confirmation (Lifeguard) to shorten the suspicion to its minimum.
+		mc.ProbeInterval = 200 * time.Millisecond
+		mc.ProbeTimeout = 100 * time.Millisecond
+		mc.SuspicionMult = 3
+		mc.SuspicionMaxTimeoutMult = 2
+		mc.GossipInterval = 100 * time.Millisecond
+		mc.PushPullInterval = 10 * time.Second
+		mc.TCPTimeout = 2 * time.Second
+	}
+	mc.Name = c.NodeName
+	mc.BindAddr = c.Cluster.bindAddr.String()
+	mc.BindPort = c.Cluster.BindPort
+	mc.AdvertiseAddr = c.Cluster.bindAddr.String()
+	mc.AdvertisePort = c.Cluster.BindPort
+	// A node that restarts with the same name and a new address may take
+	// its old name back after this long.
+	mc.DeadNodeReclaimTime = 10 * time.Second
+	return mc
+}
+
+func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring) (*membership, error) {
+	m := &membership{
+		self:    c.NodeName,
+		log:     lg,
+		meta:    meta,
+		nodes:   map[string]memberInfo{},
+		changed: make(chan struct{}, 1),
+		publish: make(chan struct{}, 1),
+	}
+	mc := memberlistConfig(c)
+	mc.Delegate = m
+	mc.Events = m
+	mc.Logger = log.New(&slogWriter{lg: lg.With("component", "memberlist")}, "", 0)
+	if keyring != nil {
+		mc.Keyring = keyring
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+	}
+	m.ml = ml
+	return m, nil
+}
+
+// setMeta changes the metadata this node advertises; the publisher
+// goroutine re-advertises it.
+func (m *membership) setMeta(b []byte) {
+	m.metaMu.Lock()
+	same := bytes.Equal(m.meta, b)
+	m.meta = b
+	m.metaMu.Unlock()
+	if !same {
+		select {
+		case m.publish <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runPublisher re-advertises metadata when it changes, off the reconcile
+// loop (memberlist's UpdateNode blocks until the update is gossiped).
+func (m *membership) runPublisher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.publish:
+			if err := m.ml.UpdateNode(time.Second); err != nil {
+				m.log.Debug("advertise metadata", "err", err)
+			}
+		}
+	}
+}
+
+// join joins the given addresses and returns how many answered.
+func (m *membership) join(addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	n, err := m.ml.Join(addrs)
+	if err != nil && n == 0 {
+		return 0, fmt.Errorf("join %s: %w", strings.Join(addrs, ","), err)
+	}
+	return n, nil
+}
+
+// snapshot returns the membership table, sorted by name.
+func (m *membership) snapshot() []memberInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]memberInfo, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (m *membership) leave(timeout time.Duration) error {
+	if err := m.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
+	return nil
+}
+
+func (m *membership) shutdown() error {
+	return m.ml.Shutdown()
+}
+
+func (m *membership) signal() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// The memberlist.Delegate methods. Only NodeMeta carries vipd data.
+
+// NodeMeta implements memberlist.Delegate.
+func (m *membership) NodeMeta(limit int) []byte {
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	if len(m.meta) > limit {
+		return nil
+	}
+	return append([]byte(nil), m.meta...)
+}
+
+// NotifyMsg implements memberlist.Delegate.
+func (m *membership) NotifyMsg([]byte) {}
+
+// GetBroadcasts implements memberlist.Delegate.
+func (m *membership) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState implements memberlist.Delegate.
+func (m *membership) LocalState(join bool) []byte { return nil }
+
+// MergeRemoteState implements memberlist.Delegate.
+func (m *membership) MergeRemoteState(buf []byte, join bool) {}
+
+// The memberlist.EventDelegate methods. They run with memberlist's locks
+// held: record and signal, nothing else.
+
+// NotifyJoin implements memberlist.EventDelegate.
+func (m *membership) NotifyJoin(n *memberlist.Node) { m.record(n, StateAlive) }
+
+// NotifyUpdate implements memberlist.EventDelegate.
+func (m *membership) NotifyUpdate(n *memberlist.Node) { m.record(n, StateAlive) }
+
+// NotifyLeave implements memberlist.EventDelegate. memberlist does not say
+// whether the node left or died; a node leaving gracefully says so in its
+// metadata first.
+func (m *membership) NotifyLeave(n *memberlist.Node) {
+	m.mu.Lock()
+	prev := m.nodes[n.Name]
+	m.mu.Unlock()
+	st := StateDead
+	if prev.Meta.Leaving {
+		st = StateLeft
+	}
+	m.record(n, st)
+}
+
+func (m *membership) record(n *memberlist.Node, st MemberState) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		m.log.Warn("ignoring undecodable metadata from peer", "peer", n.Name, "err", err)
+	}
+	info := memberInfo{
+		Name:    n.Name,
+		Address: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+		State:   st,
+		Meta:    meta,
+	}
+	m.mu.Lock()
+	prev, seen := m.nodes[n.Name]
+	m.nodes[n.Name] = info
+	m.mu.Unlock()
+	if !seen || prev.State != st {
+		m.log.Info("member state", "node", n.Name, "peer", info.Address, "state", st.String())
+	}
+	m.signal()
+}
+
+// slogWriter adapts memberlist's log lines ("[WARN] memberlist: ...") to
+// slog levels.
+type slogWriter struct{ lg *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	s := strings.TrimSpace(string(p))
+	level := slog.LevelDebug
+	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[INFO]": slog.LevelDebug} {
+		if strings.HasPrefix(s, prefix) {
+			level = l
+			s = strings.TrimSpace(strings.TrimPrefix(s, prefix))
+		}
+	}
+	s = strings.TrimPrefix(s, "memberlist: ")
+	w.lg.Log(context.Background(), level, s)
+	return len(p), nil
+}

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// NodeMeta is what a node tells the others about itself through memberlist
+// node metadata. Every node elects from these, so they must agree.
+//
+// Wire format (version 1), at most 512 bytes:
+//
+//	byte 0      version (1)
+//	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown)
+//	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
+//	            and a flags byte: bit 0 healthy, bit 1 held
+//
+// VIPs not listed are unhealthy and not held.
+type NodeMeta struct {
+	// Valid is false for a member whose metadata could not be decoded; such
+	// a member is never eligible.
+	Valid     bool
+	Withdrawn bool
+	// Leaving is set by a node shutting down gracefully, so its departure
+	// is reported as left rather than dead.
+	Leaving bool
+	VIPs      map[uint32]VIPMeta
+}
+
+// VIPMeta is a node's state for one VIP.
+type VIPMeta struct {
+	Healthy bool
+	Held    bool
+}
+
+const (
+	metaVersion      = 1
+	metaFlagWithdraw = 1 << 0
+	metaFlagLeaving  = 1 << 1
+	vipFlagHealthy   = 1 << 0
+	vipFlagHeld      = 1 << 1
+	metaMaxSize      = 512
+)
+
+// VIP returns the node's state for the VIP with key k.
+func (m NodeMeta) VIP(k uint32) VIPMeta { return m.VIPs[k] }
+
+// Encode returns the wire form, in a stable order.
+func (m NodeMeta) Encode() ([]byte, error) {
+	b := make([]byte, 2, 2+5*len(m.VIPs))
+	b[0] = metaVersion
+	if m.Withdrawn {
+		b[1] |= metaFlagWithdraw
+	}
+	if m.Leaving {
+		b[1] |= metaFlagLeaving
+	}
+	keys := make([]uint32, 0, len(m.VIPs))
+	for k := range m.VIPs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		v := m.VIPs[k]
+		var f byte
+		if v.Healthy {
+			f |= vipFlagHealthy
+		}
+		if v.Held {
+			f |= vipFlagHeld
+		}
+		b = binary.BigEndian.AppendUint32(b, k)
+		b = append(b, f)
+	}
+	if len(b) > metaMaxSize {
+		return nil, fmt.Errorf("node metadata is %d bytes, more than memberlist's %d", len(b), metaMaxSize)
+	}
+	return b, nil
+}
+
+// DecodeMeta parses metadata received from a peer. Garbage gives an error,
+// never a panic.
+func DecodeMeta(b []byte) (NodeMeta, error) {
+	if len(b) < 2 {
+		return NodeMeta{}, errors.New("metadata too short")
+	}
+	if b[0] != metaVersion {
+		return NodeMeta{}, fmt.Errorf("metadata version %d not understood", b[0])
+	}
+	if (len(b)-2)%5 != 0 {
+		return NodeMeta{}, fmt.Errorf("metadata length %d is not 2+5n", len(b))
+	}
+	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, VIPs: map[uint32]VIPMeta{}}
+	for p := 2; p < len(b); p += 5 {
+		k := binary.BigEndian.Uint32(b[p:])
+		f := b[p+4]
+		m.VIPs[k] = VIPMeta{Healthy: f&vipFlagHealthy != 0, Held: f&vipFlagHeld != 0}
+	}
+	return m, nil
+}

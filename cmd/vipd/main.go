@@ -1,0 +1,122 @@
+// Command vipd keeps a control-plane virtual IP reachable: it joins a
+// membership cluster with its peers, elects an owner per VIP and announces
+// the VIP by L2 (address + gratuitous ARP / unsolicited NA) or BGP.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/vipd/vipd/agent"
+)
+
+var version = "dev"
+
+const usage = `vipd keeps a cluster's control-plane virtual IP reachable.
+
+Usage:
+  vipd [--config PATH]            run the daemon
+  vipd [--config PATH] --check    validate the configuration and exit
+  vipd cleanup [--config PATH]    remove every configured VIP address from this
+                                  host (systemd runs it as ExecStopPost, so a
+                                  crashed agent leaves nothing behind)
+  vipd --version
+
+Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
+bounded by cluster.handoff_timeout), leave the cluster and exit.
+SIGHUP reloads the configuration; an invalid file keeps the running one and
+logs every problem.
+
+Files: the configuration (TOML, every key documented in vipd.toml.example),
+state_dir (peer cache, withdraw flag), the API socket used by vipctl.
+
+Flags:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 && args[0] == "cleanup" {
+		cmd, args = "cleanup", args[1:]
+	}
+	fs := flag.NewFlagSet("vipd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	configPath := fs.String("config", agent.DefaultConfigPath, "configuration file")
+	check := fs.Bool("check", false, "validate the configuration: print \"configuration OK\" and exit 0, or list every problem as PATH:LINE:COL: message and exit 1")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "vipd: unexpected argument %q (see vipd --help)\n", fs.Arg(0))
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "vipd", version)
+		return 0
+	}
+	cfg, err := agent.Load(*configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *check {
+		fmt.Fprintln(stdout, "configuration OK")
+		return 0
+	}
+	if cmd == "cleanup" {
+		if err := agent.Cleanup(cfg); err != nil {
+			fmt.Fprintln(stderr, "vipd cleanup:", err)
+			return 1
+		}
+		return 0
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	lg := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.NodeName)
+	slog.SetDefault(lg)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version})
+	if err != nil {
+		lg.Error("vipd", "err", err)
+		return 1
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				lg.Info("SIGHUP: reloading configuration", "path", cfg.Path)
+				a.Reload()
+			}
+		}
+	}()
+	if err := a.Run(ctx); err != nil {
+		lg.Error("vipd stopped", "err", err)
+		return 1
+	}
+	return 0
+}
