@@ -194,7 +194,7 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 		a.wg.Add(1)
 		go a.runBurst(bctx, b, vip, send)
 	}
-	a.log.Info("vip announced", "vip", vip, "advertisements", a.cfg.GARPCount)
+	a.log.Debug("vip advertised", "vip", vip, "advertisements", a.cfg.GARPCount)
 	return nil
 }
 

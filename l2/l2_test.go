@@ -560,3 +560,17 @@ func TestHeld(t *testing.T) {
 		})
 	}
 }
+
+func TestRemoveAddressOnMissingInterface(t *testing.T) {
+	// Reads links through netlink only, which needs no privileges; a missing
+	// interface holds nothing, so there is nothing to remove.
+	if err := RemoveAddress("vt-l2-absent", vip4); err != nil {
+		t.Fatalf("RemoveAddress on a missing interface: %v", err)
+	}
+	if err := RemoveAddress("", vip4); err == nil {
+		t.Fatal("RemoveAddress accepted an empty interface name")
+	}
+	if err := RemoveAddress("vt-l2-absent", netip.Addr{}); err == nil {
+		t.Fatal("RemoveAddress accepted an invalid address")
+	}
+}

@@ -370,6 +370,39 @@ func TestNetnsAnnounceAndWithdraw(t *testing.T) {
 	})
 }
 
+func TestNetnsRemoveAddress(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	a := newLabAnnouncer(t, l, Config{Quiet: true})
+	ctx := context.Background()
+	for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+		if err := a.Announce(ctx, vip); err != nil {
+			t.Fatalf("Announce(%s): %v", vip, err)
+		}
+	}
+	if err := inNS(l.hA, func() error {
+		for range 2 { // idempotent
+			for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+				if err := RemoveAddress(l.ifA, vip); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("RemoveAddress: %v", err)
+	}
+	lines := addrLines(t, l)
+	for _, s := range []string{" 192.0.2.100/", " 2001:db8::100/"} {
+		if line, ok := findLine(lines, s); ok {
+			t.Errorf("still configured after RemoveAddress: %s", line)
+		}
+	}
+	if _, ok := findLine(lines, "inet 192.0.2.1/24 "); !ok {
+		t.Errorf("RemoveAddress removed A's own address:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
 func TestNetnsWatchConflicts(t *testing.T) {
 	requireNetns(t)
 	l := newLab(t)

@@ -189,14 +189,12 @@ func TestWatchConflictsEndsOnClose(t *testing.T) {
 	if err := h.a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	// Close waits for WatchConflicts, so it has already returned.
-	select {
-	case err := <-w.done:
-		if err != nil {
-			t.Fatalf("WatchConflicts after Close = %v, want nil", err)
-		}
-	default:
-		t.Fatal("Close returned before WatchConflicts")
+	// Close waits for WatchConflicts to finish, which closes its socket.
+	if !h.dial.allClosed() {
+		t.Fatal("Close returned while WatchConflicts still had its socket open")
+	}
+	if err := w.wait(t); err != nil {
+		t.Fatalf("WatchConflicts after Close = %v, want nil", err)
 	}
 	if got := w.reported(); len(got) != 1 {
 		t.Fatalf("reported %v, want the one claim", got)
