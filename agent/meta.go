@@ -26,7 +26,7 @@ type NodeMeta struct {
 	// Leaving is set by a node shutting down gracefully, so its departure
 	// is reported as left rather than dead.
 	Leaving bool
-	VIPs      map[uint32]VIPMeta
+	VIPs    map[uint32]VIPMeta
 }
 
 // VIPMeta is a node's state for one VIP.
