@@ -96,9 +96,11 @@ const exportPolicyName = "vipd-export"
 
 // exportPolicy builds the policy request that adds Peer.Communities to every
 // route sent to that peer: one neighbor set and one statement per peer with
-// communities, assigned to the global export direction with default accept.
-// GoBGP only supports per-neighbor policies for route-server clients, so the
-// per-peer selection is a neighbor-set condition in a global policy.
+// communities. GoBGP only supports per-neighbor policies for route-server
+// clients, so the per-peer selection is a neighbor-set condition in a global
+// policy. The policy always exists (possibly without statements) so that its
+// assignment (exportAssignment, made once at start) stays valid; SetPolicies
+// keeps assignments and replaces definitions.
 func exportPolicy(peers []Peer) (*api.SetPoliciesRequest, error) {
 	req := &api.SetPoliciesRequest{}
 	pol := &api.Policy{Name: exportPolicyName}
@@ -131,17 +133,19 @@ func exportPolicy(peers []Peer) (*api.SetPoliciesRequest, error) {
 			},
 		})
 	}
-	if len(pol.Statements) == 0 {
-		return req, nil
-	}
 	req.Policies = []*api.Policy{pol}
-	req.Assignments = []*api.PolicyAssignment{{
+	return req, nil
+}
+
+// exportAssignment applies the export policy to every peer, accepting what
+// it does not match.
+func exportAssignment() *api.SetPolicyAssignmentRequest {
+	return &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 		Name:          "global",
 		Direction:     api.PolicyDirection_EXPORT,
 		Policies:      []*api.Policy{{Name: exportPolicyName}},
 		DefaultAction: api.RouteAction_ACCEPT,
 	}}
-	return req, nil
 }
 
 // apiPeer converts p to GoBGP's peer configuration.

@@ -144,17 +144,18 @@ func TestExportPolicy(t *testing.T) {
 	if got := st.Actions.Community.Communities; !slices.Equal(got, []string{"65000:100", "65000:200"}) || st.Actions.Community.Type != api.CommunityAction_ADD {
 		t.Errorf("community action = %v", st.Actions.Community)
 	}
-	if len(req.Assignments) != 1 || req.Assignments[0].Direction != api.PolicyDirection_EXPORT ||
-		req.Assignments[0].DefaultAction != api.RouteAction_ACCEPT {
-		t.Errorf("assignments = %v, want one export assignment accepting by default", req.Assignments)
+	a := exportAssignment().Assignment
+	if a.Name != "global" || a.Direction != api.PolicyDirection_EXPORT || a.DefaultAction != api.RouteAction_ACCEPT ||
+		len(a.Policies) != 1 || a.Policies[0].Name != req.Policies[0].Name {
+		t.Errorf("assignment = %v, want global export of %q accepting by default", a, req.Policies[0].Name)
 	}
 
 	empty, err := exportPolicy([]Peer{{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(empty.Policies) != 0 || len(empty.Assignments) != 0 {
-		t.Errorf("no communities: got policy %v, want none", empty)
+	if len(empty.DefinedSets) != 0 || len(empty.Policies) != 1 || len(empty.Policies[0].Statements) != 0 {
+		t.Errorf("no communities: got %v, want the policy without statements", empty)
 	}
 }
 

@@ -100,6 +100,10 @@ func (s *Speaker) Start(ctx context.Context) error {
 		s.stopLocked()
 		return err
 	}
+	if err := srv.SetPolicyAssignment(ctx, exportAssignment()); err != nil {
+		s.stopLocked()
+		return fmt.Errorf("assign export policy: %w", err)
+	}
 	for _, p := range s.cfg.Peers {
 		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p)}); err != nil {
 			s.stopLocked()

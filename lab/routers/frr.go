@@ -1,0 +1,159 @@
+package routers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FRR is an FRR zebra + bgpd pair running in a namespace with every socket,
+// pid file and config under one temporary directory.
+type FRR struct {
+	// NS is the namespace the daemons run in.
+	NS string
+	// Dir holds the configs, pid files, zebra's zserv socket and the vty
+	// sockets; query with `vtysh --vty_socket DIR`.
+	Dir         string
+	zebra, bgpd *daemon
+}
+
+// StartFRR writes bgpdConf to a temporary directory DIR and runs, inside ns,
+//
+//	/usr/lib/frr/zebra -u root -g root -f DIR/zebra.conf -i DIR/zebra.pid -z DIR/zserv.api --vty_socket DIR --log stdout
+//	/usr/lib/frr/bgpd  -u root -g root -f DIR/bgpd.conf  -i DIR/bgpd.pid  -z DIR/zserv.api --vty_socket DIR --log stdout
+//
+// then waits (at most 15s) until vtysh reaches bgpd. zebra installs the best
+// BGP routes into the namespace's kernel table. Both are killed by PID in
+// t.Cleanup.
+func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
+	t.Helper()
+	dir := t.TempDir()
+	f := &FRR{NS: ns, Dir: dir}
+	zserv := filepath.Join(dir, "zserv.api")
+	zconf := writeFile(t, dir, "zebra.conf", "hostname "+ns+"\n")
+	bconf := writeFile(t, dir, "bgpd.conf", bgpdConf)
+	common := func(d, conf string) []string {
+		return []string{"/usr/lib/frr/" + d, "-u", "root", "-g", "root", "-f", conf,
+			"-i", filepath.Join(dir, d+".pid"), "-z", zserv, "--vty_socket", dir, "--log", "stdout"}
+	}
+	f.zebra = start(t, ns, "zebra", common("zebra", zconf)...)
+	Eventually(t, 10*time.Second, 50*time.Millisecond, "zebra zserv socket", func() (bool, string) {
+		if err := f.zebra.exited(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := f.Cmd("show version")
+		return err == nil, out
+	})
+	f.bgpd = start(t, ns, "bgpd", common("bgpd", bconf)...)
+	Eventually(t, 15*time.Second, 100*time.Millisecond, "bgpd vty", func() (bool, string) {
+		if err := f.bgpd.exited(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := f.Cmd("show bgp summary json")
+		return err == nil && strings.Contains(out, "{"), out
+	})
+	return f
+}
+
+// Cmd runs one vtysh command against this FRR instance.
+func (f *FRR) Cmd(command string) (string, error) {
+	return Run("vtysh", "--vty_socket", f.Dir, "-c", command)
+}
+
+// Established reports whether the BGP session with neighbor is Established.
+func (f *FRR) Established(neighbor netip.Addr) (bool, string) {
+	out, err := f.Cmd("show bgp neighbors " + neighbor.String() + " json")
+	if err != nil {
+		return false, err.Error()
+	}
+	var m map[string]struct {
+		BGPState string `json:"bgpState"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		return false, fmt.Sprintf("parse %q: %v", out, err)
+	}
+	return m[neighbor.String()].BGPState == "Established", out
+}
+
+// Routes returns bgpd's paths for exactly prefix, from
+// `show bgp ipv4|ipv6 unicast PREFIX json`.
+func (f *FRR) Routes(prefix netip.Prefix) ([]Route, error) {
+	afi := "ipv4"
+	if prefix.Addr().Is6() {
+		afi = "ipv6"
+	}
+	out, err := f.Cmd(fmt.Sprintf("show bgp %s unicast %s json", afi, prefix))
+	if err != nil {
+		return nil, err
+	}
+	return parseFRRRoutes(prefix, out)
+}
+
+// frrCommunityNames maps the names FRR prints for well-known communities.
+var frrCommunityNames = map[string]string{
+	"gshut":         "65535:0",
+	"acceptOwn":     "65535:1",
+	"llgrStale":     "65535:6",
+	"noLlgr":        "65535:7",
+	"blackhole":     "65535:666",
+	"noExport":      "65535:65281",
+	"noAdvertise":   "65535:65282",
+	"localAs":       "65535:65283",
+	"noPeer":        "65535:65284",
+	"internet":      "0:0",
+	"accept-own":    "65535:1",
+	"no-export":     "65535:65281",
+	"no-advertise":  "65535:65282",
+	"local-AS":      "65535:65283",
+	"no-peer":       "65535:65284",
+	"llgr-stale":    "65535:6",
+	"no-llgr":       "65535:7",
+	"accept-own-nh": "65535:5",
+}
+
+func parseFRRRoutes(prefix netip.Prefix, out string) ([]Route, error) {
+	var v struct {
+		Prefix string `json:"prefix"`
+		Paths  []struct {
+			Bestpath *struct {
+				Overall bool `json:"overall"`
+			} `json:"bestpath"`
+			Community *struct {
+				String string   `json:"string"`
+				List   []string `json:"list"`
+			} `json:"community"`
+			Nexthops []struct {
+				IP string `json:"ip"`
+			} `json:"nexthops"`
+		} `json:"paths"`
+	}
+	if strings.TrimSpace(out) == "{}" || strings.TrimSpace(out) == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return nil, fmt.Errorf("parse frr route json %q: %w", out, err)
+	}
+	var routes []Route
+	for _, p := range v.Paths {
+		r := Route{Prefix: prefix, Best: p.Bestpath != nil && p.Bestpath.Overall}
+		for _, nh := range p.Nexthops {
+			if a, err := netip.ParseAddr(nh.IP); err == nil {
+				r.NextHops = append(r.NextHops, a)
+			}
+		}
+		if p.Community != nil {
+			for _, c := range strings.Fields(p.Community.String) {
+				if n, ok := frrCommunityNames[c]; ok {
+					c = n
+				}
+				r.Communities = append(r.Communities, c)
+			}
+		}
+		routes = append(routes, r)
+	}
+	return routes, nil
+}
