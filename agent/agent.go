@@ -105,7 +105,18 @@ type vipState struct {
 	reason    string
 	release   time.Time // when this node started handing the VIP off
 	drainFrom time.Time // when the BGP graceful-shutdown announcement went out
+	// eligibleSince is when this node last became eligible for the VIP
+	// (zero while it is not).
+	eligibleSince time.Time
 }
+
+// claimSettle is how long a node that has just become eligible (start,
+// restore, health recovered) waits before claiming a VIP by rank. Gossip
+// reaches every node within a few gossip intervals; waiting lets the node
+// see that another node already holds the VIP, so it does not take it away
+// (a second interruption) when preempt is off. Failover is not delayed:
+// the successor of a failed owner has been eligible all along.
+const claimSettle = time.Second
 
 type withdrawWaiter struct {
 	vips     []string
@@ -362,9 +373,20 @@ func (a *Agent) reconcile() {
 		view := a.view(members)
 		ev := ElectionVIP{Name: name, Preempt: v.cfg.Preempt}
 		res := Elect(view, ev)
+		eligible := Eligible(view, ev)
+		switch {
+		case !contains(eligible, self):
+			v.eligibleSince = time.Time{}
+		case v.eligibleSince.IsZero():
+			v.eligibleSince = now
+		}
 		want := res.Owner == self
 		if v.cfg.Announce == "all" {
-			want = contains(Eligible(view, ev), self)
+			want = contains(eligible, self)
+		}
+		if want && !v.held && len(eligible) > 1 && now.Sub(v.eligibleSince) < claimSettle {
+			// Just became eligible: let gossip show who holds it first.
+			want = false
 		}
 		if !quorum {
 			want = false

@@ -67,7 +67,7 @@ func (b *realBackends) l2For(iface string, quiet bool) (*l2.Announcer, error) {
 	if a := b.l2[key]; a != nil {
 		return a, nil
 	}
-	a, err := l2.New(l2.Config{Interface: iface, Quiet: quiet, Logger: b.lg.With("interface", iface)})
+	a, err := l2.New(l2.Config{Interface: iface, Quiet: quiet, Logger: b.lg})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -248,7 +249,7 @@ func Parse(path string, data []byte) (*Config, error) {
 		if errors.As(err, &pe) {
 			v.problems = append(v.problems, Problem{path, pe.Position.Line, pe.Position.Col, pe.Message})
 		} else {
-			v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
+			v.decodeError(err)
 		}
 		return nil, v.err()
 	}
@@ -329,6 +330,30 @@ func (v *validator) err() error {
 func (v *validator) at(path, format string, args ...any) {
 	p, _ := v.keys.lookup(path)
 	v.problems = append(v.problems, Problem{v.path, p.Line, p.Col, fmt.Sprintf(format, args...)})
+}
+
+// decodeTypeErr matches the decoder's type errors, which carry the key but
+// not a column: `toml: line 3 (last key "cluster.bind_port"): ...`.
+var decodeTypeErr = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "([^"]*)"\): (.*)$`)
+
+func (v *validator) decodeError(err error) {
+	m := decodeTypeErr.FindStringSubmatch(err.Error())
+	if m == nil {
+		v.problems = append(v.problems, Problem{Path: v.path, Msg: err.Error()})
+		return
+	}
+	key, msg := m[2], m[3]
+	// The decoder names array elements without their index; place the
+	// error at the first key of that name.
+	if places := v.keys.plain[key]; len(places) > 0 {
+		key = places[0]
+	}
+	p, ok := v.keys.lookup(key)
+	if !ok && m[1] != "" {
+		p.Line, _ = strconv.Atoi(m[1])
+		p.Col = 1
+	}
+	v.problems = append(v.problems, Problem{v.path, p.Line, p.Col, fmt.Sprintf("%s: %s", stripIndexes(key), msg)})
 }
 
 func (v *validator) unknownKey(k toml.Key) {

@@ -74,7 +74,7 @@ func samePeers(a, b []CachedPeer) bool {
 }
 
 // hasQuorum reports whether this node sees a majority of the known members
-// (cached peers plus this node), and whether quorum is required at all
+// (cached peers, members not known to have left, and this node), and whether quorum is required at all
 // (explicitly, or by default once 3 or more members are known).
 func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *bool) (ok, required bool, alive, known int) {
 	knownSet := map[string]bool{self: true}
@@ -83,8 +83,10 @@ func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *
 	}
 	aliveSet := map[string]bool{self: true}
 	for _, m := range members {
-		if m.State == StateAlive || m.State == StateSuspect {
+		if m.State != StateLeft {
 			knownSet[m.Name] = true
+		}
+		if m.State == StateAlive || m.State == StateSuspect {
 			aliveSet[m.Name] = true
 		}
 	}

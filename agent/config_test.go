@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodConfig = `node_name = "cp-1"
+state_dir = "/var/lib/vipd"
+[api]
+socket = "/run/vipd/vipd.sock"
+[cluster]
+bind_address = "192.0.2.11"
+peers = ["192.0.2.12", "192.0.2.13:7950", "cp-4.example.net"]
+rejoin_interval = "10s"
+[[vip]]
+name = "apiserver"
+address = "192.0.2.10"
+interface = "eth0"
+[vip.health]
+url = "https://127.0.0.1:6443/readyz"
+fall = 5
+[[vip]]
+name = "apiserver-v6"
+address = "2001:db8::10"
+interface = "eth0"
+`
+
+func TestParseGoodConfigAppliesDefaults(t *testing.T) {
+	c, err := Parse("good.toml", []byte(goodConfig))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got, want := c.Cluster.BindPort, DefaultBindPort; got != want {
+		t.Errorf("bind_port = %d, want default %d", got, want)
+	}
+	if got, want := c.Cluster.PeerAddrs(), []string{"192.0.2.12:7946", "192.0.2.13:7950", "cp-4.example.net:7946"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("peers = %v, want %v", got, want)
+	}
+	if got := c.Cluster.RejoinIntervalDuration(); got != 10*time.Second {
+		t.Errorf("rejoin_interval = %s, want 10s", got)
+	}
+	if got := c.Cluster.HandoffTimeoutDuration(); got != DefaultHandoffTimeout {
+		t.Errorf("handoff_timeout = %s, want default %s", got, DefaultHandoffTimeout)
+	}
+	if c.Cluster.FailureDetection != "fast" {
+		t.Errorf("failure_detection = %q, want default fast", c.Cluster.FailureDetection)
+	}
+	v := c.VIPs[0]
+	if v.Mode != ModeL2 || v.Announce != "owner" || v.Preempt {
+		t.Errorf("vip defaults: mode %q announce %q preempt %v", v.Mode, v.Announce, v.Preempt)
+	}
+	h := v.Health
+	if h.Rise != DefaultHealthRise || h.Fall != 5 || h.interval != DefaultHealthInterval || h.timeout != DefaultHealthTimeout {
+		t.Errorf("health = rise %d fall %d interval %s timeout %s", h.Rise, h.Fall, h.interval, h.timeout)
+	}
+	if !c.VIPs[1].Addr().Is6() {
+		t.Errorf("second VIP address %v is not IPv6", c.VIPs[1].Addr())
+	}
+}
+
+func TestParseExampleConfig(t *testing.T) {
+	if _, err := Load("../vipd.toml.example"); err != nil {
+		t.Fatalf("vipd.toml.example does not validate: %v", err)
+	}
+}
+
+// TestParseBadConfigs checks that each mistake is reported at the line and
+// column of the key it is about, and that every problem is listed.
+func TestParseBadConfigs(t *testing.T) {
+	tests := []struct {
+		name string
+		toml string
+		want []string // "line:col: substring"
+	}{
+		{
+			name: "unknown key in a table",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nbind_adress = \"x\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
+			want: []string{`3:1: unknown key "cluster.bind_adress"`},
+		},
+		{
+			name: "unknown key in the second vip",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[[vip]]\nname=\"b\"\n  adress=\"192.0.2.9\"\ninterface=\"eth0\"\n",
+			want: []string{`9:3: unknown key "vip.adress"`, `7:1: vip.address is required`},
+		},
+		{
+			name: "bad addresses and durations, all listed",
+			toml: "[cluster]\nbind_address = \"192.0.2.300\"\npeers = [\"192.0.2.12\", \"192.0.2.400:7946\"]\nrejoin_interval = \"30 seconds\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.1000\"\ninterface=\"eth0\"\n",
+			want: []string{`2:1: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: invalid address "192.0.2.1000"`},
+		},
+		{
+			name: "duplicate VIP names",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.20\"\ninterface=\"eth0\"\n",
+			want: []string{`8:1: duplicate VIP name "api" (first at vip[0])`},
+		},
+		{
+			name: "missing interface for l2",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.10\"\n",
+			want: []string{`3:1: vip "api": interface is required for mode "l2"`},
+		},
+		{
+			name: "missing bind address and no vip",
+			toml: "[cluster]\nbind_port = 70000\n",
+			want: []string{`1:1: cluster.bind_address is required`, `2:1: bind_port must be 1-65535`, `no [[vip]] configured`},
+		},
+		{
+			name: "bad mode and failure detection",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nfailure_detection = \"slow\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.10\"\nmode = \"arp\"\n",
+			want: []string{`3:1: failure_detection must be "lan" or "fast"`, `7:1: mode must be "l2" or "bgp"`},
+		},
+		{
+			name: "wrong type",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nbind_port = \"7946\"\n",
+			want: []string{`3:1: cluster.bind_port: incompatible types`},
+		},
+		{
+			name: "syntax error",
+			toml: "[cluster\nbind_address = \"192.0.2.11\"\n",
+			want: []string{`2:9: expected '.' or ']' to end table name`},
+		},
+		{
+			name: "health needs url or command, bad url",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[vip.health]\nurl = \"ftp://x\"\ninterval = \"-1s\"\n",
+			want: []string{`8:1: health url must be http:// or https://`, `9:1: duration must be positive`},
+		},
+		{
+			name: "bgp mode without bgp section",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"203.0.113.10\"\nmode=\"bgp\"\n",
+			want: []string{`a VIP has mode "bgp" but there is no [bgp] section`},
+		},
+		{
+			name: "bad bgp: asn 0, bad peer address, short hold time, missing password file",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 0\n[[bgp.peer]]\naddress = \"192.0.2.256\"\nasn = 64512\nhold_time = \"1s\"\npassword_file = \"/nonexistent/vipd-test.pass\"\ncommunities = [\"64512:70000\"]\n[[vip]]\nname=\"a\"\naddress=\"203.0.113.10\"\nmode=\"bgp\"\n",
+			want: []string{`4:1: bgp.asn is required`, `6:1: invalid peer address "192.0.2.256"`, `8:1: hold_time must be at least 3s`, `9:1: secret file`, `10:1: invalid community "64512:70000"`},
+		},
+		{
+			name: "announce all needs bgp",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\nannounce=\"all\"\n",
+			want: []string{`7:1: announce = "all" needs mode "bgp"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("bad.toml", []byte(tt.toml))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Parse error = %v, want *ConfigError", err)
+			}
+			text := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(text, "bad.toml:"+w) && !strings.Contains(text, "bad.toml: "+w) {
+					t.Errorf("missing %q in:\n%s", w, text)
+				}
+			}
+			for _, p := range ce.Problems {
+				if p.Path != "bad.toml" {
+					t.Errorf("problem without path: %+v", p)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretFileMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pass")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readSecretFile(pw); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable secret accepted: %v", err)
+	}
+	if err := os.Chmod(pw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSecretFile(pw)
+	if err != nil || s != "s3cret" {
+		t.Errorf("readSecretFile = %q, %v", s, err)
+	}
+}
+
+func TestPeerAddress(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"192.0.2.12", "192.0.2.12:7946", true},
+		{"192.0.2.12:8000", "192.0.2.12:8000", true},
+		{"2001:db8::1", "[2001:db8::1]:7946", true},
+		{"[2001:db8::1]:8000", "[2001:db8::1]:8000", true},
+		{"cp-2", "cp-2:7946", true},
+		{"cp-2.example.net:9000", "cp-2.example.net:9000", true},
+		{"192.0.2.300", "", false},
+		{"192.0.2.12:0", "", false},
+		{"192.0.2.12:x", "", false},
+		{"bad_host!", "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		got, err := peerAddress(tt.in, 7946)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("peerAddress(%q) = %q, %v; want %q ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestKeyIndexPositions(t *testing.T) {
+	ki := indexKeys([]byte("a = 1\n[t]\n  b = \"\"\"\nx = 2\n\"\"\"\nc = [\n 1,\n]\nd = 3\n[[arr]]\ne = 1\n[[arr]]\n'e' = 2\n[arr.sub]\nf = 1\n"))
+	want := map[string]keyPos{
+		"a": {1, 1}, "t": {2, 1}, "t.b": {3, 3}, "t.c": {6, 1}, "t.d": {9, 1},
+		"arr[0].e": {11, 1}, "arr[1].e": {13, 1}, "arr[1].sub.f": {15, 1},
+	}
+	for k, w := range want {
+		if got, ok := ki.pos[k]; !ok || got != w {
+			t.Errorf("%s at %v (found %v), want %v", k, got, ok, w)
+		}
+	}
+	if _, ok := ki.pos["t.x"]; ok {
+		t.Errorf("line inside a multi-line string taken for a key")
+	}
+}

@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+)
+
+// node builds a member for election tables.
+type nodeOpt func(*Member)
+
+func withdrawn(m *Member) { m.Meta.Withdrawn = true }
+func dead(m *Member)      { m.State = StateDead }
+func left(m *Member)      { m.State = StateLeft }
+func suspect(m *Member)   { m.State = StateSuspect }
+func garbage(m *Member)   { m.Meta = NodeMeta{} }
+func unhealthy(m *Member) { setVIP(m, func(v *VIPMeta) { v.Healthy = false }) }
+func holds(m *Member)     { setVIP(m, func(v *VIPMeta) { v.Held = true }) }
+func setVIP(m *Member, f func(*VIPMeta)) {
+	v := m.Meta.VIPs[vipKey("api")]
+	f(&v)
+	m.Meta.VIPs[vipKey("api")] = v
+}
+
+func node(name string, opts ...nodeOpt) Member {
+	m := Member{Name: name, State: StateAlive, Meta: NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{vipKey("api"): {Healthy: true}}}}
+	for _, o := range opts {
+		o(&m)
+	}
+	return m
+}
+
+// topRanked returns the node the hash prefers for "api" among names.
+func topRanked(names ...string) string {
+	best := names[0]
+	for _, n := range names[1:] {
+		if ranksBefore("api", n, best) {
+			best = n
+		}
+	}
+	return best
+}
+
+func TestElect(t *testing.T) {
+	all := []string{"cp-1", "cp-2", "cp-3"}
+	top := topRanked(all...)
+	var others []string
+	for _, n := range all {
+		if n != top {
+			others = append(others, n)
+		}
+	}
+	second := topRanked(others...)
+	third := others[0]
+	if third == second {
+		third = others[1]
+	}
+	vip := ElectionVIP{Name: "api"}
+	tests := []struct {
+		name      string
+		members   []Member
+		vip       ElectionVIP
+		owner     string
+		reason    string
+		bootstrap bool
+	}{
+		{"fresh cluster: highest ranked wins", []Member{node(top), node(second), node(third)}, vip, top, ReasonRank, false},
+		{"owner withdrawn: successor chosen", []Member{node(top, holds, withdrawn), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"owner dead", []Member{node(top, holds, dead), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"owner left", []Member{node(top, holds, left), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"suspect owner keeps the VIP until declared dead", []Member{node(top, holds, suspect), node(second), node(third)}, vip, top, ReasonKeep, false},
+		{"owner unhealthy: healthy successor", []Member{node(top, holds, unhealthy), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"no preempt: holder keeps it when better node returns", []Member{node(top), node(second, holds), node(third)}, vip, second, ReasonKeep, false},
+		{"preempt: better node takes it back", []Member{node(top), node(second, holds), node(third)}, ElectionVIP{Name: "api", Preempt: true}, top, ReasonRank, false},
+		{"two nodes claim: highest ranked holder wins", []Member{node(top), node(second, holds), node(third, holds)}, vip, second, ReasonContested, false},
+		{"two nodes claim with preempt: highest ranked wins", []Member{node(top), node(second, holds), node(third, holds)}, ElectionVIP{Name: "api", Preempt: true}, top, ReasonContested, false},
+		{"holder that is withdrawn does not count as claim", []Member{node(top, holds, withdrawn), node(second), node(third, holds)}, vip, third, ReasonKeep, false},
+		{"all unhealthy at bootstrap: fallback to alive, not withdrawn", []Member{node(top, unhealthy), node(second, unhealthy), node(third, unhealthy)}, vip, top, ReasonBootstrap, true},
+		{"all unhealthy and top withdrawn: fallback skips withdrawn", []Member{node(top, unhealthy, withdrawn), node(second, unhealthy), node(third, unhealthy)}, vip, second, ReasonBootstrap, true},
+		{"only a withdrawn node is healthy: fallback", []Member{node(top, withdrawn), node(second, unhealthy), node(third, unhealthy)}, vip, second, ReasonBootstrap, true},
+		{"one healthy node among unhealthy: it wins, no fallback", []Member{node(top, unhealthy), node(second, unhealthy), node(third)}, vip, third, ReasonRank, false},
+		{"garbage metadata is never eligible", []Member{node(top, garbage), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"everyone withdrawn: no owner", []Member{node(top, withdrawn), node(second, withdrawn)}, vip, "", ReasonNone, false},
+		{"everyone dead but one", []Member{node(top, dead), node(second, dead), node(third)}, vip, third, ReasonRank, false},
+		{"no members", nil, vip, "", ReasonNone, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Elect(tt.members, tt.vip)
+			if got.Owner != tt.owner || got.Reason != tt.reason || got.Bootstrap != tt.bootstrap {
+				t.Errorf("Elect = %+v, want owner %q reason %q bootstrap %v", got, tt.owner, tt.reason, tt.bootstrap)
+			}
+		})
+	}
+}
+
+// TestElectSameViewSameOwner checks that the result does not depend on the
+// order in which a node lists its members.
+func TestElectSameViewSameOwner(t *testing.T) {
+	ms := []Member{node("a"), node("b", holds), node("c", holds), node("d", unhealthy), node("e", withdrawn)}
+	want := Elect(ms, ElectionVIP{Name: "api"})
+	for i := 0; i < len(ms); i++ {
+		rot := append(append([]Member(nil), ms[i:]...), ms[:i]...)
+		for j, k := 0, len(rot)-1; j < k; j, k = j+1, k-1 {
+			if i%2 == 1 {
+				rot[j], rot[k] = rot[k], rot[j]
+			}
+		}
+		if got := Elect(rot, ElectionVIP{Name: "api"}); got != want {
+			t.Errorf("order %d: %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+// TestRankSpreadsVIPs checks that rendezvous ranking spreads VIPs across
+// nodes instead of piling them on one, and that removing a node moves only
+// that node's VIPs.
+func TestRankSpreadsVIPs(t *testing.T) {
+	nodes := []string{"cp-1", "cp-2", "cp-3"}
+	owners := map[string]string{}
+	count := map[string]int{}
+	for i := 0; i < 300; i++ {
+		vip := fmt.Sprintf("vip-%d", i)
+		var ms []Member
+		for _, n := range nodes {
+			m := node(n)
+			m.Meta.VIPs = map[uint32]VIPMeta{vipKey(vip): {Healthy: true}}
+			ms = append(ms, m)
+		}
+		o := Elect(ms, ElectionVIP{Name: vip}).Owner
+		owners[vip] = o
+		count[o]++
+	}
+	for _, n := range nodes {
+		if count[n] < 60 {
+			t.Errorf("node %s owns %d of 300 VIPs; ranking is lopsided: %v", n, count[n], count)
+		}
+	}
+	moved := 0
+	for vip, o := range owners {
+		var ms []Member
+		for _, n := range nodes[:2] {
+			m := node(n)
+			m.Meta.VIPs = map[uint32]VIPMeta{vipKey(vip): {Healthy: true}}
+			ms = append(ms, m)
+		}
+		if got := Elect(ms, ElectionVIP{Name: vip}).Owner; got != o {
+			moved++
+			if o != "cp-3" {
+				t.Errorf("%s moved from %s to %s though %s stayed", vip, o, got, o)
+			}
+		}
+	}
+	if moved != count["cp-3"] {
+		t.Errorf("moved %d VIPs, want cp-3's %d", moved, count["cp-3"])
+	}
+}
+
+func TestEligible(t *testing.T) {
+	ms := []Member{node("a", withdrawn), node("b"), node("c", dead), node("d", unhealthy)}
+	got := Eligible(ms, ElectionVIP{Name: "api"})
+	if len(got) != 1 || got[0] != "b" {
+		t.Errorf("Eligible = %v, want [b]", got)
+	}
+}
+
+func BenchmarkElect(b *testing.B) {
+	for _, n := range []int{3, 16, 64} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			var ms []Member
+			for i := 0; i < n; i++ {
+				m := node(fmt.Sprintf("cp-%d", i))
+				if i == n/2 {
+					holds(&m)
+				}
+				ms = append(ms, m)
+			}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				Elect(ms, ElectionVIP{Name: "api"})
+			}
+		})
+	}
+}
+
+func BenchmarkParseConfig(b *testing.B) {
+	data := []byte(goodConfig)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse("bench.toml", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRejoinTargets(t *testing.T) {
+	cached := []CachedPeer{{"cp-1", "192.0.2.11:7946"}, {"cp-2", "192.0.2.12:7946"}, {"cp-3", "192.0.2.13:7946"}}
+	tests := []struct {
+		name       string
+		configured []string
+		members    []memberInfo
+		want       string
+	}{
+		{"all alive: nothing to join", nil, []memberInfo{
+			{Name: "cp-2", Address: "192.0.2.12:7946", State: StateAlive},
+			{Name: "cp-3", Address: "192.0.2.13:7946", State: StateAlive}}, ""},
+		{"dead peer is rejoined at its cached address", nil, []memberInfo{
+			{Name: "cp-2", Address: "192.0.2.12:7946", State: StateDead},
+			{Name: "cp-3", Address: "192.0.2.13:7946", State: StateAlive}}, "192.0.2.12:7946"},
+		{"cut off node: every cached peer", nil, nil, "192.0.2.12:7946,192.0.2.13:7946"},
+		{"suspect counts as alive", nil, []memberInfo{
+			{Name: "cp-2", Address: "192.0.2.12:7946", State: StateSuspect},
+			{Name: "cp-3", Address: "192.0.2.13:7946", State: StateAlive}}, ""},
+		{"configured peer not yet seen", []string{"192.0.2.14:7946", "192.0.2.12:7946"}, []memberInfo{
+			{Name: "cp-2", Address: "192.0.2.12:7946", State: StateAlive},
+			{Name: "cp-3", Address: "192.0.2.13:7946", State: StateAlive}}, "192.0.2.14:7946"},
+		{"left peer in cache is still tried", nil, []memberInfo{
+			{Name: "cp-2", Address: "192.0.2.12:7946", State: StateLeft},
+			{Name: "cp-3", Address: "192.0.2.13:7946", State: StateAlive}}, "192.0.2.12:7946"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := strings.Join(rejoinTargets("cp-1", cached, tt.configured, tt.members), ",")
+			if got != tt.want {
+				t.Errorf("rejoinTargets = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNextPeerCache(t *testing.T) {
+	cached := []CachedPeer{{"cp-2", "192.0.2.12:7946"}, {"cp-4", "192.0.2.14:7946"}}
+	members := []memberInfo{
+		{Name: "cp-1", Address: "192.0.2.11:7946", State: StateAlive}, // self
+		{Name: "cp-2", Address: "192.0.2.22:7946", State: StateAlive}, // moved
+		{Name: "cp-3", Address: "192.0.2.13:7946", State: StateDead},  // dead: keep
+		{Name: "cp-4", Address: "192.0.2.14:7946", State: StateLeft},  // left: forget
+	}
+	got := nextPeerCache("cp-1", cached, members)
+	want := []CachedPeer{{"cp-2", "192.0.2.22:7946"}, {"cp-3", "192.0.2.13:7946"}}
+	if !samePeers(got, want) {
+		t.Errorf("nextPeerCache = %v, want %v", got, want)
+	}
+}
+
+func TestQuorum(t *testing.T) {
+	yes, no := true, false
+	cache3 := []CachedPeer{{"b", ""}, {"c", ""}}
+	alive := func(names ...string) []memberInfo {
+		var out []memberInfo
+		for _, n := range names {
+			out = append(out, memberInfo{Name: n, State: StateAlive})
+		}
+		return out
+	}
+	tests := []struct {
+		name         string
+		cache        []CachedPeer
+		members      []memberInfo
+		require      *bool
+		ok, required bool
+		alive, known int
+	}{
+		{"single node bootstrap: not required", nil, nil, nil, true, false, 1, 1},
+		{"two known: not required by default", []CachedPeer{{"b", ""}}, nil, nil, true, false, 1, 2},
+		{"three known, all alive", cache3, alive("b", "c"), nil, true, true, 3, 3},
+		{"three known, one other alive: majority", cache3, alive("b"), nil, true, true, 2, 3},
+		{"isolated of three: no quorum", cache3, nil, nil, false, true, 1, 3},
+		{"isolated but quorum disabled", cache3, nil, &no, true, false, 1, 3},
+		{"two known, required explicitly, isolated", []CachedPeer{{"b", ""}}, nil, &yes, false, true, 1, 2},
+		{"dead members still count as known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateDead}, {Name: "d", State: StateDead}}, nil, false, true, 2, 4},
+		{"left members are not known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, nil, true, false, 2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ok, required, alive, known := hasQuorum("a", tt.cache, tt.members, tt.require)
+			if ok != tt.ok || required != tt.required || alive != tt.alive || known != tt.known {
+				t.Errorf("hasQuorum = ok %v required %v alive %d known %d; want %v %v %d %d", ok, required, alive, known, tt.ok, tt.required, tt.alive, tt.known)
+			}
+		})
+	}
+}

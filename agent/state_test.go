@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMetaRoundTrip(t *testing.T) {
+	in := NodeMeta{Valid: true, Withdrawn: true, Leaving: true, VIPs: map[uint32]VIPMeta{
+		vipKey("a"): {Healthy: true}, vipKey("b"): {Held: true}, vipKey("c"): {Healthy: true, Held: true},
+	}}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Valid || !out.Withdrawn || !out.Leaving || len(out.VIPs) != 3 || out.VIP(vipKey("c")) != (VIPMeta{true, true}) || out.VIP(vipKey("b")) != (VIPMeta{Held: true}) {
+		t.Errorf("round trip: %+v", out)
+	}
+	b2, _ := out.Encode()
+	if !bytes.Equal(b, b2) {
+		t.Errorf("encoding not stable: %x vs %x", b, b2)
+	}
+}
+
+func TestMetaFitsMaxVIPs(t *testing.T) {
+	m := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{}}
+	for i := 0; i < MaxVIPs; i++ {
+		m.VIPs[uint32(i)] = VIPMeta{Healthy: true, Held: true}
+	}
+	b, err := m.Encode()
+	if err != nil || len(b) > 512 {
+		t.Fatalf("%d VIPs: %d bytes, %v", MaxVIPs, len(b), err)
+	}
+	for i := 0; i < 3; i++ {
+		m.VIPs[uint32(9000+i)] = VIPMeta{Held: true}
+	}
+	if _, err := m.Encode(); err == nil {
+		t.Errorf("metadata over 512 bytes encoded without error")
+	}
+}
+
+func TestDecodeMetaGarbage(t *testing.T) {
+	for _, b := range [][]byte{nil, {1}, {2, 0}, {1, 0, 1, 2, 3}, bytes.Repeat([]byte{0xff}, 40)} {
+		if m, err := DecodeMeta(b); err == nil || m.Valid {
+			t.Errorf("DecodeMeta(%x) = %+v, %v; want error and invalid", b, m, err)
+		}
+	}
+}
+
+func TestPeerCacheRoundTripAndAtomicWrite(t *testing.T) {
+	dir := t.TempDir()
+	if got, err := loadPeerCache(dir); err != nil || got != nil {
+		t.Fatalf("missing cache: %v, %v", got, err)
+	}
+	peers := []CachedPeer{{"cp-2", "192.0.2.12:7946"}, {"cp-1", "192.0.2.11:7946"}}
+	if err := savePeerCache(dir, peers); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadPeerCache(dir)
+	if err != nil || len(got) != 2 || got[0].Name != "cp-1" || got[1].Address != "192.0.2.12:7946" {
+		t.Fatalf("loadPeerCache = %v, %v", got, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left behind: %s", e.Name())
+		}
+	}
+}
+
+func TestCorruptPeerCacheIsSetAside(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, peersFile)
+	if err := os.WriteFile(path, []byte(`{"version":1,"peers":[{"name":`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadPeerCache(dir)
+	if err == nil || got != nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("corrupt cache: %v, %v", got, err)
+	}
+	if _, err := os.Stat(path + ".corrupt"); err != nil {
+		t.Errorf("corrupt cache not set aside: %v", err)
+	}
+	if got, err := loadPeerCache(dir); err != nil || got != nil {
+		t.Errorf("after setting aside: %v, %v; want empty cache", got, err)
+	}
+}
+
+func TestWithdrawFlag(t *testing.T) {
+	dir := t.TempDir()
+	if s := loadWithdraw(dir); s.Withdrawn || s.Corrupt != nil {
+		t.Fatalf("fresh state: %+v", s)
+	}
+	if err := saveWithdraw(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if s := loadWithdraw(dir); !s.Withdrawn || s.Corrupt != nil {
+		t.Fatalf("after withdraw: %+v", s)
+	}
+	if err := saveWithdraw(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := loadWithdraw(dir); s.Withdrawn {
+		t.Fatalf("after restore: %+v", s)
+	}
+	if err := saveWithdraw(dir, false); err != nil {
+		t.Errorf("restore twice: %v", err)
+	}
+}
+
+func TestCorruptWithdrawFlagFailsSafe(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, withdrawFile), []byte("\x00\x13garbage"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s := loadWithdraw(dir)
+	if !s.Withdrawn || s.Corrupt == nil {
+		t.Errorf("corrupt flag: %+v; want withdrawn with an error", s)
+	}
+	// A flag that cannot be read (a directory in its place) also fails safe.
+	dir2 := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir2, withdrawFile), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if s := loadWithdraw(dir2); !s.Withdrawn || s.Corrupt == nil {
+		t.Errorf("unreadable flag: %+v; want withdrawn with an error", s)
+	}
+}
