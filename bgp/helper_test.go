@@ -24,6 +24,7 @@ import (
 // small line protocol server on stdin/stdout:
 //
 //	announce ADDR | drain ADDR | withdraw ADDR  ->  "ok" or "err MESSAGE"
+//	reconfigure JSON(Config)                    ->  "ok" or "err MESSAGE"
 //	peers                                       ->  "ok JSON([]PeerStatus)"
 const (
 	helperEnv       = "VIPD_BGP_TEST_SPEAKER"
@@ -76,6 +77,12 @@ func speakerHelper(in io.Reader, out io.Writer) int {
 				err = s.Drain(ctx, a)
 			default:
 				err = s.Withdraw(ctx, a)
+			}
+		case "reconfigure":
+			var c Config
+			if err = json.Unmarshal([]byte(arg), &c); err == nil {
+				c.Logger = log
+				err = s.Reconfigure(ctx, c)
 			}
 		case "peers":
 			var ps []PeerStatus
@@ -206,4 +213,14 @@ func (p *speakerProc) signal(t *testing.T, sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %v to speaker pid %d: %v", sig, p.cmd.Process.Pid, err)
 	}
+}
+
+func (p *speakerProc) reconfigure(t *testing.T, cfg Config) {
+	t.Helper()
+	cfg.Logger = nil
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.do(t, "reconfigure "+string(b))
 }

@@ -112,10 +112,11 @@ func TestBIRD(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
 	rns, sns := lab(t, "b")
 	bird := routers.StartBIRD(t, rns, birdConf)
-	spk := startSpeakerProc(t, sns, speakerConfig(
+	cfg := speakerConfig(
 		Peer{Address: routerV4, ASN: routerASN, Password: md5Secret, HoldTime: 3 * time.Second, Communities: []string{"65000:100"}},
 		Peer{Address: routerV6, ASN: routerASN, HoldTime: 3 * time.Second, Communities: []string{"65000:600"}},
-	))
+	)
+	spk := startSpeakerProc(t, sns, cfg)
 	for _, proto := range []string{"spk4", "spk6"} {
 		routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "bird "+proto+" established", func() (bool, string) {
 			return bird.Established(proto)
@@ -143,9 +144,20 @@ func TestBIRD(t *testing.T) {
 		}
 	}
 
+	// Reload with new communities for the IPv4 peer: the session stays up
+	// and the route is re-sent with the new community.
+	cfg.Peers[0].Communities = []string{"65000:101"}
+	spk.reconfigure(t, cfg)
+	waitRoute(t, bird, vip4, speakerV4, "bird sees the reconfigured community", func(r routers.Route) bool {
+		return r.HasCommunity("65000:101") && !r.HasCommunity("65000:100")
+	})
+	if ps := spk.peers(t); ps[0].State != "established" || ps[0].Uptime < ps[1].Uptime/2 {
+		t.Errorf("after community change: peers %+v, want the ipv4 session kept (no reset)", ps)
+	}
+
 	spk.do(t, "drain "+vip4.Addr().String())
 	waitRoute(t, bird, vip4, speakerV4, "bird sees GRACEFUL_SHUTDOWN after drain", func(r routers.Route) bool {
-		return r.HasCommunity("65535:0") && r.HasCommunity("65000:100")
+		return r.HasCommunity("65535:0") && r.HasCommunity("65000:101")
 	})
 
 	spk.do(t, "withdraw "+vip4.Addr().String())

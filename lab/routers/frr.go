@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,21 +24,32 @@ type FRR struct {
 
 // StartFRR writes bgpdConf to a temporary directory DIR and runs, inside ns,
 //
-//	/usr/lib/frr/zebra -u root -g root -f DIR/zebra.conf -i DIR/zebra.pid -z DIR/zserv.api --vty_socket DIR --log stdout
-//	/usr/lib/frr/bgpd  -u root -g root -f DIR/bgpd.conf  -i DIR/bgpd.pid  -z DIR/zserv.api --vty_socket DIR --log stdout
+//	chown frr:frr DIR DIR/zebra.conf DIR/bgpd.conf
+//	ip netns exec NS /usr/lib/frr/zebra -u frr -g frr -f DIR/zebra.conf -i DIR/zebra.pid -z DIR/zserv.api --vty_socket DIR --log stdout
+//	ip netns exec NS /usr/lib/frr/bgpd  -u frr -g frr -f DIR/bgpd.conf  -i DIR/bgpd.pid  -z DIR/zserv.api --vty_socket DIR --log stdout
 //
 // then waits (at most 15s) until vtysh reaches bgpd. zebra installs the best
 // BGP routes into the namespace's kernel table. Both are killed by PID in
 // t.Cleanup.
 func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir: its parent is 0700 root, which the frr user cannot enter.
+	dir, err := os.MkdirTemp("", "vt-frr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	f := &FRR{NS: ns, Dir: dir}
 	zserv := filepath.Join(dir, "zserv.api")
 	zconf := writeFile(t, dir, "zebra.conf", "hostname "+ns+"\n")
 	bconf := writeFile(t, dir, "bgpd.conf", bgpdConf)
+	// The Debian build insists the run-as user is in the vty group
+	// (frrvty), which root is not; run as frr and hand it the directory.
+	for _, p := range []string{dir, zconf, bconf} {
+		MustRun(t, "chown", "frr:frr", p)
+	}
 	common := func(d, conf string) []string {
-		return []string{"/usr/lib/frr/" + d, "-u", "root", "-g", "root", "-f", conf,
+		return []string{"/usr/lib/frr/" + d, "-u", "frr", "-g", "frr", "-f", conf,
 			"-i", filepath.Join(dir, d+".pid"), "-z", zserv, "--vty_socket", dir, "--log", "stdout"}
 	}
 	f.zebra = start(t, ns, "zebra", common("zebra", zconf)...)
@@ -93,26 +105,20 @@ func (f *FRR) Routes(prefix netip.Prefix) ([]Route, error) {
 	return parseFRRRoutes(prefix, out)
 }
 
-// frrCommunityNames maps the names FRR prints for well-known communities.
+// frrCommunityNames maps the names FRR 8 prints for well-known communities
+// (community_str in bgpd/bgp_community.c) back to numbers.
 var frrCommunityNames = map[string]string{
-	"gshut":         "65535:0",
-	"acceptOwn":     "65535:1",
-	"llgrStale":     "65535:6",
-	"noLlgr":        "65535:7",
-	"blackhole":     "65535:666",
-	"noExport":      "65535:65281",
-	"noAdvertise":   "65535:65282",
-	"localAs":       "65535:65283",
-	"noPeer":        "65535:65284",
-	"internet":      "0:0",
-	"accept-own":    "65535:1",
-	"no-export":     "65535:65281",
-	"no-advertise":  "65535:65282",
-	"local-AS":      "65535:65283",
-	"no-peer":       "65535:65284",
-	"llgr-stale":    "65535:6",
-	"no-llgr":       "65535:7",
-	"accept-own-nh": "65535:5",
+	"internet":           "0:0",
+	"graceful-shutdown":  "65535:0",
+	"accept-own":         "65535:1",
+	"accept-own-nexthop": "65535:5",
+	"llgr-stale":         "65535:6",
+	"no-llgr":            "65535:7",
+	"blackhole":          "65535:666",
+	"no-export":          "65535:65281",
+	"no-advertise":       "65535:65282",
+	"local-AS":           "65535:65283",
+	"no-peer":            "65535:65284",
 }
 
 func parseFRRRoutes(prefix netip.Prefix, out string) ([]Route, error) {
