@@ -62,7 +62,7 @@ func (a *Agent) serveAPI(ctx context.Context, wg *sync.WaitGroup) (*apiServer, e
 		return nil, fmt.Errorf("api socket mode: %w", err)
 	}
 	if gid >= 0 {
-		if err := os.Chown(path, 0, gid); err != nil {
+		if err := os.Chown(path, -1, gid); err != nil { // group only: vipd may run as a non-root user
 			ln.Close()
 			return nil, fmt.Errorf("api socket group: %w", err)
 		}
