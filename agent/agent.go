@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"sort"
@@ -93,6 +94,23 @@ type Agent struct {
 	quorumLogged bool
 
 	self string // node name; fixed for the agent's life
+
+	metrics   *metrics
+	conflicts chan conflict
+	watchWG   sync.WaitGroup
+}
+
+// conflict is another MAC answering for a VIP this node holds.
+type conflict struct {
+	vip string
+	mac string
+}
+
+// ConflictWatcher is implemented by announcers that can see another host
+// answering for a VIP (l2: ARP replies / neighbor advertisements from other
+// MACs).
+type ConflictWatcher interface {
+	WatchConflicts(ctx context.Context, addr netip.Addr, fn func(mac net.HardwareAddr)) error
 }
 
 // vipState is the loop's actual and remembered state of one VIP.
@@ -108,6 +126,12 @@ type vipState struct {
 	// eligibleSince is when this node last became eligible for the VIP
 	// (zero while it is not).
 	eligibleSince time.Time
+	// retryAt delays the next announce after a failure (backoff).
+	retryAt time.Time
+	backoff time.Duration
+	// stopWatch ends the conflict watcher while the VIP is held.
+	stopWatch    context.CancelFunc
+	lastReassert time.Time
 }
 
 // claimSettle is how long a node that has just become eligible (start,
@@ -141,18 +165,34 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	if opts.Tick == 0 {
 		opts.Tick = 250 * time.Millisecond
 	}
-	return &Agent{
-		opts:     opts,
-		log:      opts.Logger,
-		now:      opts.Now,
-		cfg:      cfg,
-		reqs:     make(chan func()),
-		reloadCh: make(chan struct{}, 1),
-		health:   make(chan healthResult, 16),
-		events:   newBroker(),
-		vips:     map[string]*vipState{},
-		self:     cfg.NodeName,
-	}, nil
+	a := &Agent{
+		opts:      opts,
+		log:       opts.Logger,
+		now:       opts.Now,
+		cfg:       cfg,
+		reqs:      make(chan func()),
+		reloadCh:  make(chan struct{}, 1),
+		health:    make(chan healthResult, 16),
+		events:    newBroker(),
+		vips:      map[string]*vipState{},
+		self:      cfg.NodeName,
+		conflicts: make(chan conflict, 16),
+	}
+	a.metrics = newMetrics(a.bgpPeerMetrics)
+	return a, nil
+}
+
+// bgpPeerMetrics feeds the BGP collector; backends are set once in Run.
+func (a *Agent) bgpPeerMetrics(ctx context.Context) []bgpPeerMetric {
+	b := a.backends
+	if b == nil {
+		return nil
+	}
+	var out []bgpPeerMetric
+	for _, p := range b.BGPPeers(ctx) {
+		out = append(out, bgpPeerMetric{Peer: p.Address, Established: p.State == "established", Received: p.Received, Advertised: p.Advertised})
+	}
+	return out
 }
 
 // Reload asks the agent to re-read its configuration file. An invalid file
@@ -238,8 +278,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer api.stop()
 
+	if addr := c.API.MetricsAddress; addr != "" {
+		if err := a.metrics.serve(bg, addr, &wg, func(err error) { a.log.Error("metrics server", "err", err) }); err != nil {
+			ml.shutdown()
+			return err
+		}
+		a.log.Info("metrics listening", "address", addr)
+	}
+
 	a.startHealth(bg)
 	defer a.stopHealth()
+	defer a.watchWG.Wait()
 
 	a.joinAll(rejoinTargets(c.NodeName, a.getCache(), c.Cluster.peerAddrs, nil))
 	wg.Add(1)
@@ -266,6 +315,8 @@ func (a *Agent) loop(ctx context.Context) {
 		case <-t.C:
 		case r := <-a.health:
 			a.onHealth(r)
+		case cf := <-a.conflicts:
+			a.onConflict(cf)
 		case f := <-a.reqs:
 			f()
 		case <-a.reloadCh:
@@ -395,16 +446,25 @@ func (a *Agent) reconcile() {
 			reason := res.Reason
 			a.log.Info("ownership change", "vip", name, "from", orNone(v.owner), "to", orNone(res.Owner), "reason", reason)
 			a.events.publish(&apipb.Event{Kind: "ownership", Vip: name, From: v.owner, To: res.Owner, Reason: reason})
+			a.metrics.ownershipChanges.WithLabelValues(name, reason).Inc()
 			v.owner = res.Owner
 		}
 		v.reason = res.Reason
 		switch {
 		case want && !v.held:
+			if now.Before(v.retryAt) {
+				continue
+			}
 			if err := v.ann.Announce(ctx, v.cfg.addr); err != nil {
-				a.log.Error("announce VIP", "vip", name, "err", err)
+				v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
+				v.retryAt = now.Add(v.backoff)
+				a.metrics.announceErrors.WithLabelValues(name, "announce").Inc()
+				a.log.Error("announce VIP", "vip", name, "err", err, "retry_in", v.backoff)
 				continue
 			}
 			v.held, v.release, v.drainFrom = true, time.Time{}, time.Time{}
+			v.backoff, v.retryAt = 0, time.Time{}
+			a.startWatch(v)
 			a.log.Info("holding VIP", "vip", name, "address", v.cfg.addr, "mode", v.cfg.Mode, "reason", res.Reason)
 			a.events.publish(&apipb.Event{Kind: "hold", Vip: name, Node: self, Reason: res.Reason})
 		case want && v.held:
@@ -428,6 +488,7 @@ func (a *Agent) reconcile() {
 	} else {
 		a.log.Error("encode metadata", "err", err)
 	}
+	a.updateMetrics(members, quorum)
 	a.updateCache(members)
 	a.checkWaiters(members, now)
 	a.notifyStatus()
@@ -482,7 +543,9 @@ func (a *Agent) handOff(ctx context.Context, v *vipState, view []Member, res Res
 }
 
 func (a *Agent) releaseNow(ctx context.Context, v *vipState, reason string) {
+	a.stopWatch(v)
 	if err := v.ann.Withdraw(ctx, v.cfg.addr); err != nil {
+		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "withdraw").Inc()
 		a.log.Error("withdraw VIP", "vip", v.cfg.Name, "err", err)
 		return
 	}
@@ -532,7 +595,7 @@ func (a *Agent) startHealth(parent context.Context) {
 		a.healthWG.Add(1)
 		go func(name string) {
 			defer a.healthWG.Done()
-			runHealth(ctx, name, h, probe, a.health, a.log)
+			runHealth(ctx, name, h, probe, a.health, a.log, a.metrics)
 		}(v.cfg.Name)
 	}
 }
@@ -741,7 +804,8 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 			continue
 		}
 		a.log.Info("rejoin", "peers", strings.Join(targets, ","))
-		a.joinAll(targets)
+		a.metrics.rejoinAttempts.Add(float64(len(targets)))
+		a.metrics.rejoinJoined.Add(float64(a.joinAll(targets)))
 	}
 }
 
@@ -759,4 +823,85 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// startWatch starts duplicate-owner detection for a VIP this node now
+// holds, when its announcer supports it.
+func (a *Agent) startWatch(v *vipState) {
+	w, ok := v.ann.(ConflictWatcher)
+	if !ok || v.stopWatch != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	v.stopWatch = cancel
+	name, addr := v.cfg.Name, v.cfg.addr
+	a.watchWG.Add(1)
+	go func() {
+		defer a.watchWG.Done()
+		err := w.WatchConflicts(ctx, addr, func(mac net.HardwareAddr) {
+			select {
+			case a.conflicts <- conflict{vip: name, mac: mac.String()}:
+			default:
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("duplicate-owner detection stopped", "vip", name, "err", err)
+		}
+	}()
+}
+
+func (a *Agent) stopWatch(v *vipState) {
+	if v.stopWatch != nil {
+		v.stopWatch()
+		v.stopWatch = nil
+	}
+}
+
+// onConflict handles another MAC answering for a VIP this node holds. When
+// the other host is a vipd node, its metadata shows the claim and the
+// election resolves it (the highest ranked holder keeps the VIP). While this
+// node is still the elected owner it re-asserts the VIP (a new gratuitous
+// ARP / NA burst, at most once a second) so clients point back at it.
+func (a *Agent) onConflict(c conflict) {
+	v := a.vips[c.vip]
+	if v == nil || !v.held {
+		return
+	}
+	a.metrics.conflicts.WithLabelValues(c.vip).Inc()
+	a.log.Warn("duplicate owner: another host answers for a held VIP", "vip", c.vip, "mac", c.mac, "owner", v.owner)
+	a.events.publish(&apipb.Event{Kind: "conflict", Vip: c.vip, Node: a.self, Message: "another host answers for the VIP from MAC " + c.mac})
+	now := a.now()
+	if v.owner == a.self && now.Sub(v.lastReassert) >= time.Second {
+		v.lastReassert = now
+		if err := v.ann.Announce(context.Background(), v.cfg.addr); err != nil {
+			a.log.Warn("re-assert VIP", "vip", c.vip, "err", err)
+		}
+	}
+}
+
+func (a *Agent) updateMetrics(members []memberInfo, quorum bool) {
+	m := a.metrics
+	for name, v := range a.vips {
+		m.held.WithLabelValues(name).Set(b2f(v.held))
+		m.owner.WithLabelValues(name).Set(b2f(v.owner == a.self))
+		m.healthUp.WithLabelValues(name).Set(b2f(v.healthy))
+	}
+	counts := map[MemberState]int{StateAlive: 1} // this node
+	for _, mb := range members {
+		if mb.Name != a.self {
+			counts[mb.State]++
+		}
+	}
+	for _, st := range []MemberState{StateAlive, StateSuspect, StateDead, StateLeft} {
+		m.members.WithLabelValues(st.String()).Set(float64(counts[st]))
+	}
+	m.quorum.Set(b2f(quorum))
+	m.withdrawn.Set(b2f(a.withdrawn))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -106,7 +106,7 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 
 // runHealth checks one VIP every interval until ctx ends and sends each
 // verdict change (and the first verdict) to out.
-func runHealth(ctx context.Context, vip string, h *HealthConfig, probe probeFunc, out chan<- healthResult, lg *slog.Logger) {
+func runHealth(ctx context.Context, vip string, h *HealthConfig, probe probeFunc, out chan<- healthResult, lg *slog.Logger, m *metrics) {
 	rf := riseFall{rise: h.Rise, fall: h.Fall}
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
@@ -120,6 +120,12 @@ func runHealth(ctx context.Context, vip string, h *HealthConfig, probe probeFunc
 		if ctx.Err() != nil {
 			return
 		}
+		m.healthLatency.WithLabelValues(vip).Observe(lat.Seconds())
+		result := "ok"
+		if err != nil {
+			result = "fail"
+		}
+		m.healthChecks.WithLabelValues(vip, result).Inc()
 		changed := rf.observe(err == nil)
 		if err != nil {
 			lg.Debug("health check failed", "vip", vip, "err", err)

@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the agent's Prometheus metrics, in a registry of its own (no
+// package-level state), served on api.metrics_address when set.
+type metrics struct {
+	reg              *prometheus.Registry
+	held             *prometheus.GaugeVec
+	owner            *prometheus.GaugeVec
+	ownershipChanges *prometheus.CounterVec
+	members          *prometheus.GaugeVec
+	healthUp         *prometheus.GaugeVec
+	healthChecks     *prometheus.CounterVec
+	healthLatency    *prometheus.HistogramVec
+	conflicts        *prometheus.CounterVec
+	rejoinAttempts   prometheus.Counter
+	rejoinJoined     prometheus.Counter
+	quorum           prometheus.Gauge
+	withdrawn        prometheus.Gauge
+	announceErrors   *prometheus.CounterVec
+}
+
+func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_held",
+			Help: "1 when this node holds (announces) the VIP."}, []string{"vip"}),
+		owner: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_owner",
+			Help: "1 when this node is the elected owner of the VIP."}, []string{"vip"}),
+		ownershipChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_ownership_changes_total",
+			Help: "Changes of a VIP's elected owner as seen by this node, by reason."}, []string{"vip", "reason"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_members",
+			Help: "Cluster members by state."}, []string{"state"}),
+		healthUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_health_up",
+			Help: "1 when this node's health check for the VIP passes (after rise/fall)."}, []string{"vip"}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_health_checks_total",
+			Help: "Health checks run, by result."}, []string{"vip", "result"}),
+		healthLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vipd_health_check_duration_seconds",
+			Help: "Duration of health checks.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 12)}, []string{"vip"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_arp_conflicts_total",
+			Help: "ARP replies or neighbor advertisements for a held VIP from another MAC."}, []string{"vip"}),
+		rejoinAttempts: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_rejoin_attempts_total",
+			Help: "Peers the rejoin loop tried to join."}),
+		rejoinJoined: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_rejoin_joined_total",
+			Help: "Peers the rejoin loop joined."}),
+		quorum: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_quorum",
+			Help: "1 when this node sees a majority of the known members (or quorum is not required)."}),
+		withdrawn: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_withdrawn",
+			Help: "1 when this node is withdrawn (vipctl withdraw)."}),
+		announceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_announce_errors_total",
+			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
+	}
+	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
+		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if bgpPeers != nil {
+		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
+	}
+	return m
+}
+
+// bgpPeerMetric is what the BGP collector reports of one session.
+type bgpPeerMetric struct {
+	Peer        string
+	Established bool
+	Received    uint64
+	Advertised  uint64
+}
+
+var (
+	bgpUpDesc  = prometheus.NewDesc("vipd_bgp_peer_up", "1 when the BGP session is established.", []string{"peer"}, nil)
+	bgpRcvDesc = prometheus.NewDesc("vipd_bgp_peer_received_prefixes", "Prefixes received from the peer.", []string{"peer"}, nil)
+	bgpAdvDesc = prometheus.NewDesc("vipd_bgp_peer_advertised_prefixes", "Prefixes advertised to the peer.", []string{"peer"}, nil)
+)
+
+// bgpCollector reads session state at scrape time.
+type bgpCollector struct {
+	peers func(context.Context) []bgpPeerMetric
+}
+
+func (c *bgpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- bgpUpDesc
+	ch <- bgpRcvDesc
+	ch <- bgpAdvDesc
+}
+
+func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, p := range c.peers(ctx) {
+		up := 0.0
+		if p.Established {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(bgpUpDesc, prometheus.GaugeValue, up, p.Peer)
+		ch <- prometheus.MustNewConstMetric(bgpRcvDesc, prometheus.GaugeValue, float64(p.Received), p.Peer)
+		ch <- prometheus.MustNewConstMetric(bgpAdvDesc, prometheus.GaugeValue, float64(p.Advertised), p.Peer)
+	}
+}
+
+// serveMetrics serves /metrics on addr until ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string, wg *sync.WaitGroup, onErr func(error)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			onErr(err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	return nil
+}
