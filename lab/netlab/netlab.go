@@ -1,0 +1,391 @@
+// Package netlab builds network-namespace labs for vipd end-to-end tests
+// and benchmarks: a switch namespace holding a bridge, N node namespaces and
+// a client namespace, each linked to the bridge by a veth pair, with helpers
+// to run vipd, vipctl, a tiny HTTP server and a VIP prober inside them.
+//
+// Everything needs root and is meant for tests gated by SkipUnlessEnabled
+// (VIPD_NETNS_TESTS=1). A Lab only creates namespaces and processes of its
+// own, named with a unique prefix, and removes them (processes by PID) in
+// t.Cleanup. Nothing is added to the root namespace except the namespace
+// names under /run/netns. Addresses are from 192.0.2.0/24 and
+// 2001:db8::/64; there are no default routes. Every wait is bounded.
+package netlab
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Lab addressing. Node i (1-based) is 192.0.2.(10+i) and 2001:db8::(10+i)
+// with MAC 02:00:00:00:00:(10+i) in hex digits; the client is .100.
+var (
+	// VIP4 is the IPv4 VIP the default vipd configuration manages.
+	VIP4 = netip.MustParseAddr("192.0.2.10")
+	// VIP6 is the IPv6 VIP, managed when Options.IPv6 is set.
+	VIP6 = netip.MustParseAddr("2001:db8::10")
+)
+
+// HTTPPort is where StartHTTP serves inside a node namespace.
+const HTTPPort = 6443
+
+// Iface is the name of every host's lab interface inside its namespace.
+const Iface = "eth0"
+
+// Bridge is the name of the bridge inside the switch namespace.
+const Bridge = "br0"
+
+// SkipUnlessEnabled skips t unless it runs as root with VIPD_NETNS_TESTS=1
+// and ip(8) is installed.
+func SkipUnlessEnabled(t testing.TB) {
+	t.Helper()
+	if os.Getenv("VIPD_NETNS_TESTS") != "1" {
+		t.Skip("network-namespace test: set VIPD_NETNS_TESTS=1 and run as root (make netns-test)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("network-namespace test: needs root to create namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("network-namespace test: ip (iproute2) not installed")
+	}
+}
+
+// Options shape a lab.
+type Options struct {
+	// Nodes is the number of node namespaces. [3]
+	Nodes int
+	// IPv6 also gives every host an address in 2001:db8::/64 (no DAD).
+	IPv6 bool
+	// Client creates the client namespace. [true when nil]
+	Client *bool
+}
+
+// Host is one namespace attached to the lab bridge.
+type Host struct {
+	// Name is the short name: "n1", "n2", ... or "client". vipd runs with
+	// node_name = Name.
+	Name string
+	// NS is the network namespace name.
+	NS string
+	// Port is the bridge-side veth of this host inside the switch namespace.
+	Port string
+	// IP and IP6 are the host's addresses on Iface (IP6 invalid without
+	// Options.IPv6).
+	IP, IP6 netip.Addr
+	// MAC is the hardware address of the host's Iface.
+	MAC net.HardwareAddr
+	// Dir is the host's own directory: configuration, state, logs.
+	Dir string
+}
+
+// Lab is a running namespace lab. Create it with New; it is torn down in
+// t.Cleanup.
+type Lab struct {
+	// Prefix starts every namespace name of this lab.
+	Prefix string
+	// Switch is the namespace holding Bridge.
+	Switch string
+	// Nodes are the node namespaces, n1..nN.
+	Nodes []*Host
+	// Client is the client namespace (nil when not created).
+	Client *Host
+	// Dir holds the lab's files; removed at teardown unless the test failed
+	// and VIPD_KEEP_LAB=1.
+	Dir string
+	// Tools are the binaries the lab runs.
+	Tools Tools
+	// IPv6 records Options.IPv6.
+	IPv6 bool
+
+	t testing.TB
+
+	mu    sync.Mutex
+	nss   []string         // created namespaces, in creation order
+	procs []*Proc          // every process started, for cleanup
+	vipds map[string]*Vipd // current vipd per node name
+	https map[string]*Proc // current HTTP server per node name
+}
+
+// New creates a lab for t: the switch namespace with the bridge, the node
+// and client namespaces, their veths and addresses. Failures stop the test;
+// everything created is removed in t.Cleanup, in reverse order.
+func New(t testing.TB, o Options) *Lab {
+	t.Helper()
+	SkipUnlessEnabled(t)
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Nodes > 80 {
+		t.Fatalf("netlab: at most 80 nodes, got %d", o.Nodes)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(t.Name()))
+	prefix := fmt.Sprintf("vt-%d-%04x", os.Getpid(), h.Sum32()&0xffff)
+	dir, err := os.MkdirTemp("", prefix+"-")
+	if err != nil {
+		t.Fatalf("netlab: %v", err)
+	}
+	l := &Lab{Prefix: prefix, Switch: prefix + "-sw", Dir: dir, IPv6: o.IPv6, t: t,
+		vipds: map[string]*Vipd{}, https: map[string]*Proc{}}
+	t.Cleanup(l.teardown)
+	l.Tools = BuildTools(t, dir)
+
+	l.mustAddNS(l.Switch)
+	l.must("ip", "-n", l.Switch, "link", "add", Bridge, "type", "bridge", "mcast_snooping", "0")
+	l.must("ip", "-n", l.Switch, "link", "set", Bridge, "up")
+	for i := 1; i <= o.Nodes; i++ {
+		l.Nodes = append(l.Nodes, l.addHost(fmt.Sprintf("n%d", i), 10+i))
+	}
+	if o.Client == nil || *o.Client {
+		l.Client = l.addHost("client", 100)
+	}
+	return l
+}
+
+func (l *Lab) addHost(name string, octet int) *Host {
+	h := &Host{
+		Name: name,
+		NS:   l.Prefix + "-" + name,
+		Port: "p-" + name,
+		IP:   netip.AddrFrom4([4]byte{192, 0, 2, byte(octet)}),
+		MAC:  net.HardwareAddr{0x02, 0, 0, 0, 0, byte(octet)},
+		Dir:  filepath.Join(l.Dir, name),
+	}
+	if len(h.Port) > 15 {
+		l.t.Fatalf("netlab: port name %q too long", h.Port)
+	}
+	if l.IPv6 {
+		h.IP6 = netip.MustParseAddr(fmt.Sprintf("2001:db8::%d", octet))
+	}
+	if err := os.MkdirAll(h.Dir, 0o755); err != nil {
+		l.t.Fatalf("netlab: %v", err)
+	}
+	l.mustAddNS(h.NS)
+	// Keep statically added IPv6 addresses (the VIP) across link down/up,
+	// like IPv4 does, so link tests see what vipd does and not the kernel.
+	l.must("ip", "netns", "exec", h.NS, "sysctl", "-q", "-w", "net.ipv6.conf.all.keep_addr_on_down=1", "net.ipv6.conf.default.keep_addr_on_down=1")
+	l.must("ip", "-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", Iface, "netns", h.NS)
+	l.must("ip", "-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up")
+	l.must("ip", "-n", h.NS, "link", "set", Iface, "address", h.MAC.String())
+	l.must("ip", "-n", h.NS, "addr", "add", h.IP.String()+"/24", "dev", Iface)
+	if h.IP6.IsValid() {
+		l.must("ip", "-n", h.NS, "addr", "add", h.IP6.String()+"/64", "dev", Iface, "nodad")
+	}
+	l.must("ip", "-n", h.NS, "link", "set", Iface, "up")
+	return h
+}
+
+func (l *Lab) mustAddNS(ns string) {
+	l.must("ip", "netns", "add", ns)
+	l.mu.Lock()
+	l.nss = append(l.nss, ns)
+	l.mu.Unlock()
+	l.must("ip", "-n", ns, "link", "set", "lo", "up")
+}
+
+// teardown kills every process the lab started (by PID), deletes its
+// namespaces and, unless the test failed with VIPD_KEEP_LAB=1, its files.
+func (l *Lab) teardown() {
+	if l.t.Failed() {
+		l.DumpLogs()
+	}
+	l.mu.Lock()
+	procs, nss := l.procs, l.nss
+	l.mu.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+	for i := len(nss) - 1; i >= 0; i-- {
+		if out, err := Run("ip", "netns", "del", nss[i]); err != nil {
+			l.t.Errorf("netlab teardown: %v %s", err, out)
+		}
+	}
+	if l.t.Failed() && os.Getenv("VIPD_KEEP_LAB") == "1" {
+		l.t.Logf("netlab: files kept in %s", l.Dir)
+		return
+	}
+	os.RemoveAll(l.Dir)
+}
+
+// DumpLogs writes every vipd log of the lab to the test log.
+func (l *Lab) DumpLogs() {
+	for _, n := range l.Nodes {
+		b, err := os.ReadFile(filepath.Join(n.Dir, "vipd.log"))
+		if err != nil {
+			continue
+		}
+		l.t.Logf("==== vipd log of %s (%s) ====\n%s", n.Name, n.NS, b)
+	}
+}
+
+// Node returns the node called name, failing the test if there is none.
+func (l *Lab) Node(name string) *Host {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	l.t.Fatalf("netlab: no node %q", name)
+	return nil
+}
+
+// Run runs a command and returns its combined output; the error carries
+// the command line and output.
+func Run(name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+func (l *Lab) must(name string, args ...string) string {
+	l.t.Helper()
+	out, err := Run(name, args...)
+	if err != nil {
+		l.t.Fatalf("netlab: %v", err)
+	}
+	return out
+}
+
+// Exec runs argv inside h's namespace and returns its combined output.
+func (l *Lab) Exec(h *Host, argv ...string) (string, error) {
+	return Run("ip", append([]string{"netns", "exec", h.NS}, argv...)...)
+}
+
+// LinkDown sets h's interface down inside its namespace.
+func (l *Lab) LinkDown(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", Iface, "down") }
+
+// LinkUp sets h's interface up inside its namespace.
+func (l *Lab) LinkUp(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", Iface, "up") }
+
+// Cut detaches h's port from the bridge: h keeps its link up but reaches
+// nobody (a switch-side failure).
+func (l *Lab) Cut(h *Host) {
+	l.t.Helper()
+	l.must("ip", "-n", l.Switch, "link", "set", h.Port, "nomaster")
+}
+
+// Uncut attaches h's port to the bridge again.
+func (l *Lab) Uncut(h *Host) {
+	l.t.Helper()
+	l.must("ip", "-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up")
+}
+
+// Addrs returns the addresses on h's interface.
+func (l *Lab) Addrs(h *Host) ([]netip.Prefix, error) {
+	out, err := Run("ip", "-n", h.NS, "-o", "addr", "show", "dev", Iface)
+	if err != nil {
+		return nil, err
+	}
+	return parseAddrs(out)
+}
+
+// parseAddrs reads `ip -o addr` lines.
+func parseAddrs(out string) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "inet" || f[i] == "inet6" {
+				p, err := netip.ParsePrefix(f[i+1])
+				if err != nil {
+					return nil, fmt.Errorf("parse %q: %w", line, err)
+				}
+				ps = append(ps, p)
+				break
+			}
+		}
+	}
+	return ps, nil
+}
+
+// HasAddr reports whether addr is on h's interface.
+func (l *Lab) HasAddr(h *Host, addr netip.Addr) (bool, error) {
+	ps, err := l.Addrs(h)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range ps {
+		if p.Addr() == addr {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// AddrHolders returns the names of the nodes that have addr on their
+// interface.
+func (l *Lab) AddrHolders(addr netip.Addr) ([]string, error) {
+	var names []string
+	for _, n := range l.Nodes {
+		ok, err := l.HasAddr(n, addr)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			names = append(names, n.Name)
+		}
+	}
+	return names, nil
+}
+
+// Neigh returns the MAC address and state of h's neighbor entry for addr
+// ("" when there is none or it has no lladdr, e.g. FAILED).
+func (l *Lab) Neigh(h *Host, addr netip.Addr) (mac, state string, err error) {
+	out, err := Run("ip", "-n", h.NS, "neigh", "show", addr.String(), "dev", Iface)
+	if err != nil {
+		return "", "", err
+	}
+	return parseNeigh(out)
+}
+
+func parseNeigh(out string) (mac, state string, err error) {
+	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(out), "\n", 2)[0])
+	if line == "" {
+		return "", "", nil
+	}
+	f := strings.Fields(line)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "lladdr" {
+			mac = f[i+1]
+		}
+	}
+	return mac, f[len(f)-1], nil
+}
+
+// NodeByMAC returns the node with that MAC address, or nil.
+func (l *Lab) NodeByMAC(mac string) *Host {
+	for _, n := range l.Nodes {
+		if strings.EqualFold(n.MAC.String(), mac) {
+			return n
+		}
+	}
+	return nil
+}
+
+// Eventually calls check every interval until it returns true or timeout
+// passes; it returns whether check succeeded and the last detail it gave,
+// for the failure message.
+func Eventually(timeout, interval time.Duration, check func() (bool, string)) (bool, string) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := check()
+		if ok || time.Now().After(deadline) {
+			return ok, detail
+		}
+		time.Sleep(interval)
+	}
+}

@@ -1,0 +1,140 @@
+package netlab
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAddrs(t *testing.T) {
+	out := `2: eth0    inet 192.0.2.11/24 scope global eth0\       valid_lft forever preferred_lft forever
+2: eth0    inet 192.0.2.10/32 scope global eth0\       valid_lft forever preferred_lft forever
+2: eth0    inet6 2001:db8::11/64 scope global nodad \       valid_lft forever preferred_lft forever
+`
+	ps, err := parseAddrs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"192.0.2.11/24", "192.0.2.10/32", "2001:db8::11/64"}
+	if len(ps) != len(want) {
+		t.Fatalf("got %v, want %v", ps, want)
+	}
+	for i, p := range ps {
+		if p.String() != want[i] {
+			t.Errorf("address %d: got %s, want %s", i, p, want[i])
+		}
+	}
+}
+
+func TestParseNeigh(t *testing.T) {
+	for _, tc := range []struct{ name, out, mac, state string }{
+		{"reachable", "192.0.2.10 lladdr 02:00:00:00:00:0b REACHABLE\n", "02:00:00:00:00:0b", "REACHABLE"},
+		{"failed has no lladdr", "192.0.2.10 FAILED\n", "", "FAILED"},
+		{"no entry", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mac, state, err := parseNeigh(tc.out)
+			if err != nil || mac != tc.mac || state != tc.state {
+				t.Errorf("parseNeigh(%q) = %q, %q, %v; want %q, %q", tc.out, mac, state, err, tc.mac, tc.state)
+			}
+		})
+	}
+}
+
+// probes builds a probe series every 20ms from t0: "n1" served by n1, "-"
+// failed.
+func probes(t0 time.Time, servers ...string) []Probe {
+	var ps []Probe
+	for i, s := range servers {
+		p := Probe{Start: t0.Add(time.Duration(i) * 20 * time.Millisecond), OK: s != "-"}
+		if p.OK {
+			p.Server = s
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func TestAnalyze(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		name    string
+		servers []string
+		events  []Event
+		want    []Gap
+	}{
+		{
+			name:    "make-before-break withdraw: moves without a failure",
+			servers: []string{"n1", "n1", "n1", "n2", "n2"},
+			events:  []Event{{ms(30), "withdraw"}},
+			want:    []Gap{{Probes: 3, Before: "n1", After: "n2", ToNewNode: 30 * time.Millisecond, Recovered: true}},
+		},
+		{
+			name:    "link down: a run of failures, then the new node",
+			servers: []string{"n1", "n1", "-", "-", "-", "n3", "n3"},
+			events:  []Event{{ms(30), "link down"}},
+			want: []Gap{{Probes: 5, Failed: 3, Before: "n1", After: "n3", ToNewNode: 70 * time.Millisecond,
+				LongestRun: 3, Outage: 60 * time.Millisecond, Recovered: true}},
+		},
+		{
+			name:    "two events: the longest run is per window",
+			servers: []string{"n1", "-", "n2", "n2", "-", "-", "-", "n2", "n2"},
+			events:  []Event{{ms(10), "a"}, {ms(70), "b"}},
+			want: []Gap{
+				{Probes: 3, Failed: 1, Before: "n1", After: "n2", ToNewNode: 30 * time.Millisecond, LongestRun: 1, Outage: 20 * time.Millisecond, Recovered: true},
+				{Probes: 5, Failed: 3, Before: "n2", LongestRun: 3, Outage: 60 * time.Millisecond, Recovered: true},
+			},
+		},
+		{
+			name:    "never recovers: outage runs to the last probe plus one interval",
+			servers: []string{"n1", "-", "-"},
+			events:  []Event{{ms(10), "kill"}},
+			want:    []Gap{{Probes: 2, Failed: 2, Before: "n1", LongestRun: 2, Outage: 40 * time.Millisecond}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Analyze(probes(t0, tc.servers...), tc.events, 20*time.Millisecond)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d gaps, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				tc.want[i].Event = tc.events[i]
+				if got[i] != tc.want[i] {
+					t.Errorf("gap %d:\n got %+v\nwant %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestParseProbesSortsAndRejectsGarbage(t *testing.T) {
+	ps, err := ParseProbes(strings.NewReader("1020 ok n2 1.2ms\n1000 fail - dial tcp: i/o timeout\n\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 || ps[0].OK || ps[0].Server != "" || ps[0].Detail != "dial tcp: i/o timeout" || !ps[1].OK || ps[1].Server != "n2" {
+		t.Errorf("got %+v", ps)
+	}
+	if _, err := ParseProbes(strings.NewReader("1000 maybe n1\n")); err == nil {
+		t.Error("a line that is neither ok nor fail: want an error")
+	}
+}
+
+func TestVipdConfigNamesPeersAndVIPs(t *testing.T) {
+	l := &Lab{}
+	for i := 1; i <= 3; i++ {
+		l.Nodes = append(l.Nodes, &Host{Name: "n" + string(rune('0'+i)), IP: netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), Dir: "/d"})
+	}
+	cfg := l.VipdConfig(l.Nodes[0], VipdOptions{HandoffTimeout: "3s"})
+	for _, want := range []string{`node_name = "n1"`, `bind_address = "192.0.2.11"`, `peers = ["192.0.2.12", "192.0.2.13"]`,
+		`rejoin_interval = "5s"`, `failure_detection = "fast"`, `handoff_timeout = "3s"`, `address = "192.0.2.10"`, `interface = "eth0"`} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %s:\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(cfg, "2001:db8") {
+		t.Errorf("config of a lab without IPv6 has an IPv6 VIP:\n%s", cfg)
+	}
+}
