@@ -92,12 +92,14 @@ type Agent struct {
 	ready        bool
 	lastStatus   string
 	quorumLogged bool
+	lastPing     time.Time
 
 	self string // node name; fixed for the agent's life
 
-	metrics   *metrics
-	conflicts chan conflict
-	watchWG   sync.WaitGroup
+	metrics    *metrics
+	conflicts  chan conflict
+	rejoinKick chan struct{}
+	watchWG    sync.WaitGroup
 }
 
 // conflict is another MAC answering for a VIP this node holds.
@@ -132,6 +134,8 @@ type vipState struct {
 	// stopWatch ends the conflict watcher while the VIP is held.
 	stopWatch    context.CancelFunc
 	lastReassert time.Time
+	// othersHeld: at the last pass another alive node reported holding it.
+	othersHeld bool
 }
 
 // claimSettle is how long a node that has just become eligible (start,
@@ -141,6 +145,13 @@ type vipState struct {
 // (a second interruption) when preempt is off. Failover is not delayed:
 // the successor of a failed owner has been eligible all along.
 const claimSettle = time.Second
+
+// staleHolderSettle replaces claimSettle when a member this node last saw
+// holding the VIP is dead in its view: after a partition heals, the
+// returning side's view of the other side is stale until the rejoin's state
+// exchange and the refutations arrive, and the "dead" holder may well be
+// alive and serving.
+const staleHolderSettle = 3 * time.Second
 
 type withdrawWaiter struct {
 	vips     []string
@@ -166,17 +177,18 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts.Tick = 250 * time.Millisecond
 	}
 	a := &Agent{
-		opts:      opts,
-		log:       opts.Logger,
-		now:       opts.Now,
-		cfg:       cfg,
-		reqs:      make(chan func()),
-		reloadCh:  make(chan struct{}, 1),
-		health:    make(chan healthResult, 16),
-		events:    newBroker(),
-		vips:      map[string]*vipState{},
-		self:      cfg.NodeName,
-		conflicts: make(chan conflict, 16),
+		opts:       opts,
+		log:        opts.Logger,
+		now:        opts.Now,
+		cfg:        cfg,
+		reqs:       make(chan func()),
+		reloadCh:   make(chan struct{}, 1),
+		health:     make(chan healthResult, 16),
+		events:     newBroker(),
+		vips:       map[string]*vipState{},
+		self:       cfg.NodeName,
+		conflicts:  make(chan conflict, 16),
+		rejoinKick: make(chan struct{}, 1),
 	}
 	a.metrics = newMetrics(a.bgpPeerMetrics)
 	return a, nil
@@ -346,7 +358,7 @@ func (a *Agent) markReady() {
 	if !a.ready {
 		a.ready = true
 		a.opts.Notify("READY=1")
-		a.log.Info("vipd ready", "node", a.cfg.NodeName, "members", len(a.ml.snapshot()))
+		a.log.Info("vipd ready", "members", len(a.ml.snapshot()))
 	}
 }
 
@@ -426,7 +438,7 @@ func (a *Agent) reconcile() {
 		res := Elect(view, ev)
 		eligible := Eligible(view, ev)
 		switch {
-		case !contains(eligible, self):
+		case !contains(eligible, self) || !quorum:
 			v.eligibleSince = time.Time{}
 		case v.eligibleSince.IsZero():
 			v.eligibleSince = now
@@ -435,9 +447,25 @@ func (a *Agent) reconcile() {
 		if v.cfg.Announce == "all" {
 			want = contains(eligible, self)
 		}
-		if want && !v.held && len(eligible) > 1 && now.Sub(v.eligibleSince) < claimSettle {
-			// Just became eligible: let gossip show who holds it first.
-			want = false
+		if want && !v.held && !v.eligibleSince.IsZero() {
+			settle := time.Duration(0)
+			if len(eligible) > 1 {
+				settle = claimSettle
+			}
+			if staleHolder(view, name) {
+				settle = staleHolderSettle
+			}
+			if now.Sub(v.eligibleSince) < settle {
+				// Just became eligible (or regained quorum): let gossip
+				// and the rejoin show who holds the VIP first.
+				want = false
+			}
+		}
+		othersHold := false
+		for _, m := range view {
+			if m.Name != self && m.State <= StateSuspect && m.Meta.VIP(vipKey(name)).Held {
+				othersHold = true
+			}
 		}
 		if !quorum {
 			want = false
@@ -460,6 +488,12 @@ func (a *Agent) reconcile() {
 				v.retryAt = now.Add(v.backoff)
 				a.metrics.announceErrors.WithLabelValues(name, "announce").Inc()
 				a.log.Error("announce VIP", "vip", name, "err", err, "retry_in", v.backoff)
+				// A half-done announce (address added, advertisement
+				// failed) must not leave the address up while this node
+				// tells the others it does not hold the VIP.
+				if werr := v.ann.Withdraw(ctx, v.cfg.addr); werr != nil {
+					a.log.Error("undo failed announce", "vip", name, "err", werr)
+				}
 				continue
 			}
 			v.held, v.release, v.drainFrom = true, time.Time{}, time.Time{}
@@ -469,6 +503,18 @@ func (a *Agent) reconcile() {
 			a.events.publish(&apipb.Event{Kind: "hold", Vip: name, Node: self, Reason: res.Reason})
 		case want && v.held:
 			v.release, v.drainFrom = time.Time{}, time.Time{}
+			if v.othersHeld && !othersHold && v.cfg.Mode == ModeL2 {
+				// A contest ended in this node's favour: the loser's
+				// gratuitous ARPs may have pointed clients at it, so point
+				// them back now.
+				a.log.Info("re-announcing VIP after duplicate holder released it", "vip", name)
+				if err := v.ann.Announce(ctx, v.cfg.addr); err != nil {
+					a.log.Warn("re-announce VIP", "vip", name, "err", err)
+				}
+			}
+		}
+		v.othersHeld = othersHold
+		switch {
 		case !want && v.held:
 			if !quorum {
 				a.releaseNow(ctx, v, fmt.Sprintf("lost quorum: %d of %d known members alive", alive, known))
@@ -480,6 +526,10 @@ func (a *Agent) reconcile() {
 	if !quorum && required {
 		a.logQuorumOnce(alive, known)
 	} else {
+		if a.quorumLogged {
+			a.log.Info("quorum regained", "alive", alive, "known", known)
+			a.kickRejoin()
+		}
 		a.quorumLogged = false
 	}
 
@@ -657,6 +707,7 @@ func (a *Agent) reload() {
 // shutdown hands every held VIP off (make-before-break), then leaves the
 // cluster. It runs on the loop goroutine after the loop ended.
 func (a *Agent) shutdown() {
+	a.opts.Notify("STOPPING=1")
 	a.shuttingDown = true
 	limit := a.cfg.Cluster.handoffTimeout
 	if a.cfg.BGP != nil {
@@ -694,7 +745,6 @@ func (a *Agent) shutdown() {
 		w.reply <- status.Error(codes.Aborted, "vipd is shutting down")
 	}
 	a.waiters = nil
-	a.opts.Notify("STOPPING=1")
 	a.log.Info("stopped")
 }
 
@@ -726,7 +776,12 @@ func (a *Agent) notifyStatus() {
 		a.lastStatus = s
 		a.opts.Notify("STATUS=" + s)
 	}
-	a.opts.Notify("WATCHDOG=1")
+	// The watchdog ping proves the loop runs; twice a second is plenty
+	// for WatchdogSec of a few seconds.
+	if now := a.now(); now.Sub(a.lastPing) >= 500*time.Millisecond {
+		a.lastPing = now
+		a.opts.Notify("WATCHDOG=1")
+	}
 }
 
 func (a *Agent) setCache(c []CachedPeer) {
@@ -794,6 +849,7 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.rejoinKick:
 		}
 		var peers []string
 		if err := a.do(ctx, func() { peers = a.cfg.Cluster.peerAddrs }); err != nil {
@@ -807,6 +863,26 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		a.metrics.rejoinAttempts.Add(float64(len(targets)))
 		a.metrics.rejoinJoined.Add(float64(a.joinAll(targets)))
 	}
+}
+
+// kickRejoin makes the rejoin loop run now (after quorum is regained, the
+// state exchange of a join brings this node's stale view up to date).
+func (a *Agent) kickRejoin() {
+	select {
+	case a.rejoinKick <- struct{}{}:
+	default:
+	}
+}
+
+// staleHolder reports whether a member that is dead in this view last
+// reported holding vip.
+func staleHolder(view []Member, vip string) bool {
+	for _, m := range view {
+		if m.State == StateDead && m.Meta.VIP(vipKey(vip)).Held {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

@@ -229,7 +229,7 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 	m.nodes[n.Name] = info
 	m.mu.Unlock()
 	if !seen || prev.State != st {
-		m.log.Info("member state", "node", n.Name, "peer", info.Address, "state", st.String())
+		m.log.Info("member state", "member", n.Name, "peer", info.Address, "state", st.String())
 	}
 	m.signal()
 }
