@@ -81,6 +81,13 @@ func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 
 type fakeBackends struct{ ann *fakeAnnouncer }
 
+// fakeBackendsFor gives node its view of the fake wire.
+func fakeBackendsFor(w *wire, node string) func(context.Context, *Config, *slog.Logger) (Backends, error) {
+	return func(context.Context, *Config, *slog.Logger) (Backends, error) {
+		return fakeBackends{&fakeAnnouncer{w: w, node: node}}, nil
+	}
+}
+
 func (b fakeBackends) Announcer(VIPConfig) (Announcer, error)          { return b.ann, nil }
 func (b fakeBackends) Reconfigure(context.Context, *Config) error      { return nil }
 func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus { return nil }
@@ -183,12 +190,10 @@ func (c *testCluster) start(name string) {
 	n := c.nodes[name]
 	lg := slog.New(slog.NewTextHandler(testWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)
 	a, err := New(n.cfg, Options{
-		Logger: lg,
-		Backends: func(context.Context, *Config, *slog.Logger) (Backends, error) {
-			return fakeBackends{&fakeAnnouncer{w: c.w, node: name}}, nil
-		},
-		Notify: func(string) {},
-		Tick:   50 * time.Millisecond,
+		Logger:   lg,
+		Backends: fakeBackendsFor(c.w, name),
+		Notify:   func(string) {},
+		Tick:     50 * time.Millisecond,
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -256,6 +261,7 @@ func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		c.start(n)
 	}
+	c.waitFormed()
 	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
 
 	// All nodes agree on the owner.
@@ -322,6 +328,7 @@ func TestClusterOwnerStopHandsOff(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		c.start(n)
 	}
+	c.waitFormed()
 	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
 	c.stop(owner)
 	h := c.waitHolders(10*time.Second, exactlyOne, "after owner stop")
@@ -331,6 +338,20 @@ func TestClusterOwnerStopHandsOff(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		if n != owner {
 			c.waitMember(n, owner, StateLeft)
+		}
+	}
+}
+
+// waitFormed waits until every running node sees every other as alive:
+// nodes started at once may first hold the VIP alone (bootstrap) until
+// they find each other.
+func (c *testCluster) waitFormed() {
+	c.t.Helper()
+	for name := range c.nodes {
+		for other := range c.nodes {
+			if other != name {
+				c.waitMember(name, other, StateAlive)
+			}
 		}
 	}
 }
