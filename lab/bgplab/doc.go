@@ -1,0 +1,30 @@
+// Package bgplab holds end-to-end tests of vipd's BGP mode against real
+// routers (BIRD 2 and FRR) in network namespaces.
+//
+// Each test builds a router namespace with a bridge (192.0.2.1/24) that three
+// node namespaces (192.0.2.11-13) are attached to, and a client namespace
+// behind the router (198.51.100.100, router side 198.51.100.1). Every node
+// runs the real vipd and vipctl binaries (from $VIPD_BIN, else <repo>/bin)
+// and a small HTTP server on port 6443; the VIP 203.0.113.10 is announced by
+// BGP (nodes AS 64513, router AS 64512, hold time 3s, TCP MD5 password from a
+// file). The tests read the router's BGP table (birdc / vtysh) and its kernel
+// table (ip route) to prove:
+//
+//   - announce = "owner": one path, via the owner vipctl status names;
+//   - announce = "all": ECMP over all three nodes in the router's kernel;
+//   - vipctl withdraw removes the node's path, after announcing it with the
+//     GRACEFUL_SHUTDOWN community (65535:0) for bgp.graceful_shutdown;
+//   - a frozen (SIGSTOP) or killed (SIGKILL) vipd loses its path within the
+//     3s hold time plus one second;
+//   - a client probing the VIP through the router every 20ms loses no probe
+//     while a node drains with vipctl withdraw --wait;
+//   - vipd --check reports bad BGP settings as PATH:LINE:COL lines.
+//
+// The namespace tests need root and VIPD_NETNS_TESTS=1 and skip otherwise;
+// run them with
+//
+//	make build && VIPD_NETNS_TESTS=1 VIPD_BIN=$PWD/bin go test -count=1 -v ./lab/bgplab/
+//
+// Everything they create (namespaces, links, processes) is removed in
+// t.Cleanup; processes are killed by PID. Every wait is bounded.
+package bgplab
