@@ -279,6 +279,9 @@ func allMode(t *testing.T, l *lab) {
 	// 2. ECMP: three paths, three kernel next hops.
 	v, _ := l.waitView(20*time.Second, "ECMP over all three nodes", ecmpOver(n1, n2, n3))
 	t.Logf("announce=all: %s", v)
+	if out, err := l.vipctl(n1, 5*time.Second, "status"); err == nil {
+		t.Logf("vipctl status on n1:\n%s", out)
+	}
 	for _, n := range l.nodes {
 		st, err := l.status(n)
 		if err != nil {
