@@ -96,6 +96,7 @@ type Agent struct {
 
 	self string // node name; fixed for the agent's life
 
+	keyring    *memberlist.Keyring // nil without encryption
 	metrics    *metrics
 	conflicts  chan conflict
 	rejoinKick chan struct{}
@@ -266,6 +267,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		a.keyring = keyring
 	}
 	meta, err := a.localMeta().Encode()
 	if err != nil {
@@ -682,10 +684,20 @@ func (a *Agent) reload() {
 		return
 	}
 	old := a.cfg
+	if a.keyring != nil && c.Cluster.KeyFile == old.Cluster.KeyFile {
+		changed, err := rotateKeyring(a.keyring, c.Cluster.KeyFile)
+		if err != nil {
+			a.log.Error("reload refused: cluster key_file", "err", err)
+			return
+		}
+		if changed {
+			a.log.Info("membership keys rotated from key_file", "keys", len(a.keyring.GetKeys()))
+		}
+	}
 	if c.NodeName != old.NodeName || c.Cluster.BindAddress != old.Cluster.BindAddress ||
 		c.Cluster.BindPort != old.Cluster.BindPort || c.Cluster.FailureDetection != old.Cluster.FailureDetection ||
 		c.Cluster.KeyFile != old.Cluster.KeyFile || c.StateDir != old.StateDir || c.API != old.API {
-		a.log.Warn("reload: node_name, state_dir, [api] and cluster bind/failure_detection/key_file changes take effect after a restart")
+		a.log.Warn("reload: node_name, state_dir, [api], cluster bind address/port, failure_detection and the key_file path (turning encryption on or off) take effect after a restart; edits to the key_file's keys apply now")
 		c.NodeName, c.StateDir, c.API = old.NodeName, old.StateDir, old.API
 		c.Cluster.BindAddress, c.Cluster.BindPort, c.Cluster.bindAddr = old.Cluster.BindAddress, old.Cluster.BindPort, old.Cluster.bindAddr
 		c.Cluster.FailureDetection, c.Cluster.KeyFile = old.Cluster.FailureDetection, old.Cluster.KeyFile

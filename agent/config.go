@@ -446,8 +446,12 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 	default:
 		v.at("cluster.failure_detection", "failure_detection must be \"lan\" or \"fast\", got %q", cl.FailureDetection)
 	}
-	if cl.KeyFile != "" && !strings.HasPrefix(cl.KeyFile, "/") {
-		v.at("cluster.key_file", "key_file must be an absolute path, got %q", cl.KeyFile)
+	if cl.KeyFile != "" {
+		if !strings.HasPrefix(cl.KeyFile, "/") {
+			v.at("cluster.key_file", "key_file must be an absolute path, got %q", cl.KeyFile)
+		} else if _, err := readKeys(cl.KeyFile); err != nil {
+			v.at("cluster.key_file", "%v", err)
+		}
 	}
 }
 

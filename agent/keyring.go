@@ -13,6 +13,60 @@ import (
 // is how keys are rotated (add the new key as a second line everywhere,
 // move it first everywhere, then remove the old one).
 func loadKeyring(path string) (*memberlist.Keyring, error) {
+	keys, err := readKeys(path)
+	if err != nil {
+		return nil, err
+	}
+	kr, err := memberlist.NewKeyring(keys[1:], keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("cluster key_file %s: %w", path, err)
+	}
+	return kr, nil
+}
+
+// rotateKeyring makes kr hold exactly the keys of path, the first one
+// primary: what a SIGHUP after editing key_file does. Order of operations
+// keeps the ring usable throughout: add, switch primary, then remove.
+func rotateKeyring(kr *memberlist.Keyring, path string) (changed bool, err error) {
+	keys, err := readKeys(path)
+	if err != nil {
+		return false, err
+	}
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[string(k)] = true
+	}
+	have := map[string]bool{}
+	for _, k := range kr.GetKeys() {
+		have[string(k)] = true
+	}
+	for _, k := range keys {
+		if !have[string(k)] {
+			if err := kr.AddKey(k); err != nil {
+				return changed, fmt.Errorf("install key: %w", err)
+			}
+			changed = true
+		}
+	}
+	if string(kr.GetPrimaryKey()) != string(keys[0]) {
+		if err := kr.UseKey(keys[0]); err != nil {
+			return changed, fmt.Errorf("use key: %w", err)
+		}
+		changed = true
+	}
+	for _, k := range kr.GetKeys() {
+		if !want[string(k)] {
+			if err := kr.RemoveKey(k); err != nil {
+				return changed, fmt.Errorf("remove key: %w", err)
+			}
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+// readKeys parses key_file.
+func readKeys(path string) ([][]byte, error) {
 	s, err := readSecretFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster key_file: %w", err)
@@ -35,9 +89,5 @@ func loadKeyring(path string) (*memberlist.Keyring, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("cluster key_file %s: no key", path)
 	}
-	kr, err := memberlist.NewKeyring(keys[1:], keys[0])
-	if err != nil {
-		return nil, fmt.Errorf("cluster key_file %s: %w", path, err)
-	}
-	return kr, nil
+	return keys, nil
 }

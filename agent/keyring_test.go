@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+func newKey(t *testing.T) string {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(k)
+}
+
+func writeKeyFile(t *testing.T, path string, keys ...string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadKeysRejectsBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	tests := map[string]string{
+		"not base64": "!!!\n",
+		"wrong size": base64.StdEncoding.EncodeToString([]byte("short")) + "\n",
+		"no key":     "# only a comment\n",
+		"empty file": "",
+	}
+	for name, content := range tests {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readKeys(p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	open := filepath.Join(dir, "open")
+	writeKeyFile(t, open, newKey(t))
+	os.Chmod(open, 0o644)
+	if _, err := readKeys(open); err == nil {
+		t.Errorf("world-readable key file accepted")
+	}
+}
+
+func TestRotateKeyring(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "key")
+	k1, k2 := newKey(t), newKey(t)
+	writeKeyFile(t, path, k1)
+	kr, err := loadKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := func(s string) []byte { b, _ := base64.StdEncoding.DecodeString(s); return b }
+	// Step 1: install the new key, still encrypting with the old.
+	writeKeyFile(t, path, k1, k2)
+	if changed, err := rotateKeyring(kr, path); err != nil || !changed {
+		t.Fatalf("install: changed=%v err=%v", changed, err)
+	}
+	if !bytes.Equal(kr.GetPrimaryKey(), dec(k1)) || len(kr.GetKeys()) != 2 {
+		t.Fatalf("after install: primary changed or keys %d", len(kr.GetKeys()))
+	}
+	// Step 2: use the new key.
+	writeKeyFile(t, path, k2, k1)
+	if _, err := rotateKeyring(kr, path); err != nil || !bytes.Equal(kr.GetPrimaryKey(), dec(k2)) {
+		t.Fatalf("use: %v", err)
+	}
+	// Step 3: remove the old one.
+	writeKeyFile(t, path, k2)
+	if _, err := rotateKeyring(kr, path); err != nil || len(kr.GetKeys()) != 1 {
+		t.Fatalf("remove: %v, %d keys", err, len(kr.GetKeys()))
+	}
+	if changed, err := rotateKeyring(kr, path); err != nil || changed {
+		t.Errorf("same file again: changed=%v err=%v", changed, err)
+	}
+}
+
+// TestClusterEncryption: a node with the wrong key stays out; keys rotate
+// across a running cluster with SIGHUP (Reload) without a split.
+func TestClusterEncryption(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	k1, k2 := newKey(t), newKey(t)
+	keyPath := func(n string) string { return filepath.Join(c.dir, n+".key") }
+	for _, n := range []string{"a", "b"} {
+		writeKeyFile(t, keyPath(n), k1)
+		c.nodes[n].cfg = c.config(n, "key_file = \""+keyPath(n)+"\"")
+	}
+	writeKeyFile(t, keyPath("c"), k2) // wrong key
+	c.nodes["c"].cfg = c.config("c", "key_file = \""+keyPath("c")+"\"")
+	for _, n := range []string{"a", "b", "c"} {
+		c.start(n)
+	}
+	c.waitMember("a", "b", StateAlive)
+	c.waitMember("b", "a", StateAlive)
+	// c keeps trying (rejoin every second) and never gets in.
+	time.Sleep(3 * time.Second)
+	for _, n := range []string{"a", "b"} {
+		st, err := c.client(n).Status(t.Context(), &apipb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range st.Members {
+			if m.Name == "c" {
+				t.Fatalf("%s lists c (wrong key) as a member: %v", n, m)
+			}
+		}
+	}
+	// Rotate a and b to k2: install, use, remove; they stay together.
+	for _, keys := range [][]string{{k1, k2}, {k2, k1}, {k2}} {
+		for _, n := range []string{"a", "b"} {
+			writeKeyFile(t, keyPath(n), keys...)
+			c.nodes[n].agent.Reload()
+		}
+		time.Sleep(500 * time.Millisecond)
+		c.waitMember("a", "b", StateAlive)
+	}
+	// Now c's key is the cluster's: its rejoin gets it in.
+	c.waitMember("a", "c", StateAlive)
+	c.waitMember("c", "b", StateAlive)
+	c.waitHolders(10*time.Second, exactlyOne, "after rotation")
+}
