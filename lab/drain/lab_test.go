@@ -1,0 +1,183 @@
+package drain
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/lab/netlab"
+)
+
+const (
+	// rejoinInterval is cluster.rejoin_interval in every test config.
+	rejoinInterval = 5 * time.Second
+	// settle bounds convergence after start and after every event.
+	settle = 15 * time.Second
+	// probeInterval is the client's probe interval.
+	probeInterval = 20 * time.Millisecond
+	// sampleInterval is how often holders are sampled.
+	sampleInterval = 20 * time.Millisecond
+)
+
+// Exit codes of vipctl (cmd/vipctl), which drain scripts rely on.
+const (
+	exitOK      = 0
+	exitRefused = 3
+)
+
+var opts = netlab.VipdOptions{RejoinInterval: rejoinInterval.String()}
+
+// cluster starts a 3-node lab, the HTTP server on every node when http is
+// set, and vipd with o; it waits until every node sees every other alive
+// and exactly one holds the VIP, and returns the lab, the VIP and its
+// holder.
+func cluster(t *testing.T, o netlab.VipdOptions, http bool) (*netlab.Lab, netlab.VIP, *netlab.Host) {
+	t.Helper()
+	l := netlab.New(t, netlab.Options{})
+	if http {
+		l.StartHTTPAll()
+	}
+	l.StartVipds(o)
+	vip := l.DefaultVIPs()[0]
+	if len(o.VIPs) > 0 {
+		vip = o.VIPs[0]
+	}
+	for _, n := range l.Nodes {
+		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
+			t.Fatalf("cluster did not form: %v", err)
+		}
+	}
+	holder, err := l.WaitOneHolder(vip, settle)
+	if err != nil {
+		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
+	}
+	return l, vip, l.Node(holder)
+}
+
+// waitAlive waits until every node in observers other than about reports
+// about as an alive member.
+func waitAlive(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration) error {
+	return waitMember(l, about, observers, timeout, "alive", func(m netlab.Member) bool { return m.State == "alive" })
+}
+
+// waitMember waits until every node in observers other than about sees
+// about as a member for which ok is true (what describes it).
+func waitMember(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration, what string, ok func(netlab.Member) bool) error {
+	good, detail := netlab.Eventually(timeout, 50*time.Millisecond, func() (bool, string) {
+		var seen []string
+		all := true
+		for _, o := range observers {
+			if o == about {
+				continue
+			}
+			st, err := l.Status(o)
+			if err != nil {
+				return false, err.Error()
+			}
+			m, found := st.Member(about.Name)
+			if !found {
+				seen = append(seen, fmt.Sprintf("%s does not know %s", o.Name, about.Name))
+				all = false
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s sees %s %+v", o.Name, about.Name, m))
+			all = all && ok(m)
+		}
+		return all, strings.Join(seen, "; ")
+	})
+	if !good {
+		return fmt.Errorf("want %s %s on every other node within %v, saw: %s", about.Name, what, timeout, detail)
+	}
+	return nil
+}
+
+// others returns the nodes except h.
+func others(l *netlab.Lab, h *netlab.Host) []*netlab.Host {
+	var out []*netlab.Host
+	for _, n := range l.Nodes {
+		if n != h {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// exitCode returns the exit status of a command run by netlab.Run: 0 for
+// no error, -1 when it did not run or died of a signal.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// rankOrder returns the names of hosts in the order the election ranks them
+// for vip when none holds it and all are eligible: agent.Eligible with every
+// node alive, valid and not withdrawn.
+func rankOrder(vip netlab.VIP, hosts ...*netlab.Host) []string {
+	var ms []agent.Member
+	for _, h := range hosts {
+		ms = append(ms, agent.Member{Name: h.Name, State: agent.StateAlive, Meta: agent.NodeMeta{Valid: true}})
+	}
+	return agent.Eligible(ms, agent.ElectionVIP{Name: vip.Name})
+}
+
+// probeWindow returns the probes that started in [from, to) (zero to: no
+// end).
+func probeWindow(ps []netlab.Probe, from, to time.Time) []netlab.Probe {
+	var out []netlab.Probe
+	for _, p := range ps {
+		if !p.Start.Before(from) && (to.IsZero() || p.Start.Before(to)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// failed counts the failed probes and names the servers seen.
+func failed(ps []netlab.Probe) (n int, servers map[string]int) {
+	servers = map[string]int{}
+	for _, p := range ps {
+		if !p.OK {
+			n++
+			continue
+		}
+		servers[p.Server]++
+	}
+	return n, servers
+}
+
+// firstServedBy returns the first probe in ps answered by a node other
+// than not.
+func firstServedBy(ps []netlab.Probe, not string) (netlab.Probe, bool) {
+	for _, p := range ps {
+		if p.OK && p.Server != not {
+			return p, true
+		}
+	}
+	return netlab.Probe{}, false
+}
+
+// timeline formats the prober's gaps per marked event.
+func timeline(pr *netlab.Prober) string {
+	var b bytes.Buffer
+	netlab.FormatTimeline(&b, pr.Gaps())
+	return b.String()
+}
+
+// checkSamplingErrs fails t when holder sampling had errors.
+func checkSamplingErrs(t *testing.T, errs []string) {
+	t.Helper()
+	if len(errs) > 0 {
+		t.Errorf("sampling holders: %d errors, first: %s", len(errs), errs[0])
+	}
+}
