@@ -12,7 +12,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet fmt demo bench proto clean packages
+.PHONY: all build test unit netns-test vet fmt fuzz demo bench proto clean packages
 
 all: build
 
@@ -33,6 +33,15 @@ endif
 
 netns-test: build
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 25m -p 1 ./...
+
+# fuzz runs every fuzz target for FUZZTIME each (the committed corpora in
+# */testdata/fuzz are replayed by plain go test too).
+FUZZTIME ?= 10s
+fuzz:
+	@for f in FuzzParse FuzzDecodeMeta FuzzKeyIndex FuzzAPIHandlers; do \
+		echo "fuzz $$f ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./agent || exit 1; \
+	done
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }

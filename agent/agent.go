@@ -433,9 +433,11 @@ func (a *Agent) reconcile() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// One view for the pass: a VIP's election depends only on its own entry
+	// in this node's metadata, which changes only when that VIP is handled.
+	view := a.view(members)
 	for _, name := range names {
 		v := a.vips[name]
-		view := a.view(members)
 		ev := ElectionVIP{Name: name, Preempt: v.cfg.Preempt}
 		res := Elect(view, ev)
 		eligible := Eligible(view, ev)

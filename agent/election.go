@@ -94,9 +94,7 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	if len(eligible) == 0 {
 		return Result{Reason: ReasonNone}
 	}
-	sort.Slice(eligible, func(i, j int) bool {
-		return ranksBefore(vip.Name, eligible[i].Name, eligible[j].Name)
-	})
+	sortByRank(vip.Name, eligible, func(m Member) string { return m.Name })
 	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !anyHealthy}
 	if !anyHealthy {
 		res.Reason = ReasonBootstrap
@@ -136,12 +134,36 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 			out = append(out, m.Name)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return ranksBefore(vip.Name, out[i], out[j]) })
+	sortByRank(vip.Name, out, func(n string) string { return n })
 	return out
 }
 
 func usable(m Member) bool {
 	return (m.State == StateAlive || m.State == StateSuspect) && m.Meta.Valid && !m.Meta.Withdrawn
+}
+
+// sortByRank sorts items by the rendezvous rank of their node name for vip,
+// highest first, hashing each name once.
+func sortByRank[T any](vip string, items []T, name func(T) string) {
+	type ranked struct {
+		rank uint64
+		name string
+		item T
+	}
+	rs := make([]ranked, len(items))
+	for i, it := range items {
+		n := name(it)
+		rs[i] = ranked{rank(vip, n), n, it}
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].rank != rs[j].rank {
+			return rs[i].rank > rs[j].rank
+		}
+		return rs[i].name < rs[j].name
+	})
+	for i := range rs {
+		items[i] = rs[i].item
+	}
 }
 
 // ranksBefore orders nodes for a VIP by rendezvous hash, highest first, with

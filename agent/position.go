@@ -99,6 +99,9 @@ func indexKeys(data []byte) *keyIndex {
 }
 
 func (ki *keyIndex) add(path string, p keyPos) {
+	if path == "" {
+		return // "[]" or " = 1": not a key; the decoder reports the syntax error
+	}
 	if _, dup := ki.pos[path]; !dup {
 		ki.pos[path] = p
 		plain := stripIndexes(path)
