@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# make bench: measure vipd in network-namespace labs, side by side with
+# keepalived, and write docs/benchmarks.md and docs/benchmarks.svg from the
+# measurements (nothing in them is edited by hand).
+#
+#   RUNS=5          trials per failover scenario, per BGP scenario, READY samples
+#   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health
+#   SYSTEMS=all     vipd,keepalived
+#   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
+#   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
+#
+# Needs root, go, ip, keepalived, bird2 (bird, birdc), curl. Uses bin/vipd and
+# bin/vipctl (make build) or VIPD_BIN. Every lab lives in namespaces it creates
+# (prefix vt-<pid>-) and is removed at the end, Ctrl-C included.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+die() { echo "bench: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+for p in go ip keepalived bird birdc curl; do
+	command -v "$p" >/dev/null || die "$p not installed"
+done
+BIN=${VIPD_BIN:-$ROOT/bin}
+[[ -x $BIN/vipd && -x $BIN/vipctl ]] || die "$BIN/vipd or vipctl missing: run make build"
+
+RUNS=${RUNS:-5}
+SCENARIOS=${SCENARIOS:-all}
+SYSTEMS=${SYSTEMS:-all}
+PARTS=${PARTS:-all}
+DOCS=${BENCH_DOCS:-$ROOT/docs}
+
+# The command line as the report shows it: make bench with the knobs that
+# differ from the defaults.
+CMD="make bench"
+for k in RUNS SCENARIOS SYSTEMS PARTS; do
+	case "$k=${!k}" in
+	RUNS=5 | SCENARIOS=all | SYSTEMS=all | PARTS=all) ;;
+	*) CMD="$k=${!k} $CMD" ;;
+	esac
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/vipd-bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+CGO_ENABLED=0 go build -o "$WORK/vipbench" ./lab/bench/cmd/vipbench
+
+: >"$WORK/gobench.txt"
+if [[ $PARTS == all || ,$PARTS, == *,gobench,* ]]; then
+	echo "bench: go test -run '^\$' -bench . -benchmem ./agent/" >&2
+	go test -run '^$' -bench . -benchmem ./agent/ | tee "$WORK/gobench.txt" >&2
+fi
+# gobench is not a vipbench part.
+RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)
+
+if [[ -n $RUN_PARTS ]]; then
+	VIPD_NETNS_TESTS=1 VIPD_BIN=$BIN "$WORK/vipbench" run -runs "$RUNS" -scenarios "$SCENARIOS" \
+		-systems "$SYSTEMS" -parts "$RUN_PARTS" -bin "$BIN" -out "$WORK/results.json"
+else
+	echo '{"Runs": '"$RUNS"'}' >"$WORK/results.json"
+fi
+mkdir -p "$DOCS"
+cp "$WORK/results.json" "$DOCS/benchmarks.json"
+"$WORK/vipbench" report -results "$WORK/results.json" -gobench "$WORK/gobench.txt" -command "$CMD" \
+	-md "$DOCS/benchmarks.md" -svg "$DOCS/benchmarks.svg"
+echo "bench: wrote $DOCS/benchmarks.md, benchmarks.svg and benchmarks.json (raw results)" >&2

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"encoding/xml"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/lab/netlab"
+)
+
+func TestSummarize(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range v {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		want Stats
+	}{
+		{"no values", nil, Stats{}},
+		{"one value", ms(7), Stats{1, 7 * time.Millisecond, 7 * time.Millisecond, 7 * time.Millisecond}},
+		{"odd count unsorted", ms(30, 10, 20), Stats{3, 10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond}},
+		{"even count takes the mean of the middle two", ms(40, 10, 20, 30), Stats{4, 10 * time.Millisecond, 25 * time.Millisecond, 40 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]time.Duration(nil), tc.in...)
+			if got := Summarize(tc.in); got != tc.want {
+				t.Errorf("Summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+			}
+			for i := range in {
+				if in[i] != tc.in[i] {
+					t.Fatalf("Summarize reordered its input: %v", tc.in)
+				}
+			}
+		})
+	}
+}
+
+func TestSplitTime(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []holderSample{
+		{at(0), 1}, {at(20), 2}, {at(45), 2}, {at(60), 1}, // 40ms before the heal
+		{at(100), 2}, {at(130), 1}, // 30ms after the heal at 100
+		{at(150), 2}, // last sample counts one interval
+	}
+	total, after := splitTime(samples, at(100))
+	if want := 40*time.Millisecond + 30*time.Millisecond + sampleEvery; total != want {
+		t.Errorf("total = %v, want %v", total, want)
+	}
+	if want := 30*time.Millisecond + sampleEvery; after != want {
+		t.Errorf("after heal = %v, want %v", after, want)
+	}
+	if total, after := splitTime([]holderSample{{at(0), 1}, {at(20), 0}}, at(10)); total != 0 || after != 0 {
+		t.Errorf("one or no holder: got %v, %v, want 0, 0", total, after)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// Command name with spaces and parentheses; utime 250, stime 50 ticks.
+	stat := "1234 (vi pd (x)) S 1 1234 1234 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 9 0 100 0 0"
+	got, err := parseStatCPU(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 3 * time.Second; got != want {
+		t.Errorf("parseStatCPU = %v, want %v", got, want)
+	}
+	if _, err := parseStatCPU("1234 (vipd) S 1"); err == nil {
+		t.Error("short stat line: want an error")
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	got, err := parseVmRSS("Name:\tvipd\nVmPeak:\t  99 kB\nVmRSS:\t   23456 kB\nThreads: 9\n")
+	if err != nil || got != 23456 {
+		t.Errorf("parseVmRSS = %d, %v; want 23456", got, err)
+	}
+	if _, err := parseVmRSS("Name:\tvipd\n"); err == nil {
+		t.Error("no VmRSS line: want an error")
+	}
+}
+
+func TestParseGoBench(t *testing.T) {
+	out := `goos: linux
+goarch: amd64
+pkg: github.com/vipd/vipd/agent
+cpu: AMD EPYC
+BenchmarkElect-2         	  812345	      1456 ns/op	     320 B/op	       4 allocs/op
+BenchmarkParseConfig-2   	   20000	     61234.5 ns/op
+BenchmarkBroken-2   	 x	  1 ns/op
+PASS
+ok  	github.com/vipd/vipd/agent	3.1s
+`
+	got := ParseGoBench(out)
+	want := []GoBench{
+		{Name: "BenchmarkElect-2", N: 812345, NsPerOp: 1456, BytesPerOp: 320, AllocsPer: 4},
+		{Name: "BenchmarkParseConfig-2", N: 20000, NsPerOp: 61234.5, BytesPerOp: -1, AllocsPer: -1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ParseGoBench: got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestCPUModel(t *testing.T) {
+	if got := cpuModel("processor\t: 0\nvendor_id\t: X\nmodel name\t: Some CPU @ 2.0GHz\n"); got != "Some CPU @ 2.0GHz" {
+		t.Errorf("cpuModel = %q", got)
+	}
+	if got := cpuModel("processor: 0\n"); got != "unknown" {
+		t.Errorf("cpuModel without a model name = %q, want unknown", got)
+	}
+}
+
+func TestSettled(t *testing.T) {
+	vips := manyVIPs(3, false)
+	a := func(i int) netip.Addr { return vips[i].Address }
+	n2 := &netlab.Host{Name: "n2"}
+	for _, tc := range []struct {
+		name    string
+		pl      map[string][]netip.Addr
+		exclude *netlab.Host
+		want    bool
+	}{
+		{"every VIP on one node", map[string][]netip.Addr{"n1": {a(0), a(1)}, "n2": {a(2)}}, nil, true},
+		{"a VIP on no node", map[string][]netip.Addr{"n1": {a(0), a(1)}}, nil, false},
+		{"a VIP on two nodes", map[string][]netip.Addr{"n1": {a(0), a(1), a(2)}, "n2": {a(2)}}, nil, false},
+		{"VIPs still on the node that left", map[string][]netip.Addr{"n1": {a(0), a(1)}, "n2": {a(2)}}, n2, false},
+		{"node that left holds nothing", map[string][]netip.Addr{"n1": {a(0), a(1), a(2)}, "n2": nil}, n2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, detail := settled(tc.pl, vips, tc.exclude); got != tc.want {
+				t.Errorf("settled = %t (%s), want %t", got, detail, tc.want)
+			}
+		})
+	}
+}
+
+func TestKeepalivedConfig(t *testing.T) {
+	c := KeepalivedConfig("n2", keepalivedPriority(1))
+	for _, want := range []string{"priority 100", "advert_int 1", "interface eth0", "192.0.2.10/32 dev eth0",
+		"fall 3", "rise 2", "weight -100", "http://127.0.0.1:6443/readyz", "track_script", "router_id n2"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("keepalived config lacks %q:\n%s", want, c)
+		}
+	}
+	if p := []int{keepalivedPriority(0), keepalivedPriority(1), keepalivedPriority(2)}; p[0] != 150 || p[1] != 100 || p[2] != 50 {
+		t.Errorf("priorities %v, want 150 100 50", p)
+	}
+	if strings.Count(c, "{") != strings.Count(c, "}") {
+		t.Errorf("unbalanced braces:\n%s", c)
+	}
+}
+
+// sample is a run with two systems, two scenarios, one failed trial.
+func sample() *Results {
+	d := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	return &Results{
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Finished: time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC), Runs: 2,
+		Failover: []Trial{
+			{System: "vipd", Scenario: "handoff", Run: 1, Gap: 0, Takeover: d(300)},
+			{System: "vipd", Scenario: "handoff", Run: 2, Gap: d(40), Failed: 2, Takeover: d(320)},
+			{System: "keepalived", Scenario: "handoff", Run: 1, Gap: d(600), Failed: 30, Takeover: d(610)},
+			{System: "vipd", Scenario: "linkdown", Run: 1, Gap: d(1200), Takeover: d(1210), Failed: 60, SplitAfterHeal: d(20)},
+			{System: "keepalived", Scenario: "linkdown", Run: 1, Err: "lab not steady"},
+		},
+		Footprint: &Footprint{Idle1: Usage{RSSKiB: 30 * 1024, CPUPercent: 0.4, Window: 10 * time.Second}, Ready: []time.Duration{d(200), d(1200)}},
+	}
+}
+
+func TestTargets(t *testing.T) {
+	got := map[string]Target{}
+	for _, tg := range sample().Targets() {
+		got[tg.Goal] = tg
+	}
+	for goal, want := range map[string]struct{ met, unknown bool }{
+		"planned handoff: zero failed probes (vipd)":      {false, false}, // run 2 lost 2 probes
+		"link down: median gap under 1.5 s (vipd, fast)":  {true, false},
+		"agent crash: median under 1.5 s (vipd, fast)":    {false, true},
+		"split-brain time 0 after partitions heal (vipd)": {false, false}, // 20ms after heal
+		"idle RSS under 40 MiB (vipd, 1 VIP)":             {true, false},
+		"idle CPU under 1% of a core (vipd, 1 VIP)":       {true, false},
+		"READY under 1 s after start, peers reachable":    {false, false}, // max 1.2s
+	} {
+		tg, ok := got[goal]
+		if !ok {
+			t.Errorf("no target %q", goal)
+			continue
+		}
+		if tg.Met != want.met || tg.Unknown != want.unknown {
+			t.Errorf("%s: met=%t unknown=%t (%s), want met=%t unknown=%t", goal, tg.Met, tg.Unknown, tg.Measured, want.met, want.unknown)
+		}
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	md := Markdown(sample(), Machine{NProc: 2, CPU: "Test CPU", Kernel: "Linux 6", Go: "go1.26"},
+		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1}}, "RUNS=2 make bench", "benchmarks.svg")
+	for _, want := range []string{
+		"| CPU | Test CPU |",
+		"RUNS=2 make bench",
+		"![client-observed gap per scenario, min/median/max](benchmarks.svg)",
+		"| handoff | vipd | 2 | 0 / 20 / 40 | 300 / 310 / 320 | 1 |",
+		"| linkdown | keepalived | 0 (+1 failed) | - |",
+		"- keepalived linkdown run 1: lab not steady",
+		"| BenchmarkElect-2 | 10 | 99 | 1 | 1 |",
+		"| 1 VIP, idle | 30.0 | 0.40 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestChartIsWellFormedSVG(t *testing.T) {
+	svg := Chart(sample())
+	d := xml.NewDecoder(strings.NewReader(svg))
+	rects := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v\n%s", err, svg)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	// Background, 3 bars with completed trials, 2 legend boxes.
+	if rects != 6 {
+		t.Errorf("chart has %d rects, want 6:\n%s", rects, svg)
+	}
+	if !strings.Contains(svg, "keepalived handoff: median 600 ms") {
+		t.Errorf("chart lacks the keepalived handoff bar:\n%s", svg)
+	}
+}
+
+func TestDoFatalEndsRunAndRunsCleanups(t *testing.T) {
+	var order []string
+	err := Do(t.Context(), "x", nil, func(bt *T) {
+		bt.Cleanup(func() { order = append(order, "first") })
+		bt.Cleanup(func() { order = append(order, "second") })
+		bt.Fatalf("boom %d", 1)
+		order = append(order, "after fatal")
+	})
+	if err == nil || !strings.Contains(err.Error(), "boom 1") {
+		t.Errorf("Do error = %v, want one with the Fatalf message", err)
+	}
+	if strings.Join(order, ",") != "second,first" {
+		t.Errorf("ran %v, want the cleanups newest first and nothing after Fatalf", order)
+	}
+	if err := Do(t.Context(), "ok", nil, func(bt *T) { bt.Logf("fine") }); err != nil {
+		t.Errorf("Do without failure = %v", err)
+	}
+}

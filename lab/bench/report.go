@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Machine describes where the benchmarks ran.
+type Machine struct {
+	// NProc is the number of CPUs usable.
+	NProc int
+	// CPU is the model name from /proc/cpuinfo.
+	CPU string
+	// Kernel is `uname -sr`.
+	Kernel string
+	// Go is `go version`.
+	Go string
+	// Keepalived and BIRD are the first lines of their version output.
+	Keepalived, BIRD string
+}
+
+// ThisMachine describes the machine it runs on; what cannot be read is
+// "unknown".
+func ThisMachine() Machine {
+	m := Machine{NProc: runtime.NumCPU(), CPU: "unknown"}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		m.CPU = cpuModel(string(b))
+	}
+	first := func(name string, args ...string) string {
+		out, _ := exec.Command(name, args...).CombinedOutput()
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		if line == "" {
+			return "unknown"
+		}
+		return strings.TrimSpace(line)
+	}
+	m.Kernel = first("uname", "-sr")
+	m.Go = first("go", "version")
+	m.Keepalived = first("keepalived", "--version")
+	m.BIRD = first("bird", "--version")
+	return m
+}
+
+func cpuModel(cpuinfo string) string {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// GoBench is one result line of `go test -bench -benchmem`.
+type GoBench struct {
+	// Name as printed, GOMAXPROCS suffix included.
+	Name string
+	// Iterations run.
+	N int64
+	// NsPerOp, BytesPerOp and AllocsPerOp (-1 when not printed).
+	NsPerOp               float64
+	BytesPerOp, AllocsPer int64
+}
+
+// ParseGoBench reads `go test -bench` output and returns its result lines.
+func ParseGoBench(out string) []GoBench {
+	var bs []GoBench
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || f[3] != "ns/op" {
+			continue
+		}
+		n, err1 := strconv.ParseInt(f[1], 10, 64)
+		ns, err2 := strconv.ParseFloat(f[2], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		b := GoBench{Name: f[0], N: n, NsPerOp: ns, BytesPerOp: -1, AllocsPer: -1}
+		for i := 4; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "B/op":
+				b.BytesPerOp = v
+			case "allocs/op":
+				b.AllocsPer = v
+			}
+		}
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// ms formats d in milliseconds.
+func ms(d time.Duration) string {
+	return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10)
+}
+
+// mmm formats min / median / max in milliseconds, or "-" without values.
+func mmm(s Stats) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s / %s", ms(s.Min), ms(s.Median), ms(s.Max))
+}
+
+// trials returns the completed trials of system and scenario, and how
+// many did not complete.
+func (r *Results) trials(system, scenario string) (ok []Trial, failed int) {
+	for _, t := range r.Failover {
+		if t.System != system || t.Scenario != scenario {
+			continue
+		}
+		if t.Err != "" {
+			failed++
+			continue
+		}
+		ok = append(ok, t)
+	}
+	return ok, failed
+}
+
+func stat(ts []Trial, f func(Trial) time.Duration) Stats {
+	var ds []time.Duration
+	for _, t := range ts {
+		ds = append(ds, f(t))
+	}
+	return Summarize(ds)
+}
+
+func gapOf(t Trial) time.Duration      { return t.Gap }
+func takeoverOf(t Trial) time.Duration { return t.Takeover }
+func splitOf(t Trial) time.Duration    { return t.Split }
+func healOf(t Trial) time.Duration     { return t.SplitAfterHeal }
+func failedOf(t Trial) time.Duration   { return time.Duration(t.Failed) }
+
+// Target is one of the goals in the project brief with what was measured.
+type Target struct {
+	// Goal as stated.
+	Goal string
+	// Measured says what was measured, with the figure.
+	Measured string
+	// Met: the measurement meets the goal. Unknown when nothing was
+	// measured.
+	Met, Unknown bool
+}
+
+// Targets checks the measurements against the project's goals.
+func (r *Results) Targets() []Target {
+	var ts []Target
+	add := func(goal, measured string, met, unknown bool) {
+		ts = append(ts, Target{goal, measured, met, unknown})
+	}
+	if h, _ := r.trials("vipd", "handoff"); len(h) > 0 {
+		worst := 0
+		for _, t := range h {
+			worst = max(worst, t.Failed)
+		}
+		add("planned handoff: zero failed probes (vipd)", fmt.Sprintf("at most %d failed probes in %d runs", worst, len(h)), worst == 0, false)
+	} else {
+		add("planned handoff: zero failed probes (vipd)", "not measured", false, true)
+	}
+	if c, _ := r.trials("vipd", "crash"); len(c) > 0 {
+		s := stat(c, takeoverOf)
+		add("agent crash: median under 1.5 s (vipd, fast)",
+			fmt.Sprintf("median time to the new owner answering %s ms (client gap median %s ms: the crashed node keeps the address and answers)",
+				ms(s.Median), ms(stat(c, gapOf).Median)), s.Median < 1500*time.Millisecond, false)
+	} else {
+		add("agent crash: median under 1.5 s (vipd, fast)", "not measured", false, true)
+	}
+	if c, _ := r.trials("vipd", "linkdown"); len(c) > 0 {
+		s := stat(c, gapOf)
+		add("link down: median gap under 1.5 s (vipd, fast)", fmt.Sprintf("median gap %s ms", ms(s.Median)), s.Median < 1500*time.Millisecond, false)
+	} else {
+		add("link down: median gap under 1.5 s (vipd, fast)", "not measured", false, true)
+	}
+	var healed []Trial
+	for _, sc := range []string{"partition", "linkdown"} {
+		t, _ := r.trials("vipd", sc)
+		healed = append(healed, t...)
+	}
+	if len(healed) > 0 {
+		s := stat(healed, healOf)
+		add("split-brain time 0 after partitions heal (vipd)", fmt.Sprintf("at most %s ms with two holders after the heal, %d partition and link-down runs", ms(s.Max), s.N), s.Max == 0, false)
+	} else {
+		add("split-brain time 0 after partitions heal (vipd)", "not measured", false, true)
+	}
+	fp := r.Footprint
+	if fp != nil && fp.Idle1.Window > 0 {
+		add("idle RSS under 40 MiB (vipd, 1 VIP)", fmt.Sprintf("%.1f MiB", float64(fp.Idle1.RSSKiB)/1024), fp.Idle1.RSSKiB < 40*1024, false)
+		add("idle CPU under 1% of a core (vipd, 1 VIP)", fmt.Sprintf("%.2f%%", fp.Idle1.CPUPercent), fp.Idle1.CPUPercent < 1, false)
+	} else {
+		add("idle RSS under 40 MiB (vipd, 1 VIP)", "not measured", false, true)
+		add("idle CPU under 1% of a core (vipd, 1 VIP)", "not measured", false, true)
+	}
+	if fp != nil && len(fp.Ready) > 0 {
+		s := Summarize(fp.Ready)
+		add("READY under 1 s after start, peers reachable", fmt.Sprintf("max %s ms over %d starts", ms(s.Max), s.N), s.Max < time.Second, false)
+	} else {
+		add("READY under 1 s after start, peers reachable", "not measured", false, true)
+	}
+	return ts
+}
+
+// Markdown renders the report. svg is the chart's file name next to it.
+func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# Benchmarks\n\n")
+	p("Written by `%s` (lab/bench.sh, lab/bench/cmd/vipbench) from the measurements of one run; do not edit by hand.\n", command)
+	p("Run %s, %s; load average %s at the start, %s at the end.\n\n", r.Started.Format("2006-01-02 15:04 MST"),
+		r.Finished.Sub(r.Started).Round(time.Second), orUnknown(r.LoadBefore), orUnknown(r.LoadAfter))
+	p("## Machine\n\n| | |\n|---|---|\n")
+	p("| CPUs (nproc) | %d |\n| CPU | %s |\n| kernel | %s |\n| Go | %s |\n| keepalived | %s |\n| BIRD | %s |\n\n",
+		m.NProc, m.CPU, m.Kernel, m.Go, m.Keepalived, m.BIRD)
+	p("## Command\n\n```\n%s\n```\n\n", command)
+	p("Knobs: `RUNS=2 SCENARIOS=handoff,crash SYSTEMS=vipd PARTS=failover,bgp make bench` for a quick run (then this file holds only those).\n\n")
+
+	p("## Targets\n\n| goal | measured | met |\n|---|---|---|\n")
+	for _, t := range r.Targets() {
+		met := "no"
+		switch {
+		case t.Unknown:
+			met = "not measured"
+		case t.Met:
+			met = "yes"
+		}
+		p("| %s | %s | %s |\n", t.Goal, t.Measured, met)
+	}
+	p("\n")
+
+	if len(r.Failover) > 0 {
+		p("## L2 failover: vipd vs keepalived\n\n")
+		p("![client-observed gap per scenario, min/median/max](%s)\n\n", svg)
+		p("Three nodes on one bridge, VIP 192.0.2.10/32, client probing it every %v (TCP connect + HTTP GET, %v timeout). ", probeInterval, probeTimeout)
+		p("%d runs per scenario and system asked for; all times in ms as min / median / max.\n\n", r.Runs)
+		p("- **gap**: longest run of failed probes between the event and the heal (first failed probe to the next answered one).\n")
+		p("- **takeover**: event to the first probe answered by another node.\n")
+		p("- **two holders**: time two nodes had the VIP on their interface at once (addresses sampled every %v on all nodes), over the whole trial; **after heal**: the part after the failure was undone.\n\n", sampleEvery)
+		p("| scenario | system | runs | gap | takeover | failed probes (median) | two holders | two holders after heal |\n|---|---|---|---|---|---|---|---|\n")
+		for _, sc := range Scenarios {
+			for _, sys := range Systems {
+				ts, failed := r.trials(sys, sc)
+				if len(ts) == 0 && failed == 0 {
+					continue
+				}
+				runs := strconv.Itoa(len(ts))
+				if failed > 0 {
+					runs += fmt.Sprintf(" (+%d failed)", failed)
+				}
+				fs := stat(ts, failedOf)
+				p("| %s | %s | %s | %s | %s | %d | %s | %s |\n", sc, sys, runs, mmm(stat(ts, gapOf)), mmm(stat(ts, takeoverOf)),
+					int64(fs.Median), mmm(stat(ts, splitOf)), mmm(stat(ts, healOf)))
+			}
+		}
+		p("\nScenarios:\n\n")
+		for _, sc := range Scenarios {
+			p("- `%s`: %s.\n", sc, ScenarioTitle[sc])
+		}
+		p("\nvipd: `failure_detection = \"fast\"`, `rejoin_interval = \"2s\"`, `preempt = false`, health check GET %s every 1 s (rise 2, fall 3). ", healthURL)
+		p("keepalived: VRRP `advert_int 1`, priorities 150/100/50 (preempting), `vrrp_script` curl of the same URL every 1 s, fall 3, rise 2, weight -100; ")
+		p("started as `keepalived --dont-fork --vrrp --dont-respawn` with its own pid files; a crash is SIGKILL of the VRRP child, then the parent. ")
+		p("The crashed agent's node keeps the address and its HTTP server, so the client keeps being answered by it until the new owner's gratuitous ARP: the gap can be 0 while takeover shows when the new owner answered.\n\n")
+		p("Failed trials:\n\n")
+		n := 0
+		for _, t := range r.Failover {
+			if t.Err != "" {
+				p("- %s %s run %d: %s\n", t.System, t.Scenario, t.Run, t.Err)
+				n++
+			}
+		}
+		if n == 0 {
+			p("- none\n")
+		}
+		p("\n")
+	}
+
+	if len(r.BGP) > 0 {
+		p("## BGP: route at the router\n\n")
+		p("vipd announces 203.0.113.10/32 (`announce = \"owner\"`) to BIRD (%s), `hold_time = \"3s\"`, `keepalive = \"1s\"`, `graceful_shutdown = \"0s\"` (with the default 5s, a withdraw first keeps the route, depreferenced, for that long). ", strings.Fields(m.BIRD + " BIRD")[0])
+		p("BIRD's table polled every 20 ms with birdc. Times in ms, min / median / max.\n\n")
+		p("| event | runs | route via the old owner gone | path via the new owner |\n|---|---|---|---|\n")
+		for _, sc := range BGPScenarios {
+			var gone, nw []time.Duration
+			failed := 0
+			for _, t := range r.BGP {
+				if t.Scenario != sc {
+					continue
+				}
+				if t.Err != "" {
+					failed++
+					continue
+				}
+				gone = append(gone, t.RouteGone)
+				if t.NewRoute > 0 {
+					nw = append(nw, t.NewRoute)
+				}
+			}
+			runs := strconv.Itoa(len(gone))
+			if failed > 0 {
+				runs += fmt.Sprintf(" (+%d failed)", failed)
+			}
+			label := map[string]string{"withdraw": "`vipctl withdraw` on the owner", "crash": "owner vipd SIGKILL", "partition": "owner cut off at the bridge (hold timer)"}[sc]
+			p("| %s | %s | %s | %s |\n", label, runs, mmm(Summarize(gone)), mmm(Summarize(nw)))
+		}
+		for _, t := range r.BGP {
+			if t.Err != "" {
+				p("\n- failed: %s run %d: %s", t.Scenario, t.Run, t.Err)
+			}
+		}
+		p("\n\n")
+	}
+
+	if fp := r.Footprint; fp != nil {
+		p("## Footprint (vipd)\n\n")
+		p("Three nodes; the largest RSS and CPU share of the three vipd processes over a %v window. Churn: `vipctl withdraw` / `restore` on the nodes in turn every 500 ms. The 100 VIPs each have the HTTP health check (100 checks a second per node).\n\n", footprintWindow)
+		p("| | RSS (MiB) | CPU (%% of a core) |\n|---|---|---|\n")
+		for _, u := range []struct {
+			label string
+			u     Usage
+		}{{"1 VIP, idle", fp.Idle1}, {"1 VIP, churn", fp.Churn1}, {"100 VIPs, idle", fp.Idle100}, {"100 VIPs, churn", fp.Churn100}} {
+			if u.u.Window == 0 {
+				p("| %s | - | - |\n", u.label)
+				continue
+			}
+			p("| %s | %.1f | %.2f |\n", u.label, float64(u.u.RSSKiB)/1024, u.u.CPUPercent)
+		}
+		p("\n| binary | size (MiB) |\n|---|---|\n| bin/vipd | %.1f |\n| bin/vipctl | %.1f |\n\n", float64(fp.VipdBytes)/(1<<20), float64(fp.VipctlBytes)/(1<<20))
+		p("Start to READY=1 (exec to the notification on a fake `$NOTIFY_SOCKET`), third node joining two running peers: %s ms (min / median / max of %d).\n\n",
+			mmm(Summarize(fp.Ready)), len(fp.Ready))
+		for _, e := range fp.Errors {
+			p("- error: %s\n", e)
+		}
+		if len(fp.Errors) > 0 {
+			p("\n")
+		}
+	}
+
+	if sc := r.Scale; sc != nil {
+		p("## Scale\n\n")
+		p("%d node namespaces, %d L2 VIPs (no health check), one run. Settled: every VIP on exactly one node, holding for %v (the time is when it was first reached).\n\n", sc.Nodes, sc.VIPs, stableFor)
+		p("| | ms |\n|---|---|\n")
+		if sc.Start > 0 {
+			p("| start of every vipd to settled | %s |\n", ms(sc.Start))
+		}
+		if sc.Leave > 0 {
+			p("| SIGTERM to the node holding most VIPs (%d) to settled on the others | %s |\n", sc.Moved, ms(sc.Leave))
+		}
+		p("\n")
+		for _, e := range sc.Errors {
+			p("- error: %s\n", e)
+		}
+		if len(sc.Errors) > 0 {
+			p("\n")
+		}
+	}
+
+	if len(gb) > 0 {
+		p("## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem ./agent/`\n\n")
+		p("| benchmark | iterations | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
+		for _, g := range gb {
+			p("| %s | %d | %.0f | %d | %d |\n", g.Name, g.N, g.NsPerOp, g.BytesPerOp, g.AllocsPer)
+		}
+		p("\n")
+	}
+	if len(r.Errors) > 0 {
+		p("## Parts that did not run\n\n")
+		for _, e := range r.Errors {
+			p("- %s\n", e)
+		}
+		p("\n")
+	}
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,177 @@
+// Package bench measures vipd in network-namespace labs (lab/netlab) and
+// compares it with keepalived in the same topology: client-observed
+// failover gaps, split-brain time, BGP route withdrawal at a BIRD router,
+// footprint and a 16-node scale run. It writes the measurements as JSON
+// (Results) and renders them as docs/benchmarks.md with an SVG chart.
+//
+// Everything that touches the network needs root and runs only in
+// namespaces the lab creates; `make bench` (lab/bench.sh) drives it through
+// cmd/vipbench.
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+)
+
+// Results is everything one `vipbench run` measured.
+type Results struct {
+	// Started and Finished bound the run.
+	Started, Finished time.Time
+	// LoadBefore and LoadAfter are /proc/loadavg's 1, 5 and 15 minute
+	// load averages at the start and the end.
+	LoadBefore, LoadAfter string
+	// Runs is the number of trials per scenario asked for.
+	Runs int
+	// Failover holds one entry per L2 failover trial.
+	Failover []Trial
+	// BGP holds one entry per BGP trial.
+	BGP []BGPTrial
+	// Footprint of vipd (nil when not measured).
+	Footprint *Footprint
+	// Scale of the 16-node run (nil when not measured).
+	Scale *Scale
+	// Errors are labs or parts that could not run at all.
+	Errors []string
+}
+
+// Trial is one failover measurement.
+type Trial struct {
+	// System is "vipd" or "keepalived".
+	System string
+	// Scenario is one of Scenarios.
+	Scenario string
+	// Run counts from 1.
+	Run int
+	// From is the owner before the event; To the node that served the
+	// client next ("" when none did).
+	From, To string
+	// Gap is the client-observed unreachability: the longest run of failed
+	// probes between the event and the heal, first failed probe to next
+	// successful one.
+	Gap time.Duration
+	// Failed is the number of failed probes in that window.
+	Failed int
+	// Takeover is from the event to the first probe answered by another
+	// node.
+	Takeover time.Duration
+	// Split is how long two or more nodes had the VIP on their interface
+	// at once, over the whole trial (event, heal and settling).
+	Split time.Duration
+	// SplitAfterHeal is the part of Split after the heal.
+	SplitAfterHeal time.Duration
+	// Err is set when the trial did not complete; its figures are not used.
+	Err string `json:",omitempty"`
+}
+
+// BGPTrial is one BGP measurement at the router.
+type BGPTrial struct {
+	// Scenario is "withdraw" or "crash".
+	Scenario string
+	// Run counts from 1.
+	Run int
+	// From is the node that announced the VIP before the event.
+	From string
+	// RouteGone is from the event to the router no longer having a path
+	// via From.
+	RouteGone time.Duration
+	// NewRoute is from the event to the router having a path via another
+	// node (0 when it never did within the bound).
+	NewRoute time.Duration
+	// Err is set when the trial did not complete.
+	Err string `json:",omitempty"`
+}
+
+// Usage is one resource sample of a process over a window.
+type Usage struct {
+	// RSSKiB is the resident set size at the end of the window (the
+	// largest over the nodes when several are sampled).
+	RSSKiB int64
+	// CPUPercent is CPU time used over the window divided by its length,
+	// in percent of one core (the largest over the nodes).
+	CPUPercent float64
+	// Window is the length of the sampling window.
+	Window time.Duration
+}
+
+// Footprint is vipd's resource use.
+type Footprint struct {
+	// Idle1, Churn1: 3 nodes, 1 VIP, idle and with withdraw/restore churn.
+	Idle1, Churn1 Usage
+	// Idle100, Churn100: 3 nodes, 100 VIPs.
+	Idle100, Churn100 Usage
+	// VipdBytes and VipctlBytes are the sizes of bin/vipd and bin/vipctl.
+	VipdBytes, VipctlBytes int64
+	// Ready are the times from exec to READY=1 on $NOTIFY_SOCKET of a
+	// node joining two running peers, one per run.
+	Ready []time.Duration
+	// Errors of parts that did not complete.
+	Errors []string `json:",omitempty"`
+}
+
+// Scale is the 16-node, 100-VIP run.
+type Scale struct {
+	// Nodes and VIPs of the lab.
+	Nodes, VIPs int
+	// Start is from starting every vipd to every VIP being on exactly one
+	// node.
+	Start time.Duration
+	// Leave is from SIGTERM to the node holding most VIPs to every VIP
+	// being on exactly one of the remaining nodes.
+	Leave time.Duration
+	// Moved is the number of VIPs the leaving node held.
+	Moved int
+	// Errors of parts that did not complete.
+	Errors []string `json:",omitempty"`
+}
+
+// Save writes r as indented JSON.
+func (r *Results) Save(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+// Load reads results written by Save.
+func Load(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decode results %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// Stats summarizes durations.
+type Stats struct {
+	// N is the number of values.
+	N int
+	// Min, Median and Max of the values (0 when N is 0). The median of an
+	// even count is the mean of the two middle values.
+	Min, Median, Max time.Duration
+}
+
+// Summarize returns the Stats of ds.
+func Summarize(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stats{N: len(s), Min: s[0], Median: med, Max: s[len(s)-1]}
+}

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vipd/vipd/lab/netlab"
+)
+
+// Config selects what Run measures.
+type Config struct {
+	// Runs per scenario (and per BGP scenario, and READY samples).
+	Runs int
+	// Scenarios of the failover part (a subset of Scenarios).
+	Scenarios []string
+	// Systems of the failover part (a subset of Systems).
+	Systems []string
+	// Parts to run: "failover", "bgp", "footprint", "scale".
+	Parts []string
+	// BinDir holds vipd and vipctl (sizes are taken from there).
+	BinDir string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Parts are the parts of a run, in order.
+var Parts = []string{"failover", "bgp", "footprint", "scale"}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Run measures what c selects. A part that cannot run is recorded in
+// Results.Errors and the others still run.
+func Run(ctx context.Context, c Config) *Results {
+	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg()}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(c.Log, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	if has(c.Parts, "failover") {
+		for _, name := range Systems {
+			if !has(c.Systems, name) || ctx.Err() != nil {
+				continue
+			}
+			logf("failover: %s, scenarios %v, %d runs each", name, c.Scenarios, c.Runs)
+			err := Do(ctx, "failover-"+name, c.Log, func(t *T) {
+				l := netlab.New(t, netlab.Options{Nodes: 3})
+				l.StartHTTPAll()
+				var sys system
+				switch name {
+				case "vipd":
+					vs := &vipdSystem{l: l, o: vipdOptions()}
+					l.StartVipds(vs.o)
+					sys = vs
+				case "keepalived":
+					ks := &keepalivedSystem{l: l, ps: map[string]*netlab.Proc{}}
+					for _, n := range l.Nodes {
+						if err := ks.start(n); err != nil {
+							t.Fatalf("%v", err)
+						}
+					}
+					sys = ks
+				}
+				r.Failover = append(r.Failover, failover(ctx, l, sys, c.Scenarios, c.Runs, c.Log)...)
+			})
+			if err != nil {
+				r.Errors = append(r.Errors, err.Error())
+			}
+		}
+	}
+	if has(c.Parts, "bgp") && ctx.Err() == nil {
+		logf("bgp: %v, %d runs each", BGPScenarios, c.Runs)
+		err := Do(ctx, "bgp", c.Log, func(t *T) { r.BGP = bgpBench(t, c.Runs, c.Log) })
+		if err != nil {
+			r.Errors = append(r.Errors, err.Error())
+		}
+	}
+	if has(c.Parts, "footprint") && ctx.Err() == nil {
+		logf("footprint")
+		fp := &Footprint{}
+		err := Do(ctx, "footprint", c.Log, func(t *T) { footprint(t, fp, c) })
+		if err != nil {
+			fp.Errors = append(fp.Errors, err.Error())
+		}
+		r.Footprint = fp
+	}
+	if has(c.Parts, "scale") && ctx.Err() == nil {
+		logf("scale: 16 nodes, 100 VIPs")
+		sc := &Scale{}
+		err := Do(ctx, "scale", c.Log, func(t *T) { scale(t, sc, c.Log) })
+		if err != nil {
+			sc.Errors = append(sc.Errors, err.Error())
+		}
+		r.Scale = sc
+	}
+	if ctx.Err() != nil {
+		r.Errors = append(r.Errors, "interrupted: "+ctx.Err().Error())
+	}
+	r.Finished = time.Now().UTC()
+	r.LoadAfter = loadAvg()
+	return r
+}
+
+// loadAvg returns the first three fields of /proc/loadavg ("" if
+// unreadable): other work on the machine skews the timings.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

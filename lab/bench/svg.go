@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"strings"
+	"time"
+)
+
+// Chart renders the client-observed gap per scenario, vipd next to
+// keepalived, as an SVG bar chart: the bar is the median, the whisker
+// spans min to max.
+func Chart(r *Results) string {
+	const (
+		width, height       = 860, 420
+		left, right         = 70, 20
+		top, bottom         = 50, 70
+		barW, barGap, group = 34, 6, 150
+	)
+	colors := map[string]string{"vipd": "#2b6cb0", "keepalived": "#c05621"}
+	var scs []string
+	var maxD time.Duration
+	for _, sc := range Scenarios {
+		any := false
+		for _, sys := range Systems {
+			ts, _ := r.trials(sys, sc)
+			if len(ts) > 0 {
+				any = true
+				maxD = max(maxD, stat(ts, gapOf).Max)
+			}
+		}
+		if any {
+			scs = append(scs, sc)
+		}
+	}
+	// Axis top: the next whole half second above the largest value.
+	axis := math.Max(0.5, math.Ceil(maxD.Seconds()*2)/2)
+	plotH := float64(height - top - bottom)
+	y := func(d time.Duration) float64 { return float64(top) + plotH*(1-d.Seconds()/axis) }
+
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	p(`<text x="%d" y="22" font-size="15" font-weight="bold">Client-observed gap per scenario (bar: median, whisker: min-max)</text>`+"\n", left)
+	step := 0.5
+	if axis > 5 {
+		step = 1
+	}
+	for v := 0.0; v <= axis+1e-9; v += step {
+		yy := y(time.Duration(v * float64(time.Second)))
+		p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", left, yy, width-right, yy)
+		p(`<text x="%d" y="%.1f" text-anchor="end">%.1f s</text>`+"\n", left-6, yy+4, v)
+	}
+	for i, sc := range scs {
+		x0 := float64(left) + 20 + float64(i*group)
+		for j, sys := range Systems {
+			ts, _ := r.trials(sys, sc)
+			x := x0 + float64(j*(barW+barGap))
+			if len(ts) == 0 {
+				p(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#999">n/a</text>`+"\n", x+barW/2, y(0)-4)
+				continue
+			}
+			s := stat(ts, gapOf)
+			p(`<rect x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s %s: median %s ms (min %s, max %s, %d runs)</title></rect>`+"\n",
+				x, y(s.Median), barW, y(0)-y(s.Median), colors[sys], sys, sc, ms(s.Median), ms(s.Min), ms(s.Max), s.N)
+			cx := x + barW/2
+			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", cx, y(s.Min), cx, y(s.Max))
+			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", cx-6, y(s.Min), cx+6, y(s.Min))
+			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", cx-6, y(s.Max), cx+6, y(s.Max))
+			p(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", cx, y(s.Max)-4, ms(s.Median))
+		}
+		p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x0+barW+barGap/2, height-bottom+18, html.EscapeString(sc))
+	}
+	p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black"/>`+"\n", left, y(0), width-right, y(0))
+	for j, sys := range Systems {
+		x := left + 20 + j*140
+		p(`<rect x="%d" y="%d" width="14" height="14" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x, height-28, colors[sys], x+20, height-16, sys)
+	}
+	p(`<text x="%d" y="%d" fill="#555">labels: median gap in ms</text>`+"\n", left+300, height-16)
+	p("</svg>\n")
+	return b.String()
+}
