@@ -1,0 +1,180 @@
+package faults
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/lab/netlab"
+)
+
+// writeKey writes a new random 32-byte key file (mode 0600) into dir.
+func writeKey(t *testing.T, dir, name string) string {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func keyOpts(path string) netlab.VipdOptions {
+	o := opts
+	if path != "" {
+		o.Cluster = fmt.Sprintf("key_file = %q", path)
+	}
+	return o
+}
+
+// TestWrongKeyCannotJoin runs an encrypted cluster and restarts one member
+// (the VIP holder, so it would take the VIP back if it could) with another
+// key, then with no key. Its peer cache still lists the other two, so it
+// knows 3 members and sees 1 alive: no quorum, so it must not hold the VIP.
+// It must stay alone in its own status, the others must never list it as
+// alive, and they keep exactly one holder throughout. Restarted with the
+// right key, it joins again (the check above is not vacuous).
+func TestWrongKeyCannotJoin(t *testing.T) {
+	var good string
+	l, vip, x := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
+		if good == "" {
+			good = writeKey(t, l.Dir, "cluster.key")
+		}
+		return l.VipdConfig(h, keyOpts(good))
+	})
+	wrong := writeKey(t, l.Dir, "other.key")
+	rest := others(l, x)
+
+	for _, tc := range []struct{ name, key string }{{"wrong key", wrong}, {"no key", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			stop(t, l, x)
+			holder, err := l.WaitOneHolder(vip, settle, rest...)
+			if err != nil {
+				t.Fatalf("%s stopped: %v", x.Name, err)
+			}
+			cached, err := readPeerCache(x.StateDir())
+			if err != nil || len(cached) != 2 {
+				t.Fatalf("peer cache of %s: %v, err %v; want the two others", x.Name, cached, err)
+			}
+			logFrom := len(logOf(t, x))
+			logsFrom := map[string]int{}
+			for _, o := range rest {
+				logsFrom[o.Name] = len(logOf(t, o))
+			}
+			s := startSampler(t, l, vip, 30*time.Second)
+			t0 := time.Now()
+			l.StartVipd(x, keyOpts(tc.key))
+			// Long enough for the join at start and at least one rejoin.
+			var last netlab.Status
+			ok, detail := netlab.Eventually(rejoinInterval+3*time.Second, 200*time.Millisecond, func() (bool, string) {
+				st, err := l.Status(x)
+				if err != nil {
+					return true, err.Error()
+				}
+				last = st
+				for _, o := range rest {
+					if memberState(st, o.Name) == "alive" {
+						return true, fmt.Sprintf("%s lists %s alive", x.Name, o.Name)
+					}
+					ost, err := l.Status(o)
+					if err != nil {
+						return true, err.Error()
+					}
+					if memberState(ost, x.Name) == "alive" {
+						return true, fmt.Sprintf("%s lists %s alive", o.Name, x.Name)
+					}
+				}
+				if vs, _ := st.VIP(vip.Name); vs.Held {
+					return true, fmt.Sprintf("%s holds %s", x.Name, vip.Name)
+				}
+				return false, ""
+			})
+			watched := time.Since(t0)
+			ss := s.stop()
+			if ok {
+				t.Fatalf("%s with %s: %s", x.Name, tc.name, detail)
+			}
+			if last.Quorum {
+				t.Errorf("%s with %s reports quorum; want none (knows 3 members, sees 1)", x.Name, tc.name)
+			}
+			for _, sm := range ss {
+				if slices.Contains(sm.holders, x.Name) {
+					t.Errorf("%s with %s held %s at %s", x.Name, tc.name, vip.Address, sm.at.Format("15:04:05.000"))
+					break
+				}
+			}
+			st := stats(ss)
+			t.Logf("%s with %s, watched %v: status quorum=%t members %v; holders: %s", x.Name, tc.name,
+				watched.Round(time.Millisecond), last.Quorum, last.Members, st)
+			if st.multi > 0 || st.none > 0 || len(st.errs) > 0 {
+				t.Errorf("while %s ran with %s: want exactly one holder in every sample: %s", x.Name, tc.name, st)
+			}
+			if h, err := l.OneHolder(vip, rest...); err != nil || h != holder {
+				t.Errorf("after %s: holder %q, err %v; want %s to keep it", tc.name, h, err, holder)
+			}
+			// What an operator finds in the logs, by level.
+			reportCryptLog(t, x.Name, logOf(t, x)[logFrom:])
+			for _, o := range rest {
+				reportCryptLog(t, o.Name, logOf(t, o)[logsFrom[o.Name]:])
+			}
+		})
+	}
+
+	t.Run("right key joins again", func(t *testing.T) {
+		holder, err := l.OneHolder(vip, rest...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, l, x)
+		l.StartVipd(x, keyOpts(good))
+		if err := waitAlive(l, x, l.Nodes, settle); err != nil {
+			t.Fatalf("%s with the cluster key: %v", x.Name, err)
+		}
+		if h, err := l.WaitOneHolder(vip, settle); err != nil || h != holder {
+			t.Errorf("after %s rejoined: holder %q, err %v; want %s to keep it", x.Name, h, err, holder)
+		}
+	})
+}
+
+// reportCryptLog logs how many lines of log mention encryption, by level,
+// with the first of each level.
+func reportCryptLog(t *testing.T, node, log string) {
+	t.Helper()
+	for _, level := range []string{"ERROR", "WARN", "INFO", "DEBUG"} {
+		lines := logLines(log, "level="+level, "crypt")
+		if len(lines) > 0 {
+			t.Logf("%s log, %d %s lines on encryption, first: %s", node, len(lines), level, strings.TrimSpace(lines[0]))
+		}
+	}
+}
+
+// TestKeyFileMode checks that vipd refuses a key file others can read.
+func TestKeyFileMode(t *testing.T) {
+	l := netlab.New(t, netlab.Options{Nodes: 1, Client: new(bool)})
+	n := l.Nodes[0]
+	key := writeKey(t, l.Dir, "cluster.key")
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(n.Dir, "vipd.toml")
+	if err := os.WriteFile(path, []byte(l.VipdConfig(n, keyOpts(key))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.Exec(n, l.Tools.Vipd, "--check", "--config", path)
+	if err == nil {
+		t.Fatalf("vipd --check with a 0644 key_file: accepted, want refused:\n%s", out)
+	}
+	if !strings.Contains(out, "0644") || !strings.Contains(out, "key_file") {
+		t.Errorf("vipd --check with a 0644 key_file: %q; want it to name key_file and the mode", out)
+	}
+	t.Logf("vipd --check: %s", strings.TrimSpace(out))
+}
