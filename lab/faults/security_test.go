@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,4 +178,113 @@ func TestKeyFileMode(t *testing.T) {
 		t.Errorf("vipd --check with a 0644 key_file: %q; want it to name key_file and the mode", out)
 	}
 	t.Logf("vipd --check: %s", strings.TrimSpace(out))
+}
+
+// newKey returns a random 32-byte key, base64.
+func newKey(t *testing.T) string {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(k)
+}
+
+// TestKeyRotationBySIGHUP rotates the membership key of a running cluster
+// the documented way, SIGHUP after each edit of every node's key_file: add
+// the new key as the second line everywhere, move it first everywhere, then
+// remove the old one. The cluster must stay formed with one holder
+// throughout; afterwards a node that only has the old key cannot join, and
+// with the new key it can.
+func TestKeyRotationBySIGHUP(t *testing.T) {
+	oldKey, newK := newKey(t), newKey(t)
+	keyFile := func(h *netlab.Host) string { return filepath.Join(h.Dir, "cluster.key") }
+	writeKeys := func(h *netlab.Host, keys ...string) {
+		t.Helper()
+		if err := os.WriteFile(keyFile(h), []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, vip, holder := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
+		writeKeys(h, oldKey)
+		return l.VipdConfig(h, keyOpts(keyFile(h)))
+	})
+	s := startSampler(t, l, vip, 60*time.Second)
+	start := time.Now()
+	for _, step := range []struct {
+		name string
+		keys []string
+	}{
+		{"add the new key second", []string{oldKey, newK}},
+		{"move the new key first", []string{newK, oldKey}},
+		{"remove the old key", []string{newK}},
+	} {
+		for _, n := range l.Nodes {
+			from := len(logOf(t, n))
+			writeKeys(n, step.keys...)
+			if err := l.Vipd(n).Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			ok, _ := netlab.Eventually(5*time.Second, 50*time.Millisecond, func() (bool, string) {
+				return len(logLines(logOf(t, n)[from:], "membership keys rotated")) > 0, ""
+			})
+			if !ok {
+				t.Fatalf("%s: %s: no \"membership keys rotated\" in its log within 5s of SIGHUP:\n%s", n.Name, step.name, logOf(t, n)[from:])
+			}
+		}
+		// A gossip round or two with the new keyrings, then check.
+		time.Sleep(2 * time.Second)
+		for _, n := range l.Nodes {
+			if err := waitAlive(l, n, l.Nodes, time.Second); err != nil {
+				t.Errorf("after %q: %v", step.name, err)
+			}
+		}
+		if h, err := l.OneHolder(vip); err != nil || h != holder.Name {
+			t.Errorf("after %q: holder %q, err %v; want %s to keep it", step.name, h, err, holder.Name)
+		}
+	}
+	st := stats(s.stop())
+	t.Logf("rotation in %v: %s", time.Since(start).Round(time.Millisecond), st)
+	if st.multi > 0 || st.none > 0 || len(st.errs) > 0 {
+		t.Errorf("during key rotation: want exactly one holder in every sample: %s", st)
+	}
+	for _, n := range l.Nodes {
+		if lines := logBetween(t, n, start, time.Now(), "state=dead", "state=suspect"); len(lines) > 0 {
+			t.Errorf("%s saw members fail during the rotation: %s", n.Name, lines[0])
+		}
+	}
+
+	// The old key is gone from the cluster: a node with only the old key
+	// cannot join; with the new one it can.
+	var x *netlab.Host
+	for _, n := range l.Nodes {
+		if n != holder {
+			x = n
+			break
+		}
+	}
+	stop(t, l, x)
+	writeKeys(x, oldKey)
+	l.StartVipd(x, keyOpts(keyFile(x)))
+	ok, detail := netlab.Eventually(rejoinInterval+time.Second, 200*time.Millisecond, func() (bool, string) {
+		for _, o := range others(l, x) {
+			ost, err := l.Status(o)
+			if err != nil {
+				return true, err.Error()
+			}
+			if s := memberState(ost, x.Name); s == "alive" {
+				return true, fmt.Sprintf("%s lists %s alive", o.Name, x.Name)
+			}
+		}
+		return false, ""
+	})
+	if ok {
+		t.Errorf("%s with only the retired key: %s; want it kept out", x.Name, detail)
+	}
+	stop(t, l, x)
+	writeKeys(x, newK)
+	l.StartVipd(x, keyOpts(keyFile(x)))
+	if err := waitAlive(l, x, l.Nodes, settle); err != nil {
+		t.Errorf("%s with the new key: %v", x.Name, err)
+	}
 }
