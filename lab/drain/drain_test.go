@@ -12,12 +12,11 @@ import (
 // lossless (1), restore does not take the VIP back with preempt off (6),
 // and withdraw is refused on the last eligible node unless forced (5).
 //
-// The withdraw asserts zero failed probes, not a gap bound: the old owner
-// keeps the address until the successor reports holding it, and the
-// successor's gratuitous ARP repoints the client before the old address
-// goes, so there is no window in which a new connection can fail. Every run
-// while writing this test (20 ms probes, 200 ms probe timeout) saw zero
-// failures; a failure here is a regression of make-before-break.
+// The withdraw asserts a client-observed gap under maxPlannedGap (100 ms),
+// not zero failed probes: the old owner keeps the address until the
+// successor reports holding it, so no new connection finds the VIP missing,
+// but a connection in flight at the moment the successor's gratuitous ARP
+// repoints the client is reset (see maxPlannedGap). Most runs lose no probe.
 func TestPlannedDrain(t *testing.T) {
 	l, vip, owner := cluster(t, opts, true)
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 90 * time.Second})
@@ -192,10 +191,7 @@ func drain(t *testing.T, l *netlab.Lab, pr *netlab.Prober, vip netlab.VIP, from 
 	first, _ := firstServedBy(window, from.Name)
 	t.Logf("withdraw %s -> %s: %d probes, %d failed, servers %v, first answer from %s %v after the command started",
 		from.Name, name, len(window), n, servers, name, first.Start.Sub(ev.Time).Round(time.Millisecond))
-	if n > 0 {
-		run, gap := netlab.LongestFailure(window, probeInterval)
-		t.Errorf("withdraw --wait on %s: %d of %d probes failed (longest run %d, %v), want none (make-before-break)", from.Name, n, len(window), run, gap)
-	}
+	checkPlannedGap(t, "withdraw --wait on "+from.Name, window)
 	st, err := l.Status(from)
 	if err != nil {
 		t.Fatal(err)
