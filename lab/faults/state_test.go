@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,8 +99,19 @@ func TestCorruptStateFiles(t *testing.T) {
 	if st, err := l.Status(x); err != nil || st.Withdrawn {
 		t.Errorf("%s after restore: withdrawn=%t err %v, want false", x.Name, st.Withdrawn, err)
 	}
-	// Now x is the only other eligible node: withdrawing y moves the VIP
-	// to it.
+	// Now x is the only other eligible node: once y has heard of the
+	// restore, withdrawing y moves the VIP to x.
+	ok, detail := netlab.Eventually(5*time.Second, 100*time.Millisecond, func() (bool, string) {
+		st, err := l.Status(y)
+		if err != nil {
+			return false, err.Error()
+		}
+		m, _ := st.Member(x.Name)
+		return m.State == "alive" && !m.Withdrawn, fmt.Sprintf("%s sees %s as %+v", y.Name, x.Name, m)
+	})
+	if !ok {
+		t.Fatalf("after restore of %s: %s", x.Name, detail)
+	}
 	if out, err := l.Vipctl(y, "withdraw", "--wait", "--timeout", "10s"); err != nil {
 		t.Fatalf("vipctl withdraw on %s: %v: %s", y.Name, err, out)
 	}
