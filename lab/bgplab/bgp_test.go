@@ -138,7 +138,7 @@ func runScenario(t *testing.T, l *lab) {
 	t.Run("all", func(t *testing.T) { allMode(t, l) })
 }
 
-// ownerIn returns the owner every node's status names and checks that
+// agreedOwner returns the node every status names as owner and checks that
 // only it reports holding the VIP.
 func (l *lab) agreedOwner() (*node, string) {
 	owner := ""
@@ -346,7 +346,12 @@ func allMode(t *testing.T, l *lab) {
 		t.Errorf("only %d probes in %v, want at least %d", total, end.Sub(start), minProbes)
 	}
 	if failed > 0 {
-		t.Errorf("%d probes lost during withdraw --wait: %v", failed, fails)
+		// A reset at the moment the kernel's ECMP set shrinks (when the
+		// GSHUT path leaves it) would be the router rehashing a connection
+		// in flight to another node; a timeout or "unreachable" would be a
+		// blackhole. Compare the times with the vipd logs dumped below.
+		t.Errorf("%d probes lost during withdraw --wait (started %s, %s seen %v later): %v",
+			failed, start.Format("15:04:05.000"), gshut, seen.Sub(start).Round(time.Millisecond), fails)
 	}
 	t.Logf("announce=all: before the withdraw the client was answered by %s", fmtCounts(before))
 	if all, allFailed, _, allFails := countProbes(results, warm, end); allFailed > 0 {

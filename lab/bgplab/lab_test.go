@@ -632,7 +632,7 @@ func (pr *prober) stop(t *testing.T) []probeResult {
 	return pr.snapshot()
 }
 
-// count returns how many results in [from, to) there are, how many failed
+// countProbes returns how many results in [from, to) there are, how many failed
 // and how many each server answered.
 func countProbes(rs []probeResult, from, to time.Time) (total, failed int, by map[string]int, fails []string) {
 	by = map[string]int{}
