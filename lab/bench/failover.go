@@ -65,8 +65,8 @@ func failover(ctx context.Context, l *netlab.Lab, sys system, scenarios []string
 	for _, sc := range scenarios {
 		for run := 1; run <= runs && ctx.Err() == nil; run++ {
 			tr := trial(l, sys, sc, run)
-			status := fmt.Sprintf("gap %v takeover %v failed %d split %v (after heal %v) %s->%s",
-				tr.Gap, tr.Takeover, tr.Failed, tr.Split, tr.SplitAfterHeal, tr.From, tr.To)
+			status := fmt.Sprintf("gap %v takeover %v failed %d split %v (after heal %v) %s->%s %s",
+				tr.Gap, tr.Takeover, tr.Failed, tr.Split, tr.SplitAfterHeal, tr.From, tr.To, tr.FirstFailure)
 			if tr.Err != "" {
 				status = "ERROR " + tr.Err
 			}
@@ -169,6 +169,12 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 	g := netlab.Analyze(pr.Probes(), []netlab.Event{ev, healEv}, probeInterval)[0]
 	tr.Gap, tr.Failed, tr.To, tr.Takeover = g.Outage, g.Failed, g.After, g.ToNewNode
 	tr.Split, tr.SplitAfterHeal = splitTime(samples, healEv.Time)
+	for _, p := range pr.Probes() {
+		if !p.OK && !p.Start.Before(ev.Time) && p.Start.Before(healEv.Time) {
+			tr.FirstFailure = p.Detail
+			break
+		}
+	}
 	return tr
 }
 

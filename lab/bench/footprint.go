@@ -180,9 +180,11 @@ func footprint(t *T, fp *Footprint, c Config) {
 	l.StartHTTPAll()
 	for _, k := range []struct {
 		vips        int
+		detection   string
 		idle, churn *Usage
-	}{{1, &fp.Idle1, &fp.Churn1}, {100, &fp.Idle100, &fp.Churn100}} {
+	}{{1, "fast", &fp.Idle1, &fp.Churn1}, {1, "lan", &fp.Idle1LAN, nil}, {100, "fast", &fp.Idle100, &fp.Churn100}} {
 		o := vipdOptions()
+		o.FailureDetection = k.detection
 		if k.vips > 1 {
 			o.VIPs = manyVIPs(k.vips, true)
 		}
@@ -193,7 +195,7 @@ func footprint(t *T, fp *Footprint, c Config) {
 		}
 		l.StartVipds(o)
 		if err := waitVIPsSettled(l, o.VIPs, nil, 60*time.Second); err != nil {
-			fp.Errors = append(fp.Errors, fmt.Sprintf("%d VIPs: %v", k.vips, err))
+			fp.Errors = append(fp.Errors, fmt.Sprintf("%d VIPs (%s): %v", k.vips, k.detection, err))
 			continue
 		}
 		// Let start-up work (joins, first health checks) pass.
@@ -203,7 +205,10 @@ func footprint(t *T, fp *Footprint, c Config) {
 			fp.Errors = append(fp.Errors, fmt.Sprintf("idle %d VIPs: %v", k.vips, err))
 		}
 		*k.idle = u
-		fmt.Fprintf(c.Log, "    footprint %d VIPs idle: RSS %d KiB, CPU %.2f%%\n", k.vips, u.RSSKiB, u.CPUPercent)
+		fmt.Fprintf(c.Log, "    footprint %d VIPs %s idle: RSS %d KiB, CPU %.2f%%\n", k.vips, k.detection, u.RSSKiB, u.CPUPercent)
+		if k.churn == nil {
+			continue
+		}
 		u, err = measure(l, footprintWindow, churn(l))
 		if err != nil {
 			fp.Errors = append(fp.Errors, fmt.Sprintf("churn %d VIPs: %v", k.vips, err))

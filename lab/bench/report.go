@@ -242,7 +242,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		p("## L2 failover: vipd vs keepalived\n\n")
 		p("![client-observed gap per scenario, min/median/max](%s)\n\n", svg)
 		p("Three nodes on one bridge, VIP 192.0.2.10/32, client probing it every %v (TCP connect + HTTP GET, %v timeout). ", probeInterval, probeTimeout)
-		p("%d runs per scenario and system asked for; all times in ms as min / median / max.\n\n", r.Runs)
+		p("Runs per scenario and system: %d. All times in ms as min / median / max.\n\n", r.Runs)
 		p("- **gap**: longest run of failed probes between the event and the heal (first failed probe to the next answered one).\n")
 		p("- **takeover**: event to the first probe answered by another node.\n")
 		p("- **two holders**: time two nodes had the VIP on their interface at once (addresses sampled every %v on all nodes), over the whole trial; **after heal**: the part after the failure was undone.\n\n", sampleEvery)
@@ -286,7 +286,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if len(r.BGP) > 0 {
 		p("## BGP: route at the router\n\n")
-		p("vipd announces 203.0.113.10/32 (`announce = \"owner\"`) to BIRD (%s), `hold_time = \"3s\"`, `keepalive = \"1s\"`, `graceful_shutdown = \"0s\"` (with the default 5s, a withdraw first keeps the route, depreferenced, for that long). ", strings.Fields(m.BIRD + " BIRD")[0])
+		p("vipd announces 203.0.113.10/32 (`announce = \"owner\"`) to BIRD (%s) in the client namespace, `hold_time = \"3s\"`, `keepalive = \"1s\"`, `graceful_shutdown = \"0s\"` (with the default 5s, a withdraw first keeps the route, depreferenced, for that long). ", strings.Fields(m.BIRD + " BIRD")[0])
 		p("BIRD's table polled every 20 ms with birdc. Times in ms, min / median / max.\n\n")
 		p("| event | runs | route via the old owner gone | path via the new owner |\n|---|---|---|---|\n")
 		for _, sc := range BGPScenarios {
@@ -322,12 +322,12 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if fp := r.Footprint; fp != nil {
 		p("## Footprint (vipd)\n\n")
-		p("Three nodes; the largest RSS and CPU share of the three vipd processes over a %v window. Churn: `vipctl withdraw` / `restore` on the nodes in turn every 500 ms. The 100 VIPs each have the HTTP health check (100 checks a second per node).\n\n", footprintWindow)
+		p("Three nodes; the largest RSS and CPU share of the three vipd processes over a %v window. `failure_detection = \"fast\"` unless noted. Churn: `vipctl withdraw` / `restore` on the nodes in turn every 500 ms. The 100 VIPs each have the HTTP health check (100 checks a second per node).\n\n", footprintWindow)
 		p("| | RSS (MiB) | CPU (%% of a core) |\n|---|---|---|\n")
 		for _, u := range []struct {
 			label string
 			u     Usage
-		}{{"1 VIP, idle", fp.Idle1}, {"1 VIP, churn", fp.Churn1}, {"100 VIPs, idle", fp.Idle100}, {"100 VIPs, churn", fp.Churn100}} {
+		}{{"1 VIP, idle", fp.Idle1}, {"1 VIP, churn", fp.Churn1}, {"1 VIP, idle, failure_detection \"lan\"", fp.Idle1LAN}, {"100 VIPs, idle", fp.Idle100}, {"100 VIPs, churn", fp.Churn100}} {
 			if u.u.Window == 0 {
 				p("| %s | - | - |\n", u.label)
 				continue

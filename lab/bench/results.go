@@ -63,6 +63,8 @@ type Trial struct {
 	Split time.Duration
 	// SplitAfterHeal is the part of Split after the heal.
 	SplitAfterHeal time.Duration
+	// FirstFailure is the error of the first failed probe in the window.
+	FirstFailure string `json:",omitempty"`
 	// Err is set when the trial did not complete; its figures are not used.
 	Err string `json:",omitempty"`
 }
@@ -101,6 +103,8 @@ type Usage struct {
 type Footprint struct {
 	// Idle1, Churn1: 3 nodes, 1 VIP, idle and with withdraw/restore churn.
 	Idle1, Churn1 Usage
+	// Idle1LAN: 3 nodes, 1 VIP, idle, failure_detection "lan".
+	Idle1LAN Usage
 	// Idle100, Churn100: 3 nodes, 100 VIPs.
 	Idle100, Churn100 Usage
 	// VipdBytes and VipctlBytes are the sizes of bin/vipd and bin/vipctl.

@@ -33,6 +33,9 @@ type T struct {
 	cleanups []func()
 }
 
+// maxLogLine bounds one log message of a T.
+const maxLogLine = 4000
+
 // Do runs f with a new T called name on its own goroutine, then the
 // cleanups f registered, newest first. It returns an error with every
 // Error/Fatal/Skip message when f failed.
@@ -84,9 +87,16 @@ func (t *T) Log(args ...any) { t.Logf("%s", fmt.Sprintln(args...)) }
 
 // Logf writes a log line.
 func (t *T) Logf(format string, args ...any) {
-	if t.log != nil {
-		fmt.Fprintf(t.log, "    %s: %s\n", t.name, strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
+	if t.log == nil {
+		return
 	}
+	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	// Lab log dumps (every vipd log after a failure) would bury the
+	// progress lines: keep their start.
+	if len(msg) > maxLogLine {
+		msg = fmt.Sprintf("%s ... (%d more bytes)", msg[:maxLogLine], len(msg)-maxLogLine)
+	}
+	fmt.Fprintf(t.log, "    %s: %s\n", t.name, msg)
 }
 
 // Error records a failure and goes on.
