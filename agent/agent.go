@@ -156,6 +156,7 @@ const staleHolderSettle = 3 * time.Second
 
 type withdrawWaiter struct {
 	vips     []string
+	force    bool // done once released here, even if no node takes over
 	deadline time.Time
 	reply    chan error
 }
@@ -957,11 +958,17 @@ func (a *Agent) onConflict(c conflict) {
 	if v == nil || !v.held {
 		return
 	}
+	if v.owner != a.self {
+		// This node is handing the VIP off (make-before-break) or lost
+		// a contest: the new owner's announcements are expected.
+		a.log.Debug("VIP announced by its new owner while handing off", "vip", c.vip, "mac", c.mac, "owner", v.owner)
+		return
+	}
 	a.metrics.conflicts.WithLabelValues(c.vip).Inc()
 	a.log.Warn("duplicate owner: another host answers for a held VIP", "vip", c.vip, "mac", c.mac, "owner", v.owner)
 	a.events.publish(&apipb.Event{Kind: "conflict", Vip: c.vip, Node: a.self, Message: "another host answers for the VIP from MAC " + c.mac})
 	now := a.now()
-	if v.owner == a.self && now.Sub(v.lastReassert) >= time.Second {
+	if now.Sub(v.lastReassert) >= time.Second {
 		v.lastReassert = now
 		if err := v.ann.Announce(context.Background(), v.cfg.addr); err != nil {
 			a.log.Warn("re-assert VIP", "vip", c.vip, "err", err)

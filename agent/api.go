@@ -187,6 +187,9 @@ func (s *apiServer) Withdraw(ctx context.Context, req *apipb.WithdrawRequest) (*
 		}
 		resp.HandedOver = w.vips
 		resp.Message = "every VIP this node held is now held elsewhere"
+		if w.force {
+			resp.Message = "every VIP this node held is released here (forced: another node may not hold it)"
+		}
 		return resp, nil
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -206,6 +209,57 @@ func (s *apiServer) Restore(ctx context.Context, _ *apipb.RestoreRequest) (*apip
 		return nil, rerr
 	}
 	return &apipb.RestoreResponse{}, nil
+}
+
+// Forget implements apipb.VipdServer.
+func (s *apiServer) Forget(ctx context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
+	if err := s.authorize(ctx, "forget"); err != nil {
+		return nil, err
+	}
+	var ferr error
+	if err := s.a.do(ctx, func() { ferr = s.a.forget(req.GetNode()) }); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	return &apipb.ForgetResponse{}, nil
+}
+
+// forget drops a member that is not alive from the table and the cache.
+func (a *Agent) forget(name string) error {
+	if name == "" || name == a.self {
+		return status.Errorf(codes.InvalidArgument, "forget: name another node, not %q", name)
+	}
+	known := false
+	for _, m := range a.ml.snapshot() {
+		if m.Name != name {
+			continue
+		}
+		known = true
+		if m.State == StateAlive || m.State == StateSuspect {
+			return status.Errorf(codes.FailedPrecondition, "forget: %s is %s; stop it (or wait until it is dead) first", name, m.State)
+		}
+	}
+	var next []CachedPeer
+	for _, p := range a.getCache() {
+		if p.Name == name {
+			known = true
+			continue
+		}
+		next = append(next, p)
+	}
+	if !known {
+		return status.Errorf(codes.NotFound, "forget: no member named %q", name)
+	}
+	a.ml.forget(name)
+	a.setCache(next)
+	if err := savePeerCache(a.cfg.StateDir, next); err != nil {
+		a.log.Error("save peer cache (kept in memory)", "err", err)
+	}
+	a.log.Info("member forgotten", "member", name)
+	a.events.publish(&apipb.Event{Kind: "membership", Node: name, Message: "forgotten by " + a.self})
+	return nil
 }
 
 // Events implements apipb.VipdServer.
@@ -278,7 +332,7 @@ func (a *Agent) withdraw(wait, force bool, timeout time.Duration) (*withdrawWait
 	if !wait {
 		return nil, resp, nil
 	}
-	w := &withdrawWaiter{vips: held, deadline: a.now().Add(timeout), reply: make(chan error, 1)}
+	w := &withdrawWaiter{vips: held, force: force, deadline: a.now().Add(timeout), reply: make(chan error, 1)}
 	a.waiters = append(a.waiters, w)
 	a.checkWaiters(members, a.now())
 	return w, resp, nil
@@ -309,7 +363,7 @@ func (a *Agent) checkWaiters(members []memberInfo, now time.Time) {
 			if v == nil {
 				continue
 			}
-			if v.held || (v.cfg.Announce != "all" && !heldElsewhere(a.self, name, members)) {
+			if v.held || (v.cfg.Announce != "all" && !w.force && !heldElsewhere(a.self, name, members)) {
 				done = false
 				pending = append(pending, name)
 			}

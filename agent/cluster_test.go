@@ -403,3 +403,38 @@ func (c *testCluster) waitStatus(node string, ok func(*apipb.StatusResponse) boo
 	}
 	c.t.Fatalf("%s never saw %s; last status %v", node, what, last)
 }
+
+// TestForget: a member removed without a clean stop (a "ghost" in the peer
+// cache that never answers) can be forgotten; alive members cannot.
+func TestForget(t *testing.T) {
+	c := newTestCluster(t, "a", "b")
+	state := c.nodes["a"].cfg.StateDir
+	if err := savePeerCache(state, []CachedPeer{{Name: "ghost", Address: "127.0.0.1:9"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.start("a")
+	c.start("b")
+	c.waitFormed()
+	cl := c.client("a")
+	if _, err := cl.Forget(t.Context(), &apipb.ForgetRequest{Node: "b"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("forget alive member: %v, want FailedPrecondition", err)
+	}
+	if _, err := cl.Forget(t.Context(), &apipb.ForgetRequest{Node: "nobody"}); status.Code(err) != codes.NotFound {
+		t.Errorf("forget unknown member: %v, want NotFound", err)
+	}
+	if _, err := cl.Forget(t.Context(), &apipb.ForgetRequest{Node: "ghost"}); err != nil {
+		t.Fatalf("forget ghost: %v", err)
+	}
+	peers, err := loadPeerCache(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range peers {
+		if p.Name == "ghost" {
+			t.Errorf("ghost still cached: %v", peers)
+		}
+	}
+	if len(peers) != 1 || peers[0].Name != "b" {
+		t.Errorf("cache after forget = %v, want [b]", peers)
+	}
+}

@@ -115,6 +115,9 @@ func Elect(members []Member, vip ElectionVIP) Result {
 		res.Owner = holders[0]
 		res.Reason = ReasonKeep
 	}
+	if res.Bootstrap && res.Reason != ReasonBootstrap {
+		res.Reason += "; " + ReasonBootstrap
+	}
 	return res
 }
 

@@ -615,6 +615,86 @@ func (*RestoreResponse) Descriptor() ([]byte, []int) {
 	return file_vipd_proto_rawDescGZIP(), []int{8}
 }
 
+type ForgetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetRequest) Reset() {
+	*x = ForgetRequest{}
+	mi := &file_vipd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetRequest) ProtoMessage() {}
+
+func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_vipd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
+func (*ForgetRequest) Descriptor() ([]byte, []int) {
+	return file_vipd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ForgetRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type ForgetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetResponse) Reset() {
+	*x = ForgetResponse{}
+	mi := &file_vipd_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetResponse) ProtoMessage() {}
+
+func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_vipd_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
+func (*ForgetResponse) Descriptor() ([]byte, []int) {
+	return file_vipd_proto_rawDescGZIP(), []int{10}
+}
+
 type EventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// follow keeps the stream open for new events after the recent ones.
@@ -625,7 +705,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +717,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +730,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{9}
+	return file_vipd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EventsRequest) GetFollow() bool {
@@ -676,7 +756,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +768,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +781,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{10}
+	return file_vipd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -811,7 +891,10 @@ const file_vipd_proto_rawDesc = "" +
 	"handedOver\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\x10\n" +
 	"\x0eRestoreRequest\"\x11\n" +
-	"\x0fRestoreResponse\"'\n" +
+	"\x0fRestoreResponse\"#\n" +
+	"\rForgetRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\x10\n" +
+	"\x0eForgetResponse\"'\n" +
 	"\rEventsRequest\x12\x16\n" +
 	"\x06follow\x18\x01 \x01(\bR\x06follow\"\xb4\x01\n" +
 	"\x05Event\x12\x1b\n" +
@@ -822,11 +905,12 @@ const file_vipd_proto_rawDesc = "" +
 	"\x04from\x18\x05 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x06 \x01(\tR\x02to\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage2\xf4\x01\n" +
+	"\amessage\x18\b \x01(\tR\amessage2\xaf\x02\n" +
 	"\x04Vipd\x129\n" +
 	"\x06Status\x12\x16.vipd.v1.StatusRequest\x1a\x17.vipd.v1.StatusResponse\x12?\n" +
 	"\bWithdraw\x12\x18.vipd.v1.WithdrawRequest\x1a\x19.vipd.v1.WithdrawResponse\x12<\n" +
-	"\aRestore\x12\x17.vipd.v1.RestoreRequest\x1a\x18.vipd.v1.RestoreResponse\x122\n" +
+	"\aRestore\x12\x17.vipd.v1.RestoreRequest\x1a\x18.vipd.v1.RestoreResponse\x129\n" +
+	"\x06Forget\x12\x16.vipd.v1.ForgetRequest\x1a\x17.vipd.v1.ForgetResponse\x122\n" +
 	"\x06Events\x12\x16.vipd.v1.EventsRequest\x1a\x0e.vipd.v1.Event0\x01B\"Z github.com/vipd/vipd/agent/apipbb\x06proto3"
 
 var (
@@ -841,7 +925,7 @@ func file_vipd_proto_rawDescGZIP() []byte {
 	return file_vipd_proto_rawDescData
 }
 
-var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_vipd_proto_goTypes = []any{
 	(*StatusRequest)(nil),    // 0: vipd.v1.StatusRequest
 	(*StatusResponse)(nil),   // 1: vipd.v1.StatusResponse
@@ -852,8 +936,10 @@ var file_vipd_proto_goTypes = []any{
 	(*WithdrawResponse)(nil), // 6: vipd.v1.WithdrawResponse
 	(*RestoreRequest)(nil),   // 7: vipd.v1.RestoreRequest
 	(*RestoreResponse)(nil),  // 8: vipd.v1.RestoreResponse
-	(*EventsRequest)(nil),    // 9: vipd.v1.EventsRequest
-	(*Event)(nil),            // 10: vipd.v1.Event
+	(*ForgetRequest)(nil),    // 9: vipd.v1.ForgetRequest
+	(*ForgetResponse)(nil),   // 10: vipd.v1.ForgetResponse
+	(*EventsRequest)(nil),    // 11: vipd.v1.EventsRequest
+	(*Event)(nil),            // 12: vipd.v1.Event
 }
 var file_vipd_proto_depIdxs = []int32{
 	2,  // 0: vipd.v1.StatusResponse.members:type_name -> vipd.v1.MemberStatus
@@ -862,13 +948,15 @@ var file_vipd_proto_depIdxs = []int32{
 	0,  // 3: vipd.v1.Vipd.Status:input_type -> vipd.v1.StatusRequest
 	5,  // 4: vipd.v1.Vipd.Withdraw:input_type -> vipd.v1.WithdrawRequest
 	7,  // 5: vipd.v1.Vipd.Restore:input_type -> vipd.v1.RestoreRequest
-	9,  // 6: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
-	1,  // 7: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
-	6,  // 8: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
-	8,  // 9: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
-	10, // 10: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
-	7,  // [7:11] is the sub-list for method output_type
-	3,  // [3:7] is the sub-list for method input_type
+	9,  // 6: vipd.v1.Vipd.Forget:input_type -> vipd.v1.ForgetRequest
+	11, // 7: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
+	1,  // 8: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
+	6,  // 9: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
+	8,  // 10: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
+	10, // 11: vipd.v1.Vipd.Forget:output_type -> vipd.v1.ForgetResponse
+	12, // 12: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -885,7 +973,7 @@ func file_vipd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_vipd_proto_rawDesc), len(file_vipd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

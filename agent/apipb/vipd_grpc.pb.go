@@ -25,6 +25,7 @@ const (
 	Vipd_Status_FullMethodName   = "/vipd.v1.Vipd/Status"
 	Vipd_Withdraw_FullMethodName = "/vipd.v1.Vipd/Withdraw"
 	Vipd_Restore_FullMethodName  = "/vipd.v1.Vipd/Restore"
+	Vipd_Forget_FullMethodName   = "/vipd.v1.Vipd/Forget"
 	Vipd_Events_FullMethodName   = "/vipd.v1.Vipd/Events"
 )
 
@@ -38,6 +39,10 @@ type VipdClient interface {
 	Withdraw(ctx context.Context, in *WithdrawRequest, opts ...grpc.CallOption) (*WithdrawResponse, error)
 	// Restore clears the withdraw flag.
 	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
+	// Forget drops a dead or left member from this node's membership table
+	// and peer cache, so a host removed without a clean stop no longer counts
+	// towards quorum nor gets rejoined. Run it on every remaining node.
+	Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error)
 	// Events sends the recent ownership, membership and health events, then
 	// (with follow) new ones as they happen.
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
@@ -81,6 +86,16 @@ func (c *vipdClient) Restore(ctx context.Context, in *RestoreRequest, opts ...gr
 	return out, nil
 }
 
+func (c *vipdClient) Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetResponse)
+	err := c.cc.Invoke(ctx, Vipd_Forget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *vipdClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Vipd_ServiceDesc.Streams[0], Vipd_Events_FullMethodName, cOpts...)
@@ -110,6 +125,10 @@ type VipdServer interface {
 	Withdraw(context.Context, *WithdrawRequest) (*WithdrawResponse, error)
 	// Restore clears the withdraw flag.
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
+	// Forget drops a dead or left member from this node's membership table
+	// and peer cache, so a host removed without a clean stop no longer counts
+	// towards quorum nor gets rejoined. Run it on every remaining node.
+	Forget(context.Context, *ForgetRequest) (*ForgetResponse, error)
 	// Events sends the recent ownership, membership and health events, then
 	// (with follow) new ones as they happen.
 	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
@@ -131,6 +150,9 @@ func (UnimplementedVipdServer) Withdraw(context.Context, *WithdrawRequest) (*Wit
 }
 func (UnimplementedVipdServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedVipdServer) Forget(context.Context, *ForgetRequest) (*ForgetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Forget not implemented")
 }
 func (UnimplementedVipdServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
@@ -210,6 +232,24 @@ func _Vipd_Restore_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Vipd_Forget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VipdServer).Forget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Vipd_Forget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VipdServer).Forget(ctx, req.(*ForgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Vipd_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(EventsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -239,6 +279,10 @@ var Vipd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Restore",
 			Handler:    _Vipd_Restore_Handler,
+		},
+		{
+			MethodName: "Forget",
+			Handler:    _Vipd_Forget_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

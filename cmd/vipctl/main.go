@@ -44,6 +44,7 @@ Usage:
   vipctl [--socket PATH] status [--json]
   vipctl [--socket PATH] withdraw [--wait] [--timeout 30s] [--force]
   vipctl [--socket PATH] restore
+  vipctl [--socket PATH] forget NODE
   vipctl [--socket PATH] events [--follow] [--json]
   vipctl --version
 
@@ -58,6 +59,9 @@ Commands:
              --force withdraws even when no other node is eligible (the VIP
              goes down).
   restore    clear the withdraw flag.
+  forget     drop a dead or left member from this node's membership and peer
+             cache (a host removed without a clean stop otherwise counts
+             towards quorum and is rejoined forever). Run it on every node.
   events     recent ownership, membership and health events; --follow keeps
              streaming.
 
@@ -106,7 +110,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	if sub.NArg() > 0 {
+	var forgetNode string
+	if cmd == "forget" {
+		if sub.NArg() != 1 {
+			fmt.Fprintln(stderr, "vipctl forget: name the node to forget")
+			return exitUsage
+		}
+		forgetNode = sub.Arg(0)
+	} else if sub.NArg() > 0 {
 		fmt.Fprintf(stderr, "vipctl %s: unexpected argument %q\n", cmd, sub.Arg(0))
 		return exitUsage
 	}
@@ -156,6 +167,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, *socket, "restore", err)
 		}
 		fmt.Fprintln(stdout, "restored: this node is eligible again")
+	case "forget":
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := client.Forget(cctx, &apipb.ForgetRequest{Node: forgetNode}); err != nil {
+			return fail(stderr, *socket, "forget", err)
+		}
+		fmt.Fprintf(stdout, "forgot %s on this node\n", forgetNode)
 	case "events":
 		stream, err := client.Events(ctx, &apipb.EventsRequest{Follow: *follow})
 		if err != nil {
