@@ -31,6 +31,7 @@ const (
 	routerASN = 64512
 	nodeASN   = 64513
 	bgpBound  = 20 * time.Second
+	bgpQuiet  = 2 * time.Second
 )
 
 // birdConfig is the router: passive sessions to every node, hold time 3,
@@ -165,8 +166,9 @@ func bgpSteady(l *netlab.Lab, b *routers.BIRD) (*netlab.Host, error) {
 }
 
 // bgpBench measures withdraw-to-route-gone and crash-to-route-gone.
-func bgpBench(t *T, runs int, log io.Writer) []BGPTrial {
+func bgpBench(t *T, runs int, log io.Writer, logDir string) []BGPTrial {
 	l := netlab.New(t, netlab.Options{Nodes: 3})
+	keepLogs(t, l, logDir, "bgp")
 	bird := routers.StartBIRD(t, l.Client.NS, birdConfig(l))
 	procs := map[string]*netlab.Proc{}
 	for _, n := range l.Nodes {
@@ -187,6 +189,9 @@ func bgpBench(t *T, runs int, log io.Writer) []BGPTrial {
 					return
 				}
 				tr.From = owner.Name
+				// Let the previous trial's restore or restart settle
+				// (a node that just became eligible waits before claiming).
+				time.Sleep(bgpQuiet)
 				t0 := time.Now()
 				switch sc {
 				case "withdraw":

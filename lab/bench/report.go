@@ -286,7 +286,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if len(r.BGP) > 0 {
 		p("## BGP: route at the router\n\n")
-		p("vipd announces 203.0.113.10/32 (`announce = \"owner\"`) to BIRD (%s) in the client namespace, `hold_time = \"3s\"`, `keepalive = \"1s\"`, `graceful_shutdown = \"0s\"` (with the default 5s, a withdraw first keeps the route, depreferenced, for that long). ", strings.Fields(m.BIRD + " BIRD")[0])
+		p("vipd announces 203.0.113.10/32 (`announce = \"owner\"`) to %s in the client namespace, `hold_time = \"3s\"`, `keepalive = \"1s\"`, `graceful_shutdown = \"0s\"` (with the default 5s, a withdraw first keeps the route, depreferenced, for that long). ", m.BIRD)
 		p("BIRD's table polled every 20 ms with birdc. Times in ms, min / median / max.\n\n")
 		p("| event | runs | route via the old owner gone | path via the new owner |\n|---|---|---|---|\n")
 		for _, sc := range BGPScenarios {

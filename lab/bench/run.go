@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ type Config struct {
 	BinDir string
 	// Log receives progress lines.
 	Log io.Writer
+	// LogDir, when set, receives a copy of every lab's daemon logs
+	// (LogDir/<lab>/<node>/*.log) before the lab is removed.
+	LogDir string
 }
 
 // Parts are the parts of a run, in order.
@@ -54,6 +58,7 @@ func Run(ctx context.Context, c Config) *Results {
 			logf("failover: %s, scenarios %v, %d runs each", name, c.Scenarios, c.Runs)
 			err := Do(ctx, "failover-"+name, c.Log, func(t *T) {
 				l := netlab.New(t, netlab.Options{Nodes: 3})
+				keepLogs(t, l, c.LogDir, "failover-"+name)
 				l.StartHTTPAll()
 				var sys system
 				switch name {
@@ -79,7 +84,7 @@ func Run(ctx context.Context, c Config) *Results {
 	}
 	if has(c.Parts, "bgp") && ctx.Err() == nil {
 		logf("bgp: %v, %d runs each", BGPScenarios, c.Runs)
-		err := Do(ctx, "bgp", c.Log, func(t *T) { r.BGP = bgpBench(t, c.Runs, c.Log) })
+		err := Do(ctx, "bgp", c.Log, func(t *T) { r.BGP = bgpBench(t, c.Runs, c.Log, c.LogDir) })
 		if err != nil {
 			r.Errors = append(r.Errors, err.Error())
 		}
@@ -96,7 +101,7 @@ func Run(ctx context.Context, c Config) *Results {
 	if has(c.Parts, "scale") && ctx.Err() == nil {
 		logf("scale: 16 nodes, 100 VIPs")
 		sc := &Scale{}
-		err := Do(ctx, "scale", c.Log, func(t *T) { scale(t, sc, c.Log) })
+		err := Do(ctx, "scale", c.Log, func(t *T) { scale(t, sc, c.Log, c.LogDir) })
 		if err != nil {
 			sc.Errors = append(sc.Errors, err.Error())
 		}
@@ -122,4 +127,33 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// keepLogs copies the lab's log files to dir/name when the lab is torn
+// down (dir "" keeps nothing).
+func keepLogs(t *T, l *netlab.Lab, dir, name string) {
+	if dir == "" {
+		return
+	}
+	t.Cleanup(func() {
+		hosts := append([]*netlab.Host(nil), l.Nodes...)
+		if l.Client != nil {
+			hosts = append(hosts, l.Client)
+		}
+		for _, h := range hosts {
+			logs, _ := filepath.Glob(filepath.Join(h.Dir, "*.log"))
+			more, _ := filepath.Glob(filepath.Join(h.Dir, "*", "*.log"))
+			for _, src := range append(logs, more...) {
+				rel, err := filepath.Rel(l.Dir, src)
+				if err != nil {
+					continue
+				}
+				dst := filepath.Join(dir, name, rel)
+				b, err := os.ReadFile(src)
+				if err == nil && os.MkdirAll(filepath.Dir(dst), 0o755) == nil {
+					os.WriteFile(dst, b, 0o644)
+				}
+			}
+		}
+	})
 }

@@ -89,10 +89,11 @@ func settleTime(l *netlab.Lab, vips []netlab.VIP, exclude *netlab.Host, t0 time.
 	return first.Sub(t0), nil
 }
 
-func scale(t *T, sc *Scale, log io.Writer) {
+func scale(t *T, sc *Scale, log io.Writer, logDir string) {
 	sc.Nodes, sc.VIPs = scaleNodes, scaleVIPs
 	no := false
 	l := netlab.New(t, netlab.Options{Nodes: scaleNodes, Client: &no})
+	keepLogs(t, l, logDir, "scale")
 	o := netlab.VipdOptions{VIPs: manyVIPs(scaleVIPs, false), RejoinInterval: "5s", FailureDetection: "fast", LogLevel: "info"}
 	t0 := time.Now()
 	var wg sync.WaitGroup

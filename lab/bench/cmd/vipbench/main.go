@@ -73,11 +73,12 @@ func run(args []string) error {
 	parts := fs.String("parts", "all", "parts: "+strings.Join(bench.Parts, ","))
 	bin := fs.String("bin", "bin", "directory holding vipd and vipctl")
 	out := fs.String("out", "", "write the results (JSON) here (required)")
+	logs := fs.String("logs", "", "copy every lab's daemon logs under this directory")
 	fs.Parse(args)
 	if *out == "" || *runs < 1 {
 		return fmt.Errorf("run: -out is required and -runs must be at least 1")
 	}
-	c := bench.Config{Runs: *runs, Log: os.Stderr}
+	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs}
 	var err error
 	if c.Scenarios, err = list(*scenarios, bench.Scenarios); err != nil {
 		return err
