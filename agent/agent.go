@@ -92,7 +92,10 @@ type Agent struct {
 	ready        bool
 	lastStatus   string
 	quorumLogged bool
-	lastPing     time.Time
+	// quorumRegained is when this node last regained quorum; its view of
+	// the other side is stale for a moment after that.
+	quorumRegained time.Time
+	lastPing       time.Time
 
 	self string // node name; fixed for the agent's life
 
@@ -147,11 +150,11 @@ type vipState struct {
 // the successor of a failed owner has been eligible all along.
 const claimSettle = time.Second
 
-// staleHolderSettle replaces claimSettle when a member this node last saw
-// holding the VIP is dead in its view: after a partition heals, the
-// returning side's view of the other side is stale until the rejoin's state
-// exchange and the refutations arrive, and the "dead" holder may well be
-// alive and serving.
+// staleHolderSettle replaces claimSettle, for a node that has just regained
+// quorum, when a member it last saw holding the VIP is dead in its view:
+// after a partition heals, the returning side's view of the other side is
+// stale until the rejoin's state exchange and the refutations arrive, and
+// the "dead" holder may well be alive and serving.
 const staleHolderSettle = 3 * time.Second
 
 type withdrawWaiter struct {
@@ -457,7 +460,7 @@ func (a *Agent) reconcile() {
 			if len(eligible) > 1 {
 				settle = claimSettle
 			}
-			if staleHolder(view, name) {
+			if staleHolder(view, name) && !a.quorumRegained.IsZero() && now.Sub(a.quorumRegained) < staleHolderSettle {
 				settle = staleHolderSettle
 			}
 			if now.Sub(v.eligibleSince) < settle {
@@ -533,6 +536,7 @@ func (a *Agent) reconcile() {
 	} else {
 		if a.quorumLogged {
 			a.log.Info("quorum regained", "alive", alive, "known", known)
+			a.quorumRegained = now
 			a.kickRejoin()
 		}
 		a.quorumLogged = false
