@@ -61,6 +61,9 @@ type Options struct {
 	Version string
 	// Tick is the reconcile period when nothing happens. [250ms]
 	Tick time.Duration
+	// LinkUp reports whether an L2 VIP's interface is up with carrier.
+	// [net.InterfaceByName flags up and running]
+	LinkUp func(iface string) bool
 }
 
 // Agent is one vipd node. Create it with New and run it with Run.
@@ -140,6 +143,8 @@ type vipState struct {
 	lastReassert time.Time
 	// othersHeld: at the last pass another alive node reported holding it.
 	othersHeld bool
+	// down: the VIP's L2 interface is down or has no carrier.
+	down bool
 }
 
 // claimSettle is how long a node that has just become eligible (start,
@@ -402,8 +407,8 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 func (a *Agent) localMeta() NodeMeta {
 	m := NodeMeta{Valid: true, Withdrawn: a.withdrawn || a.shuttingDown, Leaving: a.shuttingDown, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.vips {
-		vm := VIPMeta{Healthy: v.healthy, Held: v.held}
-		if vm.Healthy || vm.Held {
+		vm := VIPMeta{Healthy: v.healthy && !v.down, Held: v.held, Down: v.down}
+		if vm.Healthy || vm.Held || vm.Down {
 			m.VIPs[vipKey(v.cfg.Name)] = vm
 		}
 	}
@@ -437,6 +442,21 @@ func (a *Agent) reconcile() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	for _, name := range names {
+		v := a.vips[name]
+		down := v.cfg.Mode == ModeL2 && !a.linkUp(v.cfg.Interface)
+		if down != v.down {
+			v.down = down
+			a.log.Warn("VIP interface state", "vip", name, "interface", v.cfg.Interface, "down", down)
+			a.events.publish(&apipb.Event{Kind: "health", Vip: name, Node: self, Message: fmt.Sprintf("interface %s down=%v", v.cfg.Interface, down)})
+		}
+		if down && v.held {
+			// Nobody can reach the VIP through a dead link, and the
+			// successor cannot tell this node it holds the VIP: no
+			// make-before-break.
+			a.releaseNow(ctx, v, "interface "+v.cfg.Interface+" is down")
+		}
+	}
 	// One view for the pass: a VIP's election depends only on its own entry
 	// in this node's metadata, which changes only when that VIP is handled.
 	view := a.view(members)
@@ -893,6 +913,19 @@ func (a *Agent) kickRejoin() {
 	}
 }
 
+// linkUp reports whether an interface is administratively up and has
+// carrier. [Options.LinkUp]
+func (a *Agent) linkUp(iface string) bool {
+	if a.opts.LinkUp != nil {
+		return a.opts.LinkUp(iface)
+	}
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return false
+	}
+	return ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
+}
+
 // staleHolder reports whether a member that is dead in this view last
 // reported holding vip.
 func staleHolder(view []Member, vip string) bool {
@@ -933,14 +966,23 @@ func (a *Agent) startWatch(v *vipState) {
 	a.watchWG.Add(1)
 	go func() {
 		defer a.watchWG.Done()
-		err := w.WatchConflicts(ctx, addr, func(mac net.HardwareAddr) {
-			select {
-			case a.conflicts <- conflict{vip: name, mac: mac.String()}:
-			default:
+		// The watcher's socket dies with its link; start it again (with a
+		// pause) for as long as the VIP is held.
+		for ctx.Err() == nil {
+			err := w.WatchConflicts(ctx, addr, func(mac net.HardwareAddr) {
+				select {
+				case a.conflicts <- conflict{vip: name, mac: mac.String()}:
+				default:
+				}
+			})
+			if ctx.Err() != nil {
+				return
 			}
-		})
-		if err != nil && ctx.Err() == nil {
-			a.log.Warn("duplicate-owner detection stopped", "vip", name, "err", err)
+			a.log.Debug("duplicate-owner detection interrupted; restarting", "vip", name, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}()
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,8 @@ type testNode struct {
 	cancel context.CancelFunc
 	done   chan error
 	agent  *Agent
+	// linkDown makes the VIP's interface look down (no carrier).
+	linkDown atomic.Bool
 }
 
 type testCluster struct {
@@ -194,6 +197,7 @@ func (c *testCluster) start(name string) {
 		Backends: fakeBackendsFor(c.w, name),
 		Notify:   func(string) {},
 		Tick:     50 * time.Millisecond,
+		LinkUp:   func(string) bool { return !n.linkDown.Load() },
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -436,5 +440,28 @@ func TestForget(t *testing.T) {
 	}
 	if len(peers) != 1 || peers[0].Name != "b" {
 		t.Errorf("cache after forget = %v, want [b]", peers)
+	}
+}
+
+// TestClusterInterfaceDown: an owner whose VIP interface goes down releases
+// the VIP at once (no make-before-break through a dead link) and tells the
+// others it cannot carry it; when the link returns it does not take the
+// VIP back.
+func TestClusterInterfaceDown(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		c.start(n)
+	}
+	c.waitFormed()
+	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	c.nodes[owner].linkDown.Store(true)
+	h := c.waitHolders(5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "after owner link down")
+	if c.w.overlap > 0 {
+		t.Errorf("link-down handoff overlapped %d times; want release before the successor claims", c.w.overlap)
+	}
+	c.nodes[owner].linkDown.Store(false)
+	time.Sleep(2 * time.Second) // longer than claimSettle
+	if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
+		t.Errorf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
 	}
 }

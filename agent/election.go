@@ -64,7 +64,8 @@ type Result struct {
 // every node that sees the same members computes the same owner.
 //
 // A member is eligible when it is alive (or suspect: not yet declared
-// dead), not withdrawn and healthy for this VIP. When no alive,
+// dead), not withdrawn, able to carry the VIP (its interface is up) and
+// healthy for this VIP. When no alive,
 // non-withdrawn member is healthy (cluster bootstrap: the apiserver is not
 // up anywhere yet), eligibility falls back to alive and not withdrawn.
 //
@@ -79,15 +80,12 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	var eligible []Member
 	anyHealthy := false
 	for _, m := range members {
-		if !usable(m) {
-			continue
-		}
-		if m.Meta.VIP(key).Healthy {
+		if usableFor(m, key) && m.Meta.VIP(key).Healthy {
 			anyHealthy = true
 		}
 	}
 	for _, m := range members {
-		if usable(m) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+		if usableFor(m, key) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
 			eligible = append(eligible, m)
 		}
 	}
@@ -127,13 +125,13 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 	key := vipKey(vip.Name)
 	anyHealthy := false
 	for _, m := range members {
-		if usable(m) && m.Meta.VIP(key).Healthy {
+		if usableFor(m, key) && m.Meta.VIP(key).Healthy {
 			anyHealthy = true
 		}
 	}
 	var out []string
 	for _, m := range members {
-		if usable(m) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+		if usableFor(m, key) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
 			out = append(out, m.Name)
 		}
 	}
@@ -143,6 +141,11 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 
 func usable(m Member) bool {
 	return (m.State == StateAlive || m.State == StateSuspect) && m.Meta.Valid && !m.Meta.Withdrawn
+}
+
+// usableFor: usable, and able to carry the VIP with key k at all.
+func usableFor(m Member, k uint32) bool {
+	return usable(m) && !m.Meta.VIP(k).Down
 }
 
 // sortByRank sorts items by the rendezvous rank of their node name for vip,

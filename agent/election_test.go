@@ -191,3 +191,30 @@ func BenchmarkParseConfig(b *testing.B) {
 		}
 	}
 }
+
+func down(m *Member) { setVIP(m, func(v *VIPMeta) { v.Down = true; v.Healthy = false }) }
+
+func TestElectInterfaceDown(t *testing.T) {
+	top := topRanked("cp-1", "cp-2", "cp-3")
+	var others []string
+	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
+		if n != top {
+			others = append(others, n)
+		}
+	}
+	vip := ElectionVIP{Name: "api"}
+	// Even when nobody is healthy (bootstrap fallback), a node whose
+	// interface is down is never chosen.
+	got := Elect([]Member{node(top, down), node(others[0], unhealthy), node(others[1], unhealthy)}, vip)
+	if got.Owner == top || got.Owner == "" || !got.Bootstrap {
+		t.Errorf("interface down in bootstrap fallback: %+v, want another owner by fallback", got)
+	}
+	// A holder whose interface went down loses the VIP.
+	got = Elect([]Member{node(top, holds, down), node(others[0]), node(others[1])}, vip)
+	if got.Owner == top {
+		t.Errorf("holder with interface down kept the VIP: %+v", got)
+	}
+	if got := Elect([]Member{node(top, down)}, vip); got.Owner != "" {
+		t.Errorf("only node has its interface down: owner %q, want none", got.Owner)
+	}
+}

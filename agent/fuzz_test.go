@@ -166,6 +166,7 @@ func startFuzzAgent(t *testing.T) *apiServer {
 			Backends: fakeBackendsFor(newWire(), "solo"),
 			Notify:   func(string) {},
 			Tick:     20 * time.Millisecond,
+			LinkUp:   func(string) bool { return true },
 		})
 		if err != nil {
 			fuzzAgentErr = err

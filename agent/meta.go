@@ -15,7 +15,8 @@ import (
 //	byte 0      version (1)
 //	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown)
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
-//	            and a flags byte: bit 0 healthy, bit 1 held
+//	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
+//	            VIP's interface is down: never eligible for it)
 //
 // VIPs not listed are unhealthy and not held.
 type NodeMeta struct {
@@ -33,6 +34,9 @@ type NodeMeta struct {
 type VIPMeta struct {
 	Healthy bool
 	Held    bool
+	// Down: the node cannot carry the VIP (its L2 interface is down or has
+	// no carrier); it is not eligible, not even by the bootstrap fallback.
+	Down bool
 }
 
 const (
@@ -41,6 +45,7 @@ const (
 	metaFlagLeaving  = 1 << 1
 	vipFlagHealthy   = 1 << 0
 	vipFlagHeld      = 1 << 1
+	vipFlagDown      = 1 << 2
 	metaMaxSize      = 512
 )
 
@@ -71,6 +76,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		if v.Held {
 			f |= vipFlagHeld
 		}
+		if v.Down {
+			f |= vipFlagDown
+		}
 		b = binary.BigEndian.AppendUint32(b, k)
 		b = append(b, f)
 	}
@@ -96,7 +104,7 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 	for p := 2; p < len(b); p += 5 {
 		k := binary.BigEndian.Uint32(b[p:])
 		f := b[p+4]
-		m.VIPs[k] = VIPMeta{Healthy: f&vipFlagHealthy != 0, Held: f&vipFlagHeld != 0}
+		m.VIPs[k] = VIPMeta{Healthy: f&vipFlagHealthy != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0}
 	}
 	return m, nil
 }

@@ -20,7 +20,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out.Valid || !out.Withdrawn || !out.Leaving || len(out.VIPs) != 3 || out.VIP(vipKey("c")) != (VIPMeta{true, true}) || out.VIP(vipKey("b")) != (VIPMeta{Held: true}) {
+	if !out.Valid || !out.Withdrawn || !out.Leaving || len(out.VIPs) != 3 || out.VIP(vipKey("c")) != (VIPMeta{Healthy: true, Held: true}) || out.VIP(vipKey("b")) != (VIPMeta{Held: true}) {
 		t.Errorf("round trip: %+v", out)
 	}
 	b2, _ := out.Encode()

@@ -51,9 +51,9 @@ func TestSystemdNotify(t *testing.T) {
 	bin := vipdBinary(t)
 
 	// Without root, or as root without touching the host: the VIP's
-	// interface does not exist, so every announce fails (logged) and the
-	// loop must keep pinging anyway.
-	t.Run("announce failing", func(t *testing.T) {
+	// interface does not exist, so vipd reports it down and cannot hold the
+	// VIP, and the loop must keep pinging anyway.
+	t.Run("interface missing", func(t *testing.T) {
 		dir := t.TempDir()
 		n := runNotifyScenario(t, notifyScenario{
 			bin:        bin,
@@ -62,8 +62,8 @@ func TestSystemdNotify(t *testing.T) {
 			iface:      "vtnotify-none",
 			wantStatus: "STATUS=holding no VIP",
 		})
-		if !strings.Contains(n.logs.String(), "announce VIP") {
-			t.Errorf("no \"announce VIP\" error logged although interface vtnotify-none does not exist; the scenario did not exercise a failing announce\nlogs:\n%s", n.logs.String())
+		if !strings.Contains(n.logs.String(), "VIP interface state") || !strings.Contains(n.logs.String(), "down=true") {
+			t.Errorf("no \"VIP interface state ... down=true\" logged although interface vtnotify-none does not exist; the scenario did not exercise an unusable VIP\nlogs:\n%s", n.logs.String())
 		}
 	})
 
