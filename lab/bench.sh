@@ -8,6 +8,7 @@
 #   SYSTEMS=all     vipd,keepalived
 #   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
+#   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
 #
 # Needs root, go, ip, keepalived, bird2 (bird, birdc), curl. Uses bin/vipd and
 # bin/vipctl (make build) or VIPD_BIN. Every lab lives in namespaces it creates
@@ -56,7 +57,7 @@ RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)
 
 if [[ -n $RUN_PARTS ]]; then
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$BIN "$WORK/vipbench" run -runs "$RUNS" -scenarios "$SCENARIOS" \
-		-systems "$SYSTEMS" -parts "$RUN_PARTS" -bin "$BIN" -out "$WORK/results.json"
+		-systems "$SYSTEMS" -parts "$RUN_PARTS" -bin "$BIN" -logs "${BENCH_LOGS:-}" -out "$WORK/results.json"
 else
 	echo '{"Runs": '"$RUNS"'}' >"$WORK/results.json"
 fi

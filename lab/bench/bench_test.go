@@ -210,7 +210,7 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| CPU | Test CPU |",
 		"RUNS=2 make bench",
-		"![client-observed gap per scenario, min/median/max](benchmarks.svg)",
+		"![client-observed gap and takeover per scenario, min/median/max](benchmarks.svg)",
 		"| handoff | vipd | 2 | 0 / 20 / 40 | 300 / 310 / 320 | 1 |",
 		"| linkdown | keepalived | 0 (+1 failed) | - |",
 		"- keepalived linkdown run 1: lab not steady",
@@ -239,11 +239,11 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 			rects++
 		}
 	}
-	// Background, 3 bars with completed trials, 2 legend boxes.
-	if rects != 6 {
-		t.Errorf("chart has %d rects, want 6:\n%s", rects, svg)
+	// Background; per panel 3 bars with completed trials, 2 legend boxes.
+	if rects != 11 {
+		t.Errorf("chart has %d rects, want 11:\n%s", rects, svg)
 	}
-	if !strings.Contains(svg, "keepalived handoff: median 600 ms") {
+	if !strings.Contains(svg, "keepalived handoff: median 600 ms") || !strings.Contains(svg, "keepalived handoff: median 610 ms") {
 		t.Errorf("chart lacks the keepalived handoff bar:\n%s", svg)
 	}
 }

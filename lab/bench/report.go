@@ -240,7 +240,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if len(r.Failover) > 0 {
 		p("## L2 failover: vipd vs keepalived\n\n")
-		p("![client-observed gap per scenario, min/median/max](%s)\n\n", svg)
+		p("![client-observed gap and takeover per scenario, min/median/max](%s)\n\n", svg)
 		p("Three nodes on one bridge, VIP 192.0.2.10/32, client probing it every %v (TCP connect + HTTP GET, %v timeout). ", probeInterval, probeTimeout)
 		p("Runs per scenario and system: %d. All times in ms as min / median / max.\n\n", r.Runs)
 		p("- **gap**: longest run of failed probes between the event and the heal (first failed probe to the next answered one).\n")

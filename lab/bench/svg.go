@@ -8,10 +8,23 @@ import (
 	"time"
 )
 
-// Chart renders the client-observed gap per scenario, vipd next to
-// keepalived, as an SVG bar chart: the bar is the median, the whisker
-// spans min to max.
+// Chart renders two SVG bar charts, one above the other: the
+// client-observed gap per scenario, vipd next to keepalived, and the time
+// until another node answered (takeover). Bars are medians, whiskers span
+// min to max.
 func Chart(r *Results) string {
+	const width, panelH = 860, 420
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, 2*panelH, width, 2*panelH)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	panel(&b, r, 0, "Client-observed gap per scenario (bar: median, whisker: min-max)", gapOf)
+	panel(&b, r, panelH, "Event to the first answer from another node (takeover)", takeoverOf)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// panel draws one bar chart of metric at vertical offset off.
+func panel(w *strings.Builder, r *Results, off int, title string, metric func(Trial) time.Duration) {
 	const (
 		width, height       = 860, 420
 		left, right         = 70, 20
@@ -27,7 +40,7 @@ func Chart(r *Results) string {
 			ts, _ := r.trials(sys, sc)
 			if len(ts) > 0 {
 				any = true
-				maxD = max(maxD, stat(ts, gapOf).Max)
+				maxD = max(maxD, stat(ts, metric).Max)
 			}
 		}
 		if any {
@@ -37,13 +50,10 @@ func Chart(r *Results) string {
 	// Axis top: the next whole half second above the largest value.
 	axis := math.Max(0.5, math.Ceil(maxD.Seconds()*2)/2)
 	plotH := float64(height - top - bottom)
-	y := func(d time.Duration) float64 { return float64(top) + plotH*(1-d.Seconds()/axis) }
+	y := func(d time.Duration) float64 { return float64(off+top) + plotH*(1-d.Seconds()/axis) }
 
-	var b strings.Builder
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	p(`<text x="%d" y="22" font-size="15" font-weight="bold">Client-observed gap per scenario (bar: median, whisker: min-max)</text>`+"\n", left)
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p(`<text x="%d" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", left, off+22, html.EscapeString(title))
 	step := 0.5
 	if axis > 5 {
 		step = 1
@@ -62,7 +72,7 @@ func Chart(r *Results) string {
 				p(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#999">n/a</text>`+"\n", x+barW/2, y(0)-4)
 				continue
 			}
-			s := stat(ts, gapOf)
+			s := stat(ts, metric)
 			p(`<rect x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s %s: median %s ms (min %s, max %s, %d runs)</title></rect>`+"\n",
 				x, y(s.Median), barW, y(0)-y(s.Median), colors[sys], sys, sc, ms(s.Median), ms(s.Min), ms(s.Max), s.N)
 			cx := x + barW/2
@@ -71,14 +81,12 @@ func Chart(r *Results) string {
 			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", cx-6, y(s.Max), cx+6, y(s.Max))
 			p(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", cx, y(s.Max)-4, ms(s.Median))
 		}
-		p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x0+barW+barGap/2, height-bottom+18, html.EscapeString(sc))
+		p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x0+barW+barGap/2, off+height-bottom+18, html.EscapeString(sc))
 	}
 	p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black"/>`+"\n", left, y(0), width-right, y(0))
 	for j, sys := range Systems {
 		x := left + 20 + j*140
-		p(`<rect x="%d" y="%d" width="14" height="14" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x, height-28, colors[sys], x+20, height-16, sys)
+		p(`<rect x="%d" y="%d" width="14" height="14" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x, off+height-28, colors[sys], x+20, off+height-16, sys)
 	}
-	p(`<text x="%d" y="%d" fill="#555">labels: median gap in ms</text>`+"\n", left+300, height-16)
-	p("</svg>\n")
-	return b.String()
+	p(`<text x="%d" y="%d" fill="#555">labels: median in ms</text>`+"\n", left+300, off+height-16)
 }
