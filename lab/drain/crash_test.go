@@ -56,7 +56,7 @@ func TestCrashCleanup(t *testing.T) {
 
 	restart := pr.Mark("restart " + owner.Name)
 	l.StartVipd(owner, opts)
-	if err := waitAlive(l, owner, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
 		t.Fatalf("after the restart: %v", err)
 	}
 	holder, err := l.WaitOneHolder(vip, settle)
@@ -126,7 +126,7 @@ func TestSigtermHandoff(t *testing.T) {
 
 	l.StartVipd(owner, opts)
 	// Until it rejoins, the others remember it as leaving (withdrawn).
-	if err := waitMember(l, owner, l.Nodes, settle, "alive and not withdrawn", func(m netlab.Member) bool {
+	if err := l.WaitMember(owner, l.Nodes, settle, "alive and not withdrawn", func(m netlab.Member) bool {
 		return m.State == "alive" && !m.Withdrawn
 	}); err != nil {
 		t.Fatalf("after the restart: %v", err)

@@ -55,7 +55,7 @@ func TestPlannedDrain(t *testing.T) {
 		if out, err := l.Vipctl(top, "restore"); err != nil {
 			t.Fatalf("vipctl restore on %s: %v %s", top.Name, err, out)
 		}
-		if err := waitMember(l, top, l.Nodes, 5*time.Second, "not withdrawn", func(m netlab.Member) bool {
+		if err := l.WaitMember(top, l.Nodes, 5*time.Second, "not withdrawn", func(m netlab.Member) bool {
 			return m.State == "alive" && !m.Withdrawn
 		}); err != nil {
 			t.Fatalf("after restore: %v", err)
@@ -95,7 +95,7 @@ func TestPlannedDrain(t *testing.T) {
 			}
 		}
 		for _, n := range rest {
-			if err := waitMember(l, n, []*netlab.Host{holder}, 5*time.Second, "withdrawn", func(m netlab.Member) bool { return m.Withdrawn }); err != nil {
+			if err := l.WaitMember(n, []*netlab.Host{holder}, 5*time.Second, "withdrawn", func(m netlab.Member) bool { return m.Withdrawn }); err != nil {
 				t.Fatal(err)
 			}
 		}

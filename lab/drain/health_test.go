@@ -54,7 +54,7 @@ func TestHealthFailureMovesVIP(t *testing.T) {
 	l, vip, owner := cluster(t, o, true)
 	checkHealthConfig(t, l, o)
 	for _, n := range l.Nodes {
-		if err := waitMember(l, n, l.Nodes, 5*time.Second, "healthy", func(m netlab.Member) bool { return m.Healthy }); err != nil {
+		if err := l.WaitMember(n, l.Nodes, 5*time.Second, "healthy", func(m netlab.Member) bool { return m.Healthy }); err != nil {
 			t.Fatal(err)
 		}
 	}

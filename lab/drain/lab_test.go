@@ -3,9 +3,7 @@ package drain
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,53 +45,14 @@ func cluster(t *testing.T, o netlab.VipdOptions, http bool) (*netlab.Lab, netlab
 	if len(o.VIPs) > 0 {
 		vip = o.VIPs[0]
 	}
-	for _, n := range l.Nodes {
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
-			t.Fatalf("cluster did not form: %v", err)
-		}
+	if err := l.WaitFormed(settle); err != nil {
+		t.Fatal(err)
 	}
 	holder, err := l.WaitOneHolder(vip, settle)
 	if err != nil {
 		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
 	}
 	return l, vip, l.Node(holder)
-}
-
-// waitAlive waits until every node in observers other than about reports
-// about as an alive member.
-func waitAlive(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration) error {
-	return waitMember(l, about, observers, timeout, "alive", func(m netlab.Member) bool { return m.State == "alive" })
-}
-
-// waitMember waits until every node in observers other than about sees
-// about as a member for which ok is true (what describes it).
-func waitMember(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration, what string, ok func(netlab.Member) bool) error {
-	good, detail := netlab.Eventually(timeout, 50*time.Millisecond, func() (bool, string) {
-		var seen []string
-		all := true
-		for _, o := range observers {
-			if o == about {
-				continue
-			}
-			st, err := l.Status(o)
-			if err != nil {
-				return false, err.Error()
-			}
-			m, found := st.Member(about.Name)
-			if !found {
-				seen = append(seen, fmt.Sprintf("%s does not know %s", o.Name, about.Name))
-				all = false
-				continue
-			}
-			seen = append(seen, fmt.Sprintf("%s sees %s %+v", o.Name, about.Name, m))
-			all = all && ok(m)
-		}
-		return all, strings.Join(seen, "; ")
-	})
-	if !good {
-		return fmt.Errorf("want %s %s on every other node within %v, saw: %s", about.Name, what, timeout, detail)
-	}
-	return nil
 }
 
 // others returns the nodes except h.

@@ -87,10 +87,10 @@ func TestPartitionAndHeal(t *testing.T) {
 		heal := pr.Mark("heal " + owner.Name)
 		l.Uncut(owner)
 		bound := rejoinInterval + 5*time.Second
-		if err := waitAlive(l, owner, l.Nodes, bound); err != nil {
+		if err := l.WaitAlive(owner, l.Nodes, bound); err != nil {
 			t.Fatalf("after the heal: %v", err)
 		}
-		if err := waitAlive(l, rest[0], []*netlab.Host{owner}, bound-time.Since(heal.Time)); err != nil {
+		if err := l.WaitAlive(rest[0], []*netlab.Host{owner}, bound-time.Since(heal.Time)); err != nil {
 			t.Fatalf("after the heal: %v", err)
 		}
 		rejoined := time.Since(heal.Time)

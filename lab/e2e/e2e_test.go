@@ -36,46 +36,14 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	l.StartHTTPAll()
 	l.StartVipds(opts)
 	vip := l.DefaultVIPs()[0]
-	for _, n := range l.Nodes {
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
-			t.Fatalf("cluster did not form: %v", err)
-		}
+	if err := l.WaitFormed(settle); err != nil {
+		t.Fatal(err)
 	}
 	holder, err := l.WaitOneHolder(vip, settle)
 	if err != nil {
 		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
 	}
 	return l, vip, l.Node(holder)
-}
-
-// waitAlive waits until every node in observers other than about reports
-// about as an alive member.
-func waitAlive(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration) error {
-	ok, detail := netlab.Eventually(timeout, 100*time.Millisecond, func() (bool, string) {
-		var seen []string
-		all := true
-		for _, o := range observers {
-			if o == about {
-				continue
-			}
-			st, err := l.Status(o)
-			if err != nil {
-				return false, err.Error()
-			}
-			m, found := st.Member(about.Name)
-			state := "absent"
-			if found {
-				state = m.State
-			}
-			seen = append(seen, fmt.Sprintf("%s sees %s %s", o.Name, about.Name, state))
-			all = all && state == "alive"
-		}
-		return all, strings.Join(seen, ", ")
-	})
-	if !ok {
-		return fmt.Errorf("want %s alive on every other node within %v, saw: %s", about.Name, timeout, detail)
-	}
-	return nil
 }
 
 // others returns the nodes except h.
@@ -211,7 +179,7 @@ func TestOwnerLinkDownThenRejoin(t *testing.T) {
 		up := time.Now()
 		l.LinkUp(owner)
 		bound := rejoinInterval + 5*time.Second
-		if err := waitAlive(l, owner, l.Nodes, bound); err != nil {
+		if err := l.WaitAlive(owner, l.Nodes, bound); err != nil {
 			t.Fatalf("after link up: %v", err)
 		}
 		t.Logf("%s alive on every other node %v after link up", owner.Name, time.Since(up).Round(time.Millisecond))
@@ -267,7 +235,7 @@ func TestWithdrawPersistsAcrossRestart(t *testing.T) {
 		t.Errorf("vipd on %s exit after SIGTERM: %v, want 0", owner.Name, err)
 	}
 	l.StartVipd(owner, opts)
-	if err := waitAlive(l, owner, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
 	st, err := l.Status(owner)

@@ -19,10 +19,8 @@ func TestIPv6VIP(t *testing.T) {
 	l.StartHTTPAll()
 	vip := netlab.VIP{Name: "apiserver6", Address: netlab.VIP6}
 	l.StartVipds(netlab.VipdOptions{RejoinInterval: rejoinInterval.String(), VIPs: []netlab.VIP{vip}})
-	for _, n := range l.Nodes {
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
-			t.Fatalf("cluster did not form: %v", err)
-		}
+	if err := l.WaitFormed(settle); err != nil {
+		t.Fatal(err)
 	}
 	holderName, err := l.WaitOneHolder(vip, settle)
 	if err != nil {

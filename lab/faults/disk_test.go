@@ -78,7 +78,7 @@ func TestFullStateDisk(t *testing.T) {
 		l.StartVipd(o, opts)
 	}
 	for _, o := range l.Nodes {
-		if err := waitAlive(l, o, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(o, l.Nodes, settle); err != nil {
 			t.Fatalf("cluster with %s on a full disk: %v", n.Name, err)
 		}
 	}

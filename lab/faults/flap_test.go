@@ -66,7 +66,7 @@ func TestFlappingOwnerLink(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the flaps: want exactly one holder: %v", err)
 	}
-	if err := waitAlive(l, owner, l.Nodes, rejoinInterval+settle); err != nil {
+	if err := l.WaitAlive(owner, l.Nodes, rejoinInterval+settle); err != nil {
 		t.Errorf("after the flaps: %v", err)
 	}
 	if h, err := l.OneHolder(vip); err != nil || h != holder {

@@ -45,7 +45,7 @@ func TestApiserverDownWhileMembershipChurns(t *testing.T) {
 		}
 		t1 := time.Now()
 		l.StartVipd(n, o)
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
 			t.Fatalf("%s restarted: %v", n.Name, err)
 		}
 		h2, err := l.WaitOneHolder(vip, maxRestartConverge)

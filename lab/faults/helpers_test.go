@@ -51,42 +51,14 @@ func cluster(t *testing.T, config func(l *netlab.Lab, h *netlab.Host) string) (*
 		}
 	}
 	vip := l.DefaultVIPs()[0]
-	for _, n := range l.Nodes {
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
-			t.Fatalf("cluster did not form: %v", err)
-		}
+	if err := l.WaitFormed(settle); err != nil {
+		t.Fatal(err)
 	}
 	holder, err := l.WaitOneHolder(vip, settle)
 	if err != nil {
 		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
 	}
 	return l, vip, l.Node(holder)
-}
-
-// waitAlive waits until every node in observers other than about reports
-// about as an alive member.
-func waitAlive(l *netlab.Lab, about *netlab.Host, observers []*netlab.Host, timeout time.Duration) error {
-	ok, detail := netlab.Eventually(timeout, 100*time.Millisecond, func() (bool, string) {
-		var seen []string
-		all := true
-		for _, o := range observers {
-			if o == about {
-				continue
-			}
-			st, err := l.Status(o)
-			if err != nil {
-				return false, err.Error()
-			}
-			state := memberState(st, about.Name)
-			seen = append(seen, fmt.Sprintf("%s sees %s %s", o.Name, about.Name, state))
-			all = all && state == "alive"
-		}
-		return all, strings.Join(seen, ", ")
-	})
-	if !ok {
-		return fmt.Errorf("want %s alive on every other node within %v, saw: %s", about.Name, timeout, detail)
-	}
-	return nil
 }
 
 // memberState is name's state in st, "absent" when st does not list it.

@@ -52,7 +52,7 @@ func TestRestarts(t *testing.T) {
 		t.Logf("full restart: all stopped in %v; started in %v; %s holds %s %v after the first start",
 			stopped.Round(time.Millisecond), started.Round(time.Millisecond), holder, vip.Address, d.Round(time.Millisecond))
 		for _, n := range l.Nodes {
-			if err := waitAlive(l, n, l.Nodes, settle); err != nil {
+			if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
 				t.Fatalf("after full restart: %v", err)
 			}
 		}
@@ -71,7 +71,7 @@ func TestRestarts(t *testing.T) {
 			}
 			t1 := time.Now()
 			l.StartVipd(n, opts)
-			if err := waitAlive(l, n, l.Nodes, settle); err != nil {
+			if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
 				t.Fatalf("%s restarted: %v", n.Name, err)
 			}
 			h2, err := l.WaitOneHolder(vip, maxRestartConverge)
@@ -115,7 +115,7 @@ func TestRestarts(t *testing.T) {
 		}
 		l.StartVipdConfig(n, config(t, l, n, opts, `(?m)^peers = \[.*\]$`, `peers = []`))
 		t1 := time.Now()
-		if err := waitAlive(l, n, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
 			t.Fatalf("%s with peers = [] and a cache of %v: %v", n.Name, cached, err)
 		}
 		t.Logf("%s with peers = [] alive on every other node %v after start (cache: %v)", n.Name, time.Since(t1).Round(time.Millisecond), cached)

@@ -137,7 +137,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 		}
 		stop(t, l, x)
 		l.StartVipd(x, keyOpts(good))
-		if err := waitAlive(l, x, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
 			t.Fatalf("%s with the cluster key: %v", x.Name, err)
 		}
 		if h, err := l.WaitOneHolder(vip, settle); err != nil || h != holder {
@@ -235,7 +235,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 		// A gossip round or two with the new keyrings, then check.
 		time.Sleep(2 * time.Second)
 		for _, n := range l.Nodes {
-			if err := waitAlive(l, n, l.Nodes, time.Second); err != nil {
+			if err := l.WaitAlive(n, l.Nodes, time.Second); err != nil {
 				t.Errorf("after %q: %v", step.name, err)
 			}
 		}
@@ -284,7 +284,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 	stop(t, l, x)
 	writeKeys(x, newK)
 	l.StartVipd(x, keyOpts(keyFile(x)))
-	if err := waitAlive(l, x, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
 		t.Errorf("%s with the new key: %v", x.Name, err)
 	}
 }

@@ -31,7 +31,7 @@ func TestCorruptStateFiles(t *testing.T) {
 		}
 	}
 	l.StartVipd(x, opts)
-	if err := waitAlive(l, x, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
 		t.Fatalf("%s with corrupt state files: %v", x.Name, err)
 	}
 	if !l.Vipd(x).Running() {
