@@ -143,7 +143,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			if err := enc.Encode(toJSON(st)); err != nil {
+			if err := enc.Encode(st.ToJSON()); err != nil {
 				return fail(stderr, *socket, "status", err)
 			}
 			return exitOK
@@ -189,7 +189,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return fail(stderr, *socket, "events", err)
 			}
 			if *asJSON {
-				enc.Encode(eventJSON(e))
+				enc.Encode(e.ToJSON())
 				continue
 			}
 			fmt.Fprintln(stdout, formatEvent(e))

@@ -62,7 +62,7 @@ func TestStatusJSONStable(t *testing.T) {
 		Vips:     []*apipb.VIPStatus{{Name: "apiserver", Address: "192.0.2.10", Mode: "l2", Owner: "cp-1", Held: true, Holders: []string{"cp-1"}, Healthy: true, Reason: "r"}},
 		BgpPeers: []*apipb.BGPPeerStatus{{Address: "192.0.2.1", Asn: 64512, State: "established", UptimeSeconds: 5, Received: 0, Advertised: 1}},
 	}
-	b, err := json.Marshal(toJSON(st))
+	b, err := json.Marshal(st.ToJSON())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestStatusJSONStable(t *testing.T) {
 		t.Errorf("status JSON changed:\n got %s\nwant %s", b, want)
 	}
 	// Empty lists are [] not null.
-	b, _ = json.Marshal(toJSON(&apipb.StatusResponse{Node: "x"}))
+	b, _ = json.Marshal((&apipb.StatusResponse{Node: "x"}).ToJSON())
 	if !strings.Contains(string(b), `"members":[]`) || !strings.Contains(string(b), `"bgp_peers":[]`) {
 		t.Errorf("empty lists not [] in %s", b)
 	}

@@ -3,6 +3,7 @@ package netlab
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/vipd/vipd/agent/apipb"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -197,58 +198,14 @@ func (l *Lab) Vipctl(h *Host, args ...string) (string, error) {
 	return Run(l.Tools.Vipctl, append([]string{"--socket", h.Socket()}, args...)...)
 }
 
-// Status is `vipctl status --json` (the shape of cmd/vipctl StatusJSON).
-type Status struct {
-	Node      string      `json:"node"`
-	Version   string      `json:"version"`
-	Withdrawn bool        `json:"withdrawn"`
-	Healthy   bool        `json:"healthy"`
-	Quorum    bool        `json:"quorum"`
-	Members   []Member    `json:"members"`
-	VIPs      []VIPStatus `json:"vips"`
-}
+// Status is `vipctl status --json`: the stable JSON types of the API.
+type Status = apipb.StatusJSON
 
 // Member is one member in Status.
-type Member struct {
-	Name      string `json:"name"`
-	Address   string `json:"address"`
-	State     string `json:"state"`
-	Withdrawn bool   `json:"withdrawn"`
-	Healthy   bool   `json:"healthy"`
-	Self      bool   `json:"self"`
-}
+type Member = apipb.MemberJSON
 
 // VIPStatus is one VIP in Status.
-type VIPStatus struct {
-	Name    string   `json:"name"`
-	Address string   `json:"address"`
-	Mode    string   `json:"mode"`
-	Owner   string   `json:"owner"`
-	Held    bool     `json:"held"`
-	Holders []string `json:"holders"`
-	Healthy bool     `json:"healthy"`
-	Reason  string   `json:"reason"`
-}
-
-// Member returns the member called name, or false.
-func (s Status) Member(name string) (Member, bool) {
-	for _, m := range s.Members {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return Member{}, false
-}
-
-// VIP returns the VIP called name, or false.
-func (s Status) VIP(name string) (VIPStatus, bool) {
-	for _, v := range s.VIPs {
-		if v.Name == name {
-			return v, true
-		}
-	}
-	return VIPStatus{}, false
-}
+type VIPStatus = apipb.VIPJSON
 
 // Status runs `vipctl status --json` against h's vipd.
 func (l *Lab) Status(h *Host) (Status, error) {

@@ -1,14 +1,12 @@
-package main
+package apipb
 
-import (
-	"time"
+import "time"
 
-	"github.com/vipd/vipd/agent/apipb"
-)
-
-// The JSON output of vipctl is a stable interface (documented in
-// docs/operations.md); it is built from these types, not from the protobuf
-// messages, so the API can evolve without breaking scripts.
+// The JSON output of `vipctl status --json` and `vipctl events --json` is a
+// stable interface (documented in docs/operations.md); it is built from
+// these types, not from the protobuf messages, so the API can evolve
+// without breaking scripts. Tools that read it (the lab harness) decode
+// into the same types.
 
 // StatusJSON is `vipctl status --json`.
 type StatusJSON struct {
@@ -66,7 +64,8 @@ type EventJSON struct {
 	Message string    `json:"message,omitempty"`
 }
 
-func toJSON(st *apipb.StatusResponse) StatusJSON {
+// ToJSON converts a status answer to its stable JSON form.
+func (st *StatusResponse) ToJSON() StatusJSON {
 	out := StatusJSON{
 		Node: st.GetNode(), Version: st.GetVersion(), Withdrawn: st.GetWithdrawn(),
 		Healthy: st.GetHealthy(), Quorum: st.GetQuorum(),
@@ -88,6 +87,27 @@ func toJSON(st *apipb.StatusResponse) StatusJSON {
 	return out
 }
 
-func eventJSON(e *apipb.Event) EventJSON {
+// ToJSON converts an event to its stable JSON form.
+func (e *Event) ToJSON() EventJSON {
 	return EventJSON{time.Unix(0, e.GetUnixNano()).UTC(), e.GetKind(), e.GetVip(), e.GetNode(), e.GetFrom(), e.GetTo(), e.GetReason(), e.GetMessage()}
+}
+
+// Member returns the member called name, or false.
+func (s StatusJSON) Member(name string) (MemberJSON, bool) {
+	for _, m := range s.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return MemberJSON{}, false
+}
+
+// VIP returns the VIP called name, or false.
+func (s StatusJSON) VIP(name string) (VIPJSON, bool) {
+	for _, v := range s.VIPs {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return VIPJSON{}, false
 }
