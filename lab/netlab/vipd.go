@@ -3,7 +3,6 @@ package netlab
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/vipd/vipd/agent/apipb"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
 )
 
 // VIP is one [[vip]] of a lab vipd configuration.
