@@ -165,7 +165,7 @@ func (r *Results) Targets() []Target {
 		for _, t := range h {
 			worst = max(worst, t.Failed)
 		}
-		add("planned handoff: zero failed probes (vipd)", fmt.Sprintf("at most %d failed probes in %d runs", worst, len(h)), worst == 0, false)
+		add("planned handoff: zero failed probes (vipd)", fmt.Sprintf("at most %d failed probe(s) in a run, %d runs", worst, len(h)), worst == 0, false)
 	} else {
 		add("planned handoff: zero failed probes (vipd)", "not measured", false, true)
 	}
@@ -220,8 +220,8 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 	p("Run %s, %s; load average %s at the start, %s at the end.\n\n", r.Started.Format("2006-01-02 15:04 MST"),
 		r.Finished.Sub(r.Started).Round(time.Second), orUnknown(r.LoadBefore), orUnknown(r.LoadAfter))
 	p("## Machine\n\n| | |\n|---|---|\n")
-	p("| CPUs (nproc) | %d |\n| CPU | %s |\n| kernel | %s |\n| Go | %s |\n| keepalived | %s |\n| BIRD | %s |\n\n",
-		m.NProc, m.CPU, m.Kernel, m.Go, m.Keepalived, m.BIRD)
+	p("| CPUs (nproc) | %d |\n| CPU | %s |\n| kernel | %s |\n| Go | %s |\n| vipd measured | %s |\n| keepalived | %s |\n| BIRD | %s |\n\n",
+		m.NProc, m.CPU, m.Kernel, m.Go, orUnknown(r.Vipd), m.Keepalived, m.BIRD)
 	p("## Command\n\n```\n%s\n```\n\n", command)
 	p("Knobs: `RUNS=2 SCENARIOS=handoff,crash SYSTEMS=vipd PARTS=failover,bgp make bench` for a quick run (then this file holds only those).\n\n")
 

@@ -24,6 +24,9 @@ type Results struct {
 	// LoadBefore and LoadAfter are /proc/loadavg's 1, 5 and 15 minute
 	// load averages at the start and the end.
 	LoadBefore, LoadAfter string
+	// Vipd is `vipd --version` of the binary measured (a "-dirty" build
+	// holds uncommitted changes of the tree it was built from).
+	Vipd string
 	// Runs is the number of trials per scenario asked for.
 	Runs int
 	// Failover holds one entry per L2 failover trial.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os/exec"
 	"context"
 	"fmt"
 	"io"
@@ -46,7 +47,10 @@ func has(list []string, s string) bool {
 // Run measures what c selects. A part that cannot run is recorded in
 // Results.Errors and the others still run.
 func Run(ctx context.Context, c Config) *Results {
-	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg()}
+	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg(), Vipd: "unknown"}
+	if out, err := exec.Command(filepath.Join(c.BinDir, "vipd"), "--version").Output(); err == nil {
+		r.Vipd = strings.TrimSpace(string(out))
+	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(c.Log, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
