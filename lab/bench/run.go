@@ -1,11 +1,11 @@
 package bench
 
 import (
-	"os/exec"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
