@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,8 +61,13 @@ type Options struct {
 	Now func() time.Time
 	// Version is reported in status.
 	Version string
-	// Tick is the reconcile period when nothing happens. [250ms]
+	// Tick is the reconcile period while something is time-driven (a
+	// handoff, a BGP drain, a claim settling, an announce retry, a withdraw
+	// waiter); when nothing is, the loop wakes every IdleTick. Events wake it
+	// at once either way. [100ms]
 	Tick time.Duration
+	// IdleTick is the reconcile period when nothing is pending. [500ms]
+	IdleTick time.Duration
 	// LinkUp reports whether an L2 VIP's interface is up with carrier.
 	// [net.InterfaceByName flags up and running]
 	LinkUp func(iface string) bool
@@ -145,6 +152,8 @@ type vipState struct {
 	othersHeld bool
 	// down: the VIP's L2 interface is down or has no carrier.
 	down bool
+	// settling: this node waits out claimSettle before claiming it.
+	settling bool
 }
 
 // claimSettle is how long a node that has just become eligible (start,
@@ -184,7 +193,10 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts.Now = time.Now
 	}
 	if opts.Tick == 0 {
-		opts.Tick = 250 * time.Millisecond
+		opts.Tick = 100 * time.Millisecond
+	}
+	if opts.IdleTick == 0 {
+		opts.IdleTick = 500 * time.Millisecond
 	}
 	a := &Agent{
 		opts:       opts,
@@ -326,11 +338,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // loop is the one goroutine that owns the agent's state.
 func (a *Agent) loop(ctx context.Context) {
-	t := time.NewTicker(a.opts.Tick)
+	t := time.NewTimer(a.opts.Tick)
 	defer t.Stop()
 	a.reconcile()
 	a.markReady()
 	for {
+		t.Reset(a.nextTick())
 		select {
 		case <-ctx.Done():
 			return
@@ -347,6 +360,21 @@ func (a *Agent) loop(ctx context.Context) {
 		}
 		a.reconcile()
 	}
+}
+
+// nextTick is how long the loop may sleep when no event comes: short while
+// a timer-driven step is pending, IdleTick otherwise (which keeps an idle
+// agent's CPU use low and still pings the watchdog).
+func (a *Agent) nextTick() time.Duration {
+	if len(a.waiters) > 0 || a.shuttingDown {
+		return a.opts.Tick
+	}
+	for _, v := range a.vips {
+		if !v.release.IsZero() || !v.drainFrom.IsZero() || !v.retryAt.IsZero() || v.settling {
+			return a.opts.Tick
+		}
+	}
+	return max(a.opts.IdleTick, a.opts.Tick)
 }
 
 // do runs f on the loop goroutine and waits for it.
@@ -475,6 +503,7 @@ func (a *Agent) reconcile() {
 		if v.cfg.Announce == "all" {
 			want = contains(eligible, self)
 		}
+		settling := false
 		if want && !v.held && !v.eligibleSince.IsZero() {
 			settle := time.Duration(0)
 			if len(eligible) > 1 {
@@ -487,8 +516,10 @@ func (a *Agent) reconcile() {
 				// Just became eligible (or regained quorum): let gossip
 				// and the rejoin show who holds the VIP first.
 				want = false
+				settling = true
 			}
 		}
+		v.settling = settling
 		othersHold := false
 		for _, m := range view {
 			if m.Name != self && m.State <= StateSuspect && m.Meta.VIP(vipKey(name)).Held {
@@ -919,11 +950,22 @@ func (a *Agent) linkUp(iface string) bool {
 	if a.opts.LinkUp != nil {
 		return a.opts.LinkUp(iface)
 	}
-	ifi, err := net.InterfaceByName(iface)
+	return sysfsLinkUp("/sys/class/net", iface)
+}
+
+// sysfsLinkUp reads the interface's flags (IFF_UP) and carrier from sysfs:
+// two small reads, where a netlink query would dump every interface.
+func sysfsLinkUp(root, iface string) bool {
+	b, err := os.ReadFile(filepath.Join(root, iface, "flags"))
 	if err != nil {
 		return false
 	}
-	return ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
+	flags, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x")), 16, 32)
+	if err != nil || flags&1 == 0 { // IFF_UP
+		return false
+	}
+	c, err := os.ReadFile(filepath.Join(root, iface, "carrier"))
+	return err == nil && strings.TrimSpace(string(c)) == "1"
 }
 
 // staleHolder reports whether a member that is dead in this view last
