@@ -132,6 +132,10 @@ type fakeDialer struct {
 	conns    []*fakeConn
 	dialErr  error
 	writeErr error
+	// brokenDials: the first brokenDials sockets fail every write with
+	// staleErr, as a packet socket does after its link went down.
+	brokenDials int
+	staleErr    error
 
 	// in feeds listening sockets; a test's send returns once a reader
 	// took the packet.
@@ -147,7 +151,7 @@ func (d *fakeDialer) newConn() (*fakeConn, error) {
 	if d.dialErr != nil {
 		return nil, d.dialErr
 	}
-	c := &fakeConn{d: d, closed: make(chan struct{})}
+	c := &fakeConn{d: d, closed: make(chan struct{}), broken: d.dials <= d.brokenDials}
 	d.conns = append(d.conns, c)
 	return c, nil
 }
@@ -184,6 +188,7 @@ func (d *fakeDialer) allClosed() bool {
 // fakeConn implements both arpConn and ndpConn.
 type fakeConn struct {
 	d         *fakeDialer
+	broken    bool
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -194,6 +199,9 @@ func (c *fakeConn) writeTo(p *arp.Packet, dst net.HardwareAddr) error {
 	if c.d.writeErr != nil {
 		return c.d.writeErr
 	}
+	if c.broken {
+		return c.d.staleErr
+	}
 	c.d.arpSent = append(c.d.arpSent, sentARP{p, dst})
 	return nil
 }
@@ -203,6 +211,9 @@ func (c *fakeConn) WriteTo(m ndp.Message, cm *ipv6.ControlMessage, dst netip.Add
 	defer c.d.mu.Unlock()
 	if c.d.writeErr != nil {
 		return c.d.writeErr
+	}
+	if c.broken {
+		return c.d.staleErr
 	}
 	c.d.naSent = append(c.d.naSent, sentNA{m, cm, dst})
 	return nil

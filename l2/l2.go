@@ -146,8 +146,9 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 // goroutine owned by the Announcer, which a later Withdraw of addr or Close
 // stops. ctx bounds only the work done before Announce returns.
 //
-// If the address was added but the first advertisement could not be sent,
-// Announce returns an error and leaves the address in place.
+// If the first advertisement fails, Announce retries it once on a fresh
+// socket. If the address was added but the advertisement still could not be
+// sent, Announce returns an error and leaves the address in place.
 func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 	vip, err := vipAddr(addr)
 	if err != nil {
@@ -184,8 +185,17 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("announce %s: %w", vip, err)
 	}
 	if err := send(); err != nil {
+		// A cached packet socket can hold a stale error ("network is
+		// down" after the link flapped): try once more on a fresh one.
 		a.dropConnLocked(vip)
-		return fmt.Errorf("announce %s: send advertisement: %w", vip, err)
+		a.log.Debug("advertisement failed; retrying on a fresh socket", "vip", vip, "err", err)
+		if send, err = a.senderLocked(ifi, vip); err != nil {
+			return fmt.Errorf("announce %s: %w", vip, err)
+		}
+		if err := send(); err != nil {
+			a.dropConnLocked(vip)
+			return fmt.Errorf("announce %s: send advertisement: %w", vip, err)
+		}
 	}
 	if a.cfg.GARPCount > 1 {
 		bctx, cancel := context.WithCancel(a.ctx)

@@ -528,11 +528,33 @@ func TestAnnounceReopensSocketAfterWriteFailure(t *testing.T) {
 	if err := h.a.Announce(ctx, vip4); err != nil {
 		t.Fatalf("Announce after recovery: %v", err)
 	}
-	if n := h.dial.dialCount(); n != 2 {
-		t.Fatalf("%d sockets opened, want the failed one replaced", n)
+	// The failed Announce opened two (the retry on a fresh socket failed
+	// too); the next one opened a third.
+	if n := h.dial.dialCount(); n != 3 {
+		t.Fatalf("%d sockets opened, want the failed ones replaced (3)", n)
 	}
 	if got := h.advertisements(); got != 1 {
 		t.Fatalf("%d advertisements, want 1", got)
+	}
+}
+
+// TestAnnounceRecoversFromStaleSocket: a cached socket that fails with a
+// stale error (its link went down and up) is replaced within the same
+// Announce, which succeeds.
+func TestAnnounceRecoversFromStaleSocket(t *testing.T) {
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		h := newHarness(t, Config{GARPCount: 1}, nil)
+		h.dial.brokenDials = 1
+		h.dial.staleErr = errBoom
+		if err := h.a.Announce(context.Background(), vip); err != nil {
+			t.Fatalf("%s: Announce with a stale socket: %v", vip, err)
+		}
+		if n := h.dial.dialCount(); n != 2 {
+			t.Errorf("%s: %d sockets opened, want 2 (stale one replaced)", vip, n)
+		}
+		if got := h.advertisements(); got != 1 {
+			t.Errorf("%s: %d advertisements, want 1", vip, got)
+		}
 	}
 }
 
