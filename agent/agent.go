@@ -505,10 +505,10 @@ func (a *Agent) reconcile() {
 		}
 		settling := false
 		if want && !v.held && !v.eligibleSince.IsZero() {
-			settle := time.Duration(0)
-			if len(eligible) > 1 {
-				settle = claimSettle
-			}
+			// Even a node that sees itself alone waits: at cluster start
+			// its peers may be a moment from joining, and claiming every
+			// VIP first would leave them all on it (preempt is off).
+			settle := claimSettle
 			if staleHolder(view, name) && !a.quorumRegained.IsZero() && now.Sub(a.quorumRegained) < staleHolderSettle {
 				settle = staleHolderSettle
 			}
@@ -692,21 +692,30 @@ func (a *Agent) onHealth(r healthResult) {
 func (a *Agent) startHealth(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	a.healthCancel = cancel
+	// VIPs with the same check (typically every VIP of one apiserver)
+	// share one checker.
+	groups := map[string][]string{}
+	checks := map[string]*HealthConfig{}
 	for _, v := range a.vips {
-		h := v.cfg.Health
-		if h == nil {
-			continue
+		if h := v.cfg.Health; h != nil {
+			k := h.key()
+			groups[k] = append(groups[k], v.cfg.Name)
+			checks[k] = h
 		}
+	}
+	for k, names := range groups {
+		sort.Strings(names)
+		h := checks[k]
 		probe, err := newProbe(h)
 		if err != nil {
-			a.log.Error("health check not started; VIP stays unhealthy", "vip", v.cfg.Name, "err", err)
+			a.log.Error("health check not started; VIPs stay unhealthy", "vips", strings.Join(names, ","), "err", err)
 			continue
 		}
 		a.healthWG.Add(1)
-		go func(name string) {
+		go func() {
 			defer a.healthWG.Done()
-			runHealth(ctx, name, h, probe, a.health, a.log, a.metrics)
-		}(v.cfg.Name)
+			runHealth(ctx, names, h, probe, a.health, a.log, a.metrics)
+		}()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 )
 
@@ -104,9 +105,16 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 	}, nil
 }
 
-// runHealth checks one VIP every interval until ctx ends and sends each
-// verdict change (and the first verdict) to out.
-func runHealth(ctx context.Context, vip string, h *HealthConfig, probe probeFunc, out chan<- healthResult, lg *slog.Logger, m *metrics) {
+// key identifies a check: VIPs whose checks have the same key share one
+// checker.
+func (h *HealthConfig) key() string {
+	return fmt.Sprintf("%q %q %s %s %d %d %q %v", h.URL, h.Command, h.interval, h.timeout, h.Rise, h.Fall, h.CAFile, h.InsecureSkipVerify)
+}
+
+// runHealth runs one check every interval until ctx ends and sends each
+// verdict change (and the first verdict) to out, once for each of vips.
+func runHealth(ctx context.Context, vips []string, h *HealthConfig, probe probeFunc, out chan<- healthResult, lg *slog.Logger, m *metrics) {
+	vip := strings.Join(vips, ",")
 	rf := riseFall{rise: h.Rise, fall: h.Fall}
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
@@ -120,22 +128,26 @@ func runHealth(ctx context.Context, vip string, h *HealthConfig, probe probeFunc
 		if ctx.Err() != nil {
 			return
 		}
-		m.healthLatency.WithLabelValues(vip).Observe(lat.Seconds())
 		result := "ok"
 		if err != nil {
 			result = "fail"
 		}
-		m.healthChecks.WithLabelValues(vip, result).Inc()
+		for _, name := range vips {
+			m.healthLatency.WithLabelValues(name).Observe(lat.Seconds())
+			m.healthChecks.WithLabelValues(name, result).Inc()
+		}
 		changed := rf.observe(err == nil)
 		if err != nil {
 			lg.Debug("health check failed", "vip", vip, "err", err)
 		}
 		if changed || first {
 			first = false
-			select {
-			case out <- healthResult{VIP: vip, Healthy: rf.healthy, Err: err, Latency: lat}:
-			case <-ctx.Done():
-				return
+			for _, name := range vips {
+				select {
+				case out <- healthResult{VIP: name, Healthy: rf.healthy, Err: err, Latency: lat}:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 		select {
