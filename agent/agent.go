@@ -102,6 +102,7 @@ type Agent struct {
 	ready        bool
 	lastStatus   string
 	quorumLogged bool
+	lastNow      time.Time // the clock at the previous pass
 	// quorumRegained is when this node last regained quorum; its view of
 	// the other side is stale for a moment after that.
 	quorumRegained time.Time
@@ -362,6 +363,45 @@ func (a *Agent) loop(ctx context.Context) {
 	}
 }
 
+// maxPassGap is the longest plausible time between two passes of the loop
+// (it wakes at least every IdleTick); a larger step is a clock jump.
+const maxPassGap = 10 * time.Second
+
+// checkClock notices the clock stepping (backwards, or forwards by more
+// than maxPassGap between passes) and moves every remembered instant by the
+// same step, so timers neither stall (a handoff or claim waiting an hour
+// after a backward step) nor fire early. time.Now carries a monotonic
+// reading, so the default clock never steps; an injected one may.
+func (a *Agent) checkClock(now time.Time) {
+	prev := a.lastNow
+	a.lastNow = now
+	if prev.IsZero() {
+		return
+	}
+	step := now.Sub(prev)
+	if step >= 0 && step <= maxPassGap {
+		return
+	}
+	a.log.Warn("clock jumped; shifting timers by the jump", "jump", step)
+	shift := func(t *time.Time) {
+		if !t.IsZero() {
+			*t = t.Add(step)
+		}
+	}
+	for _, v := range a.vips {
+		shift(&v.eligibleSince)
+		shift(&v.release)
+		shift(&v.drainFrom)
+		shift(&v.retryAt)
+		shift(&v.lastReassert)
+	}
+	for _, w := range a.waiters {
+		shift(&w.deadline)
+	}
+	shift(&a.quorumRegained)
+	shift(&a.lastPing)
+}
+
 // nextTick is how long the loop may sleep when no event comes: short while
 // a timer-driven step is pending, IdleTick otherwise (which keeps an idle
 // agent's CPU use low and still pings the watchdog).
@@ -461,6 +501,7 @@ func (a *Agent) view(members []memberInfo) []Member {
 func (a *Agent) reconcile() {
 	ctx := context.Background()
 	now := a.now()
+	a.checkClock(now)
 	self := a.cfg.NodeName
 	members := a.ml.snapshot()
 	quorum, required, alive, known := hasQuorum(self, a.getCache(), members, a.cfg.Cluster.RequireQuorum)

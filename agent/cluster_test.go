@@ -107,11 +107,14 @@ type testNode struct {
 }
 
 type testCluster struct {
-	t     *testing.T
-	w     *wire
-	dir   string
-	nodes map[string]*testNode
-	vip   netip.Addr
+	// clockStep is added to every agent's clock (wall time without its
+	// monotonic reading, so a step is seen as a jump).
+	clockStep atomic.Int64
+	t         *testing.T
+	w         *wire
+	dir       string
+	nodes     map[string]*testNode
+	vip       netip.Addr
 }
 
 func freePort(t *testing.T) int {
@@ -198,6 +201,7 @@ func (c *testCluster) start(name string) {
 		Notify:   func(string) {},
 		Tick:     50 * time.Millisecond,
 		LinkUp:   func(string) bool { return !n.linkDown.Load() },
+		Now:      c.now,
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -242,6 +246,10 @@ func (c *testCluster) waitHolders(timeout time.Duration, want func([]string) boo
 }
 
 func exactlyOne(h []string) bool { return len(h) == 1 }
+
+func (c *testCluster) now() time.Time {
+	return time.Now().Round(0).Add(time.Duration(c.clockStep.Load()))
+}
 
 func (c *testCluster) client(name string) apipb.VipdClient {
 	c.t.Helper()
@@ -463,5 +471,29 @@ func TestClusterInterfaceDown(t *testing.T) {
 	time.Sleep(2 * time.Second) // longer than claimSettle
 	if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
 		t.Errorf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
+	}
+}
+
+// TestClockJumps: the agents' clock steps an hour back, then two hours
+// forward; handoffs still complete make-before-break and exactly one node
+// holds the VIP.
+func TestClockJumps(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		c.start(n)
+	}
+	c.waitFormed()
+	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	for i, step := range []time.Duration{-time.Hour, 2 * time.Hour} {
+		c.clockStep.Add(int64(step))
+		time.Sleep(300 * time.Millisecond)
+		if _, err := c.client(owner).Withdraw(t.Context(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 8000}); err != nil {
+			t.Fatalf("jump %d (%v): withdraw --wait on %s: %v", i, step, owner, err)
+		}
+		h := c.waitHolders(5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "after withdraw")
+		if _, err := c.client(owner).Restore(t.Context(), &apipb.RestoreRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		owner = h[0]
 	}
 }
