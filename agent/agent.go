@@ -511,9 +511,18 @@ func (a *Agent) reconcile() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	links := map[string]bool{} // interface -> up, read once per pass
 	for _, name := range names {
 		v := a.vips[name]
-		down := v.cfg.Mode == ModeL2 && !a.linkUp(v.cfg.Interface)
+		down := false
+		if v.cfg.Mode == ModeL2 {
+			up, seen := links[v.cfg.Interface]
+			if !seen {
+				up = a.linkUp(v.cfg.Interface)
+				links[v.cfg.Interface] = up
+			}
+			down = !up
+		}
 		if down != v.down {
 			v.down = down
 			a.log.Warn("VIP interface state", "vip", name, "interface", v.cfg.Interface, "down", down)

@@ -56,7 +56,7 @@ func memberlistConfig(c *Config) *memberlist.Config {
 		mc.ProbeTimeout = 100 * time.Millisecond
 		mc.SuspicionMult = 2
 		mc.SuspicionMaxTimeoutMult = 2
-		mc.GossipInterval = 100 * time.Millisecond
+		mc.GossipInterval = 200 * time.Millisecond
 		mc.PushPullInterval = 10 * time.Second
 		mc.TCPTimeout = 2 * time.Second
 	}
