@@ -17,7 +17,7 @@ import (
 // restarted vipd must converge to exactly one holder.
 func TestCrashCleanup(t *testing.T) {
 	l, vip, owner := cluster(t, opts, true)
-	rest := others(l, owner)
+	rest := l.Others(owner)
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
@@ -107,7 +107,7 @@ func TestSigtermHandoff(t *testing.T) {
 	if ok, err := l.HasAddr(owner, vip.Address); err != nil || ok {
 		t.Errorf("after vipd on %s exited it still has %s (err %v)", owner.Name, vip.Address, err)
 	}
-	next, err := l.WaitMoved(vip, owner.Name, 2*time.Second, others(l, owner)...)
+	next, err := l.WaitMoved(vip, owner.Name, 2*time.Second, l.Others(owner)...)
 	if err != nil {
 		t.Fatalf("after vipd on %s exited (%v after SIGTERM): want one other holder at once: %v", owner.Name, stopped, err)
 	}

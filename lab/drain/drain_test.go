@@ -30,7 +30,7 @@ func TestPlannedDrain(t *testing.T) {
 		next = drain(t, l, pr, vip, owner)
 		// The successor is the highest ranked of the others: the election
 		// this test relies on below.
-		if want := rankOrder(vip, others(l, owner)...)[0]; next.Name != want {
+		if want := rankOrder(vip, l.Others(owner)...)[0]; next.Name != want {
 			t.Errorf("successor of %s is %s, want %s (highest ranked of the others)", owner.Name, next.Name, want)
 		}
 	})
@@ -88,7 +88,7 @@ func TestPlannedDrain(t *testing.T) {
 
 	t.Run("withdraw refused on the last eligible node, --force drops the VIP", func(t *testing.T) {
 		holder := next
-		rest := others(l, holder)
+		rest := l.Others(holder)
 		for _, n := range rest {
 			if out, err := l.Vipctl(n, "withdraw"); err != nil {
 				t.Fatalf("vipctl withdraw on %s (not holding): %v %s", n.Name, err, out)

@@ -45,25 +45,11 @@ func cluster(t *testing.T, o netlab.VipdOptions, http bool) (*netlab.Lab, netlab
 	if len(o.VIPs) > 0 {
 		vip = o.VIPs[0]
 	}
-	if err := l.WaitFormed(settle); err != nil {
+	holder, err := l.WaitSteady(vip, settle)
+	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := l.WaitOneHolder(vip, settle)
-	if err != nil {
-		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
-	}
-	return l, vip, l.Node(holder)
-}
-
-// others returns the nodes except h.
-func others(l *netlab.Lab, h *netlab.Host) []*netlab.Host {
-	var out []*netlab.Host
-	for _, n := range l.Nodes {
-		if n != h {
-			out = append(out, n)
-		}
-	}
-	return out
+	return l, vip, holder
 }
 
 // exitCode returns the exit status of a command run by netlab.Run: 0 for

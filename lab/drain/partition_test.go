@@ -15,7 +15,7 @@ import (
 // the heal until 3 s after convergence.
 func TestPartitionAndHeal(t *testing.T) {
 	l, vip, owner := cluster(t, opts, true)
-	rest := others(l, owner)
+	rest := l.Others(owner)
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {

@@ -36,25 +36,11 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	l.StartHTTPAll()
 	l.StartVipds(opts)
 	vip := l.DefaultVIPs()[0]
-	if err := l.WaitFormed(settle); err != nil {
+	holder, err := l.WaitSteady(vip, settle)
+	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := l.WaitOneHolder(vip, settle)
-	if err != nil {
-		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
-	}
-	return l, vip, l.Node(holder)
-}
-
-// others returns the nodes except h.
-func others(l *netlab.Lab, h *netlab.Host) []*netlab.Host {
-	var out []*netlab.Host
-	for _, n := range l.Nodes {
-		if n != h {
-			out = append(out, n)
-		}
-	}
-	return out
+	return l, vip, holder
 }
 
 // checkNeigh waits until the client's neighbor entry for the VIP has the
@@ -151,7 +137,7 @@ func TestOwnerLinkDownThenRejoin(t *testing.T) {
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before link down: %v", err)
 	}
-	rest := others(l, owner)
+	rest := l.Others(owner)
 	var next *netlab.Host
 	ok := t.Run("link down moves the VIP", func(t *testing.T) {
 		ev := pr.Mark("link down " + owner.Name)
@@ -245,7 +231,7 @@ func TestWithdrawPersistsAcrossRestart(t *testing.T) {
 	if !st.Withdrawn {
 		t.Errorf("status of %s after restart: withdrawn=false, want true (flag persisted in state_dir)", owner.Name)
 	}
-	for _, o := range others(l, owner) {
+	for _, o := range l.Others(owner) {
 		ost, err := l.Status(o)
 		if err != nil {
 			t.Fatal(err)

@@ -38,7 +38,7 @@ func TestApiserverDownWhileMembershipChurns(t *testing.T) {
 		before, _ := l.OneHolder(vip)
 		t0 := time.Now()
 		stop(t, l, n)
-		h1, err := l.WaitOneHolder(vip, maxRestartConverge, others(l, n)...)
+		h1, err := l.WaitOneHolder(vip, maxRestartConverge, l.Others(n)...)
 		afterStop := time.Since(t0)
 		if err != nil {
 			t.Fatalf("%s stopped, apiserver down everywhere: want one holder among the others within %v: %v", n.Name, maxRestartConverge, err)

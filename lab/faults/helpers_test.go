@@ -51,14 +51,11 @@ func cluster(t *testing.T, config func(l *netlab.Lab, h *netlab.Host) string) (*
 		}
 	}
 	vip := l.DefaultVIPs()[0]
-	if err := l.WaitFormed(settle); err != nil {
+	holder, err := l.WaitSteady(vip, settle)
+	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := l.WaitOneHolder(vip, settle)
-	if err != nil {
-		t.Fatalf("steady state: want exactly one holder of %s: %v", vip.Address, err)
-	}
-	return l, vip, l.Node(holder)
+	return l, vip, holder
 }
 
 // memberState is name's state in st, "absent" when st does not list it.
@@ -67,17 +64,6 @@ func memberState(st netlab.Status, name string) string {
 		return m.State
 	}
 	return "absent"
-}
-
-// others returns the nodes except h.
-func others(l *netlab.Lab, h *netlab.Host) []*netlab.Host {
-	var out []*netlab.Host
-	for _, n := range l.Nodes {
-		if n != h {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // stop sends SIGTERM to h's vipd and waits for a clean exit.

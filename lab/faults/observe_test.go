@@ -31,7 +31,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	l, vip, owner := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
 		return config(t, l, h, opts, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort))
 	})
-	rest := others(l, owner)
+	rest := l.Others(owner)
 	observer := rest[0]
 
 	scrapeAll := func() map[string]string {

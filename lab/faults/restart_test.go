@@ -63,7 +63,7 @@ func TestRestarts(t *testing.T) {
 			before, _ := l.OneHolder(vip)
 			t0 := time.Now()
 			stop(t, l, n)
-			rest := others(l, n)
+			rest := l.Others(n)
 			h1, err := l.WaitOneHolder(vip, maxRestartConverge, rest...)
 			afterStop := time.Since(t0)
 			if err != nil {
@@ -107,7 +107,7 @@ func TestRestarts(t *testing.T) {
 			t.Fatalf("peer cache of %s: %v", n.Name, err)
 		}
 		var want []string
-		for _, o := range others(l, n) {
+		for _, o := range l.Others(n) {
 			want = append(want, o.Name)
 		}
 		if !slices.Equal(cached, want) {
@@ -123,7 +123,7 @@ func TestRestarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range others(l, n) {
+		for _, o := range l.Others(n) {
 			if s := memberState(st, o.Name); s != "alive" {
 				t.Errorf("%s sees %s %s, want alive", n.Name, o.Name, s)
 			}

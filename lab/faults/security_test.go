@@ -53,7 +53,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 		return l.VipdConfig(h, keyOpts(good))
 	})
 	wrong := writeKey(t, l.Dir, "other.key")
-	rest := others(l, x)
+	rest := l.Others(x)
 
 	for _, tc := range []struct{ name, key string }{{"wrong key", wrong}, {"no key", ""}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,7 +267,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 	writeKeys(x, oldKey)
 	l.StartVipd(x, keyOpts(keyFile(x)))
 	ok, detail := netlab.Eventually(rejoinInterval+time.Second, 200*time.Millisecond, func() (bool, string) {
-		for _, o := range others(l, x) {
+		for _, o := range l.Others(x) {
 			ost, err := l.Status(o)
 			if err != nil {
 				return true, err.Error()

@@ -21,7 +21,7 @@ import (
 // once it is restored.
 func TestCorruptStateFiles(t *testing.T) {
 	l, vip, owner := cluster(t, nil)
-	rest := others(l, owner)
+	rest := l.Others(owner)
 	x, y := rest[0], rest[1]
 	stop(t, l, x)
 	garbage := []byte("\x00\xff{{ not json \x7f\n")

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -125,35 +124,7 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 // until the API answers. Failures stop the test.
 func (l *Lab) StartVipd(h *Host, o VipdOptions) *Vipd {
 	l.t.Helper()
-	path := filepath.Join(h.Dir, "vipd.toml")
-	if err := os.WriteFile(path, []byte(l.VipdConfig(h, o)), 0o644); err != nil {
-		l.t.Fatalf("netlab: %v", err)
-	}
-	p, err := l.Start(h, "vipd "+h.Name, filepath.Join(h.Dir, "vipd.log"), nil, l.Tools.Vipd, "--config", path)
-	if err != nil {
-		l.t.Fatalf("netlab: %v", err)
-	}
-	v := &Vipd{Proc: p, Host: h, Config: path}
-	l.mu.Lock()
-	l.vipds[h.Name] = v
-	l.mu.Unlock()
-	ok, detail := Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
-		if !p.Running() {
-			return true, ""
-		}
-		_, err := l.Status(h)
-		if err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
-	if !p.Running() {
-		l.t.Fatalf("netlab: vipd on %s exited at start: %v (log %s)", h.Name, p.ExitErr(), p.Log)
-	}
-	if !ok {
-		l.t.Fatalf("netlab: vipd on %s: API not answering after 10s: %s", h.Name, detail)
-	}
-	return v
+	return l.StartVipdConfig(h, l.VipdConfig(h, o))
 }
 
 // StartVipds starts vipd on every node with the same options.

@@ -53,3 +53,27 @@ func (l *Lab) WaitFormed(timeout time.Duration) error {
 	}
 	return nil
 }
+
+// WaitSteady waits until the cluster has formed and exactly one node holds
+// vip (see OneHolder), and returns that node.
+func (l *Lab) WaitSteady(vip VIP, timeout time.Duration) (*Host, error) {
+	if err := l.WaitFormed(timeout); err != nil {
+		return nil, err
+	}
+	holder, err := l.WaitOneHolder(vip, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("steady state: want exactly one holder of %s: %w", vip.Address, err)
+	}
+	return l.Node(holder), nil
+}
+
+// Others returns the lab's nodes except h.
+func (l *Lab) Others(h *Host) []*Host {
+	var out []*Host
+	for _, n := range l.Nodes {
+		if n != h {
+			out = append(out, n)
+		}
+	}
+	return out
+}
