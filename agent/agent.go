@@ -542,7 +542,7 @@ func (a *Agent) reconcile() {
 		v := a.vips[name]
 		ev := ElectionVIP{Name: name, Preempt: v.cfg.Preempt}
 		res := Elect(view, ev)
-		eligible := Eligible(view, ev)
+		eligible := res.Eligible
 		switch {
 		case !contains(eligible, self) || !quorum:
 			v.eligibleSince = time.Time{}

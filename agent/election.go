@@ -58,6 +58,8 @@ type Result struct {
 	Owner     string // "" when no node is eligible
 	Reason    string
 	Bootstrap bool // eligibility fell back to alive + not withdrawn
+	// Eligible lists the members that may own the VIP, in rank order.
+	Eligible []string
 }
 
 // Elect returns the owner of vip given the members. It is a pure function:
@@ -93,7 +95,11 @@ func Elect(members []Member, vip ElectionVIP) Result {
 		return Result{Reason: ReasonNone}
 	}
 	sortByRank(vip.Name, eligible, func(m Member) string { return m.Name })
-	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !anyHealthy}
+	names := make([]string, len(eligible))
+	for i, m := range eligible {
+		names[i] = m.Name
+	}
+	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !anyHealthy, Eligible: names}
 	if !anyHealthy {
 		res.Reason = ReasonBootstrap
 	}
@@ -122,21 +128,7 @@ func Elect(members []Member, vip ElectionVIP) Result {
 // Eligible lists the members that may own vip, in rank order, by the same
 // rules as Elect.
 func Eligible(members []Member, vip ElectionVIP) []string {
-	key := vipKey(vip.Name)
-	anyHealthy := false
-	for _, m := range members {
-		if usableFor(m, key) && m.Meta.VIP(key).Healthy {
-			anyHealthy = true
-		}
-	}
-	var out []string
-	for _, m := range members {
-		if usableFor(m, key) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
-			out = append(out, m.Name)
-		}
-	}
-	sortByRank(vip.Name, out, func(n string) string { return n })
-	return out
+	return Elect(members, vip).Eligible
 }
 
 func usable(m Member) bool {
