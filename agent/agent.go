@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -544,14 +545,14 @@ func (a *Agent) reconcile() {
 		res := Elect(view, ev)
 		eligible := res.Eligible
 		switch {
-		case !contains(eligible, self) || !quorum:
+		case !slices.Contains(eligible, self) || !quorum:
 			v.eligibleSince = time.Time{}
 		case v.eligibleSince.IsZero():
 			v.eligibleSince = now
 		}
 		want := res.Owner == self
 		if v.cfg.Announce == "all" {
-			want = contains(eligible, self)
+			want = slices.Contains(eligible, self)
 		}
 		settling := false
 		if want && !v.held && !v.eligibleSince.IsZero() {
@@ -570,12 +571,7 @@ func (a *Agent) reconcile() {
 			}
 		}
 		v.settling = settling
-		othersHold := false
-		for _, m := range view {
-			if m.Name != self && m.State <= StateSuspect && m.Meta.VIP(vipKey(name)).Held {
-				othersHold = true
-			}
-		}
+		othersHold := heldElsewhere(self, name, view)
 		if !quorum {
 			want = false
 		}
@@ -650,7 +646,7 @@ func (a *Agent) reconcile() {
 	}
 	a.updateMetrics(members, quorum)
 	a.updateCache(members)
-	a.checkWaiters(members, now)
+	a.checkWaiters(view, now)
 	a.notifyStatus()
 }
 
@@ -677,16 +673,9 @@ func (a *Agent) handOff(ctx context.Context, v *vipState, view []Member, res Res
 		}
 	}
 	successorHolds := false
-	others := 0
 	for _, m := range view {
-		if m.Name == a.cfg.NodeName {
-			continue
-		}
-		if m.Name == res.Owner && m.Meta.VIP(vipKey(v.cfg.Name)).Held {
+		if m.Name != a.self && m.Name == res.Owner && m.Meta.VIP(vipKey(v.cfg.Name)).Held {
 			successorHolds = true
-		}
-		if v.cfg.Announce == "all" && usable(m) {
-			others++
 		}
 	}
 	switch {
@@ -699,7 +688,6 @@ func (a *Agent) handOff(ctx context.Context, v *vipState, view []Member, res Res
 	case now.Sub(v.release) >= a.cfg.Cluster.handoffTimeout:
 		a.releaseNow(ctx, v, "handoff timeout; successor "+orNone(res.Owner)+" did not confirm")
 	}
-	_ = others
 }
 
 func (a *Agent) releaseNow(ctx context.Context, v *vipState, reason string) {
@@ -928,7 +916,7 @@ func (a *Agent) getCache() []CachedPeer {
 func (a *Agent) updateCache(members []memberInfo) {
 	old := a.getCache()
 	next := nextPeerCache(a.cfg.NodeName, old, members)
-	if samePeers(old, next) {
+	if slices.Equal(old, next) {
 		return
 	}
 	a.setCache(next)
@@ -1032,15 +1020,6 @@ func sysfsLinkUp(root, iface string) bool {
 func staleHolder(view []Member, vip string) bool {
 	for _, m := range view {
 		if m.State == StateDead && m.Meta.VIP(vipKey(vip)).Held {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

@@ -293,7 +293,13 @@ func (s *apiServer) Events(req *apipb.EventsRequest, stream apipb.Vipd_EventsSer
 // returns a waiter that is answered when every VIP this node held is held
 // elsewhere, or at the deadline.
 func (a *Agent) withdraw(wait, force bool, timeout time.Duration) (*withdrawWaiter, *apipb.WithdrawResponse, error) {
-	members := a.ml.snapshot()
+	view := a.view(a.ml.snapshot())
+	var others []Member
+	for _, m := range view {
+		if m.Name != a.self {
+			others = append(others, m)
+		}
+	}
 	var held []string
 	var stranded []string
 	for name, v := range a.vips {
@@ -301,12 +307,6 @@ func (a *Agent) withdraw(wait, force bool, timeout time.Duration) (*withdrawWait
 			continue
 		}
 		held = append(held, name)
-		var others []Member
-		for _, m := range a.view(members) {
-			if m.Name != a.self {
-				others = append(others, m)
-			}
-		}
 		if len(Eligible(others, ElectionVIP{Name: name})) == 0 {
 			stranded = append(stranded, name)
 		}
@@ -334,7 +334,7 @@ func (a *Agent) withdraw(wait, force bool, timeout time.Duration) (*withdrawWait
 	}
 	w := &withdrawWaiter{vips: held, force: force, deadline: a.now().Add(timeout), reply: make(chan error, 1)}
 	a.waiters = append(a.waiters, w)
-	a.checkWaiters(members, a.now())
+	a.checkWaiters(view, a.now())
 	return w, resp, nil
 }
 
@@ -353,7 +353,7 @@ func (a *Agent) restore() error {
 
 // checkWaiters answers withdraw --wait callers whose VIPs are now held
 // elsewhere, or whose deadline passed.
-func (a *Agent) checkWaiters(members []memberInfo, now time.Time) {
+func (a *Agent) checkWaiters(view []Member, now time.Time) {
 	keep := a.waiters[:0]
 	for _, w := range a.waiters {
 		done := true
@@ -363,7 +363,7 @@ func (a *Agent) checkWaiters(members []memberInfo, now time.Time) {
 			if v == nil {
 				continue
 			}
-			if v.held || (v.cfg.Announce != "all" && !w.force && !heldElsewhere(a.self, name, members)) {
+			if v.held || (v.cfg.Announce != "all" && !w.force && !heldElsewhere(a.self, name, view)) {
 				done = false
 				pending = append(pending, name)
 			}
@@ -380,9 +380,11 @@ func (a *Agent) checkWaiters(members []memberInfo, now time.Time) {
 	a.waiters = keep
 }
 
-func heldElsewhere(self, vip string, members []memberInfo) bool {
+// heldElsewhere reports whether an alive (or suspect) member other than
+// self reports holding vip.
+func heldElsewhere(self, vip string, view []Member) bool {
 	k := vipKey(vip)
-	for _, m := range members {
+	for _, m := range view {
 		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held {
 			return true
 		}
@@ -399,7 +401,8 @@ func (a *Agent) status(ctx context.Context) *apipb.StatusResponse {
 	for _, m := range members {
 		byName[m.Name] = m
 	}
-	for _, mb := range a.view(members) {
+	view := a.view(members)
+	for _, mb := range view {
 		addr := byName[mb.Name].Address
 		if mb.Name == a.self {
 			addr = net.JoinHostPort(a.cfg.Cluster.bindAddr.String(), strconv.Itoa(a.cfg.Cluster.BindPort))
@@ -416,7 +419,6 @@ func (a *Agent) status(ctx context.Context) *apipb.StatusResponse {
 		})
 	}
 	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Name < resp.Members[j].Name })
-	view := a.view(members)
 	for _, v := range a.vips {
 		vs := &apipb.VIPStatus{
 			Name: v.cfg.Name, Address: v.cfg.addr.String(), Mode: v.cfg.Mode,

@@ -61,18 +61,6 @@ func nextPeerCache(self string, cached []CachedPeer, members []memberInfo) []Cac
 	return out
 }
 
-func samePeers(a, b []CachedPeer) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // hasQuorum reports whether this node sees a majority of the known members
 // (cached peers, members not known to have left, and this node), and whether quorum is required at all
 // (explicitly, or by default once 3 or more members are known).

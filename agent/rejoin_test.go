@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,7 +51,7 @@ func TestNextPeerCache(t *testing.T) {
 	}
 	got := nextPeerCache("cp-1", cached, members)
 	want := []CachedPeer{{"cp-2", "192.0.2.22:7946"}, {"cp-3", "192.0.2.13:7946"}}
-	if !samePeers(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("nextPeerCache = %v, want %v", got, want)
 	}
 }
