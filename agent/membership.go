@@ -68,6 +68,10 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	// A node that restarts with the same name and a new address may take
 	// its old name back after this long.
 	mc.DeadNodeReclaimTime = 10 * time.Second
+	// Our messages are a few hundred bytes at most; LZW costs a 64 KiB
+	// table per packet (most of the idle CPU and garbage) and saves
+	// nothing. Peers still read compressed messages from older versions.
+	mc.EnableCompression = false
 	return mc
 }
 
