@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -64,6 +65,40 @@ func TestHTTPProbe(t *testing.T) {
 	srv.Close()
 	if err := probe(context.Background()); err == nil {
 		t.Errorf("closed server passed")
+	}
+}
+
+// TestHTTPProbeKeepsConnection: checks reuse one connection (a handshake
+// per interval was most of an idle node's CPU), and a check after the server
+// dropped it dials again and passes.
+func TestHTTPProbeKeepsConnection(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	probe, err := newProbe(&HealthConfig{URL: srv.URL + "/readyz", interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := probe(context.Background()); err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 checks opened %d connections, want 1", n)
+	}
+	srv.CloseClientConnections()
+	if err := probe(context.Background()); err != nil {
+		t.Fatalf("check after the server closed the connection: %v", err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("after the server closed the connection: %d connections in all, want 2", n)
 	}
 }
 
