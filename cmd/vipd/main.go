@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/vipd/vipd/agent"
@@ -33,6 +34,9 @@ Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
 bounded by cluster.handoff_timeout), leave the cluster and exit.
 SIGHUP reloads the configuration; an invalid file keeps the running one and
 logs every problem.
+
+Environment: GOMAXPROCS (default 1 for vipd: its goroutines wake on timers
+and packets, and one scheduler thread keeps an idle node's CPU use down).
 
 Files: the configuration (TOML, every key documented in vipd.toml.example),
 state_dir (peer cache, withdraw flag), the API socket used by vipctl.
@@ -88,10 +92,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	procs := limitProcs(os.Getenv)
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	lg := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.NodeName)
 	slog.SetDefault(lg)
+	lg.Info("starting", "version", version, "gomaxprocs", procs)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -119,4 +125,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// limitProcs runs the daemon on one scheduler thread unless GOMAXPROCS is
+// set. vipd's goroutines (memberlist probes, health checks, the reconcile
+// loop) each wake briefly many times a second; with more than one P every
+// wake-up also wakes and parks a spinning thread, which was a good part of
+// an idle node's CPU (docs/benchmarks.md). Under load its work is syscalls,
+// which hand the P over. It returns the GOMAXPROCS in effect.
+func limitProcs(getenv func(string) string) int {
+	if getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	return runtime.GOMAXPROCS(0)
 }
