@@ -528,3 +528,75 @@ func TestNetnsWatchConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestNetnsWatchLinks: a link going down and up in the namespace is
+// reported by name, and WatchLinks returns nil once its context ends.
+func TestNetnsWatchLinks(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	names := make(chan string, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		// The subscription socket is made in this thread's namespace; the
+		// thread is never unlocked (see inNS).
+		runtime.LockOSThread()
+		if err := netns.Set(l.hA); err != nil {
+			errc <- err
+			return
+		}
+		close(started)
+		errc <- WatchLinks(ctx, func(name string) {
+			select {
+			case names <- name:
+			default:
+			}
+		})
+	}()
+	select {
+	case <-started:
+	case err := <-errc:
+		t.Fatalf("WatchLinks: %v", err)
+	}
+	// The subscription may start a moment after the thread switched; flip
+	// the link until a change is seen (bounded).
+	wait := func(what string, args ...string) {
+		t.Helper()
+		deadline := time.After(probeTimeout)
+		for i := 0; ; i++ {
+			if i < 5 {
+				ipCmd(t, append([]string{"-n", l.nsA, "link", "set", l.ifA}, args...)...)
+			}
+			select {
+			case n := <-names:
+				if n == l.ifA {
+					return
+				}
+			case err := <-errc:
+				t.Fatalf("WatchLinks returned while waiting for %s: %v", what, err)
+			case <-time.After(200 * time.Millisecond):
+				continue
+			case <-deadline:
+				t.Fatalf("no change of %s reported for %s", l.ifA, what)
+			}
+		}
+	}
+	wait("link down", "down")
+	// Drop the rest of the down burst, so the up step sees its own event.
+	time.Sleep(100 * time.Millisecond)
+	for len(names) > 0 {
+		<-names
+	}
+	wait("link up", "up")
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("WatchLinks after cancel: %v", err)
+		}
+	case <-time.After(probeTimeout):
+		t.Fatal("WatchLinks did not return after its context ended")
+	}
+}
