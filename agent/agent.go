@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/l2"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -67,11 +69,16 @@ type Options struct {
 	// waiter); when nothing is, the loop wakes every IdleTick. Events wake it
 	// at once either way. [100ms]
 	Tick time.Duration
-	// IdleTick is the reconcile period when nothing is pending. [500ms]
+	// IdleTick is the reconcile period when nothing is pending. [1s]
 	IdleTick time.Duration
 	// LinkUp reports whether an L2 VIP's interface is up with carrier.
-	// [net.InterfaceByName flags up and running]
+	// [/sys/class/net/IFACE/flags (IFF_UP) and carrier]
 	LinkUp func(iface string) bool
+	// LinkEvents calls changed with an interface's name whenever the
+	// kernel reports a change to it, until ctx ends; the loop then reads
+	// LinkUp at once instead of at its next tick. [l2.WatchLinks when
+	// LinkUp is the default, none otherwise]
+	LinkEvents func(ctx context.Context, changed func(iface string)) error
 }
 
 // Agent is one vipd node. Create it with New and run it with Run.
@@ -115,6 +122,9 @@ type Agent struct {
 	metrics    *metrics
 	conflicts  chan conflict
 	rejoinKick chan struct{}
+	linkCh     chan struct{}                   // an L2 VIP's interface changed
+	l2Ifaces   atomic.Pointer[map[string]bool] // interfaces of L2 VIPs
+	peers      atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
 	watchWG    sync.WaitGroup
 }
 
@@ -198,7 +208,10 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts.Tick = 100 * time.Millisecond
 	}
 	if opts.IdleTick == 0 {
-		opts.IdleTick = 500 * time.Millisecond
+		opts.IdleTick = time.Second
+	}
+	if opts.LinkUp == nil && opts.LinkEvents == nil {
+		opts.LinkEvents = l2.WatchLinks
 	}
 	a := &Agent{
 		opts:       opts,
@@ -213,7 +226,9 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		self:       cfg.NodeName,
 		conflicts:  make(chan conflict, 16),
 		rejoinKick: make(chan struct{}, 1),
+		linkCh:     make(chan struct{}, 1),
 	}
+	a.peers.Store(&cfg.Cluster.peerAddrs)
 	a.metrics = newMetrics(a.bgpPeerMetrics)
 	return a, nil
 }
@@ -326,6 +341,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startHealth(bg)
 	defer a.stopHealth()
 	defer a.watchWG.Wait()
+	if a.opts.LinkEvents != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.watchLinks(bg) }()
+	}
 
 	a.joinAll(rejoinTargets(c.NodeName, a.getCache(), c.Cluster.peerAddrs, nil))
 	wg.Add(1)
@@ -355,6 +374,7 @@ func (a *Agent) loop(ctx context.Context) {
 			a.onHealth(r)
 		case cf := <-a.conflicts:
 			a.onConflict(cf)
+		case <-a.linkCh:
 		case f := <-a.reqs:
 			f()
 		case <-a.reloadCh:
@@ -469,6 +489,13 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 		}
 	}
 	a.vips = next
+	ifaces := map[string]bool{}
+	for _, v := range next {
+		if v.cfg.Mode == ModeL2 {
+			ifaces[v.cfg.Interface] = true
+		}
+	}
+	a.l2Ifaces.Store(&ifaces)
 	return nil
 }
 
@@ -813,6 +840,7 @@ func (a *Agent) reload() {
 		return
 	}
 	a.cfg = c
+	a.peers.Store(&c.Cluster.peerAddrs)
 	a.stopHealth()
 	if err := a.setupVIPs(ctx, c); err != nil {
 		a.log.Error("reload: set up VIPs", "err", err)
@@ -893,7 +921,7 @@ func (a *Agent) notifyStatus() {
 		a.lastStatus = s
 		a.opts.Notify("STATUS=" + s)
 	}
-	// The watchdog ping proves the loop runs; twice a second is plenty
+	// The watchdog ping proves the loop runs; once per idle tick (1 s) is plenty
 	// for WatchdogSec of a few seconds.
 	if now := a.now(); now.Sub(a.lastPing) >= 500*time.Millisecond {
 		a.lastPing = now
@@ -968,11 +996,9 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		case <-t.C:
 		case <-a.rejoinKick:
 		}
-		var peers []string
-		if err := a.do(ctx, func() { peers = a.cfg.Cluster.peerAddrs }); err != nil {
-			return
-		}
-		targets := rejoinTargets(a.self, a.getCache(), peers, a.ml.snapshot())
+		// Read without a request to the loop: a rejoin tick that finds
+		// every peer alive must not wake it.
+		targets := rejoinTargets(a.self, a.getCache(), *a.peers.Load(), a.ml.snapshot())
 		if len(targets) == 0 {
 			continue
 		}
@@ -988,6 +1014,37 @@ func (a *Agent) kickRejoin() {
 	select {
 	case a.rejoinKick <- struct{}{}:
 	default:
+	}
+}
+
+// watchLinks wakes the loop whenever an L2 VIP's interface changes, so a
+// link going down releases the VIP at once rather than at the next tick. A
+// failed subscription is started again after a pause; the loop's ticks read
+// the link state meanwhile.
+func (a *Agent) watchLinks(ctx context.Context) {
+	for {
+		err := a.opts.LinkEvents(ctx, func(iface string) {
+			if m := a.l2Ifaces.Load(); m == nil || !(*m)[iface] {
+				return
+			}
+			select {
+			case a.linkCh <- struct{}{}:
+			default:
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("watching interface changes; retrying in 1s", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		select {
+		case a.linkCh <- struct{}{}: // changes may have been missed
+		default:
+		}
 	}
 }
 

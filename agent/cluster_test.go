@@ -104,6 +104,10 @@ type testNode struct {
 	agent  *Agent
 	// linkDown makes the VIP's interface look down (no carrier).
 	linkDown atomic.Bool
+	// idleTick, when set, is the agent's Options.IdleTick.
+	idleTick time.Duration
+	// linkChanged is the agent's Options.LinkEvents callback while it runs.
+	linkChanged atomic.Pointer[func(string)]
 }
 
 type testCluster struct {
@@ -201,6 +205,12 @@ func (c *testCluster) start(name string) {
 		Notify:   func(string) {},
 		Tick:     50 * time.Millisecond,
 		LinkUp:   func(string) bool { return !n.linkDown.Load() },
+		LinkEvents: func(ctx context.Context, changed func(string)) error {
+			n.linkChanged.Store(&changed)
+			<-ctx.Done()
+			return nil
+		},
+		IdleTick: n.idleTick,
 		Now:      c.now,
 	})
 	if err != nil {
@@ -472,6 +482,31 @@ func TestClusterInterfaceDown(t *testing.T) {
 	if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
 		t.Errorf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
 	}
+}
+
+// TestClusterLinkEvent: a link change reported by LinkEvents wakes the loop:
+// with the idle tick an hour long, the owner releases the VIP as soon as its
+// interface is reported down, not at the next tick.
+func TestClusterLinkEvent(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		c.nodes[n].idleTick = time.Hour
+		c.start(n)
+	}
+	c.waitFormed()
+	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	n := c.nodes[owner]
+	changed := n.linkChanged.Load()
+	if changed == nil {
+		t.Fatal("LinkEvents was not started")
+	}
+	// Let the claim's own gossip settle: from here on nothing but the link
+	// event wakes the owner's loop.
+	time.Sleep(1500 * time.Millisecond)
+	n.linkDown.Store(true)
+	(*changed)("other0") // not a VIP interface: no effect expected
+	(*changed)("fake0")
+	c.waitHolders(3*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "after the owner's link-down event")
 }
 
 // TestClockJumps: the agents' clock steps an hour back, then two hours

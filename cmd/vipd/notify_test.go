@@ -23,10 +23,11 @@ const (
 	readyTimeout = 30 * time.Second
 	// pingSettle is skipped after READY=1 before pings are counted, so the
 	// burst of pings from start-up events does not count: pingWindow must
-	// then hold at least minPings WATCHDOG=1 from the 250 ms ticks.
+	// then hold at least minPings WATCHDOG=1 from the loop's 1 s idle
+	// ticks (three are due; two allow for the window's edges).
 	pingSettle = time.Second
 	pingWindow = 3 * time.Second
-	minPings   = 3
+	minPings   = 2
 	// quietPeriod: a drain after SIGSTOP ends when nothing arrived for this long.
 	quietPeriod = 200 * time.Millisecond
 	// stoppedSilence: how long a stopped daemon must stay silent.
