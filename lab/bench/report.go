@@ -322,7 +322,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if fp := r.Footprint; fp != nil {
 		p("## Footprint (vipd)\n\n")
-		p("Three nodes; the largest RSS and CPU share of the three vipd processes over a %v window. `failure_detection = \"fast\"` unless noted. Churn: `vipctl withdraw` / `restore` on the nodes in turn every 500 ms. The 100 VIPs each have the same HTTP health check (vipd runs one shared checker per node).\n\n", footprintWindow)
+		p("Three nodes; the largest RSS and CPU share of the three vipd processes over %v idle, %v of churn. `failure_detection = \"fast\"` unless noted; vipd with its default GOMAXPROCS=1. Churn: `vipctl withdraw` / `restore` on the nodes in turn every 500 ms. The 100 VIPs each have the same HTTP health check (vipd runs one shared checker per node).\n\n", idleWindow, churnWindow)
 		p("| | RSS (MiB) | CPU (%% of a core) |\n|---|---|---|\n")
 		for _, u := range []struct {
 			label string
