@@ -248,9 +248,23 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 	m.signal()
 }
 
+// sendFailureEvery is how often one kind of memberlist send failure is
+// logged: while a link is down memberlist fails to send gossip and probes
+// several times a second.
+const sendFailureEvery = 10 * time.Second
+
 // slogWriter adapts memberlist's log lines ("[WARN] memberlist: ...") to
-// slog levels.
-type slogWriter struct{ lg *slog.Logger }
+// slog levels. Send failures ("Failed to send gossip to ...: ... network is
+// unreachable") are logged at WARN, each kind at most once per
+// sendFailureEvery, with the number of lines left out since.
+type slogWriter struct {
+	lg  *slog.Logger
+	now func() time.Time // [time.Now]
+
+	mu         sync.Mutex
+	lastLogged map[string]time.Time // send-failure kind -> when last logged
+	suppressed map[string]int
+}
 
 func (w *slogWriter) Write(p []byte) (int, error) {
 	s := strings.TrimSpace(string(p))
@@ -262,6 +276,54 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	s = strings.TrimPrefix(s, "memberlist: ")
+	if kind, ok := sendFailureKind(s); ok && level >= slog.LevelWarn {
+		n, log := w.throttle(kind)
+		if !log {
+			return len(p), nil
+		}
+		if n > 0 {
+			w.lg.Warn(s, "suppressed", n)
+		} else {
+			w.lg.Warn(s)
+		}
+		return len(p), nil
+	}
 	w.lg.Log(context.Background(), level, s)
 	return len(p), nil
+}
+
+// sendFailureKind returns "Failed to send gossip" for "Failed to send
+// gossip to 192.0.2.12:7946: ...".
+func sendFailureKind(s string) (string, bool) {
+	const prefix = "Failed to send "
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok {
+		return "", false
+	}
+	if i := strings.IndexByte(rest, ':'); i >= 0 {
+		rest = rest[:i]
+	}
+	rest, _, _ = strings.Cut(rest, " to ")
+	return prefix + rest, true
+}
+
+// throttle reports whether a line of kind is logged now and how many of
+// its kind were left out since the last one logged.
+func (w *slogWriter) throttle(kind string) (int, bool) {
+	now := time.Now()
+	if w.now != nil {
+		now = w.now()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastLogged == nil {
+		w.lastLogged, w.suppressed = map[string]time.Time{}, map[string]int{}
+	}
+	if last, ok := w.lastLogged[kind]; ok && now.Sub(last) < sendFailureEvery && now.Sub(last) >= 0 {
+		w.suppressed[kind]++
+		return 0, false
+	}
+	n := w.suppressed[kind]
+	w.lastLogged[kind], w.suppressed[kind] = now, 0
+	return n, true
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +40,59 @@ func TestMemberlistConfig(t *testing.T) {
 				t.Errorf("name %q bind %q advertise %q", mc.Name, mc.BindAddr, mc.AdvertiseAddr)
 			}
 		})
+	}
+}
+
+// TestSlogWriterSendFailures: memberlist's send failures (a flood while a
+// link is down) are logged at WARN, once per kind per sendFailureEvery with
+// the count left out; other lines keep their level and are never dropped.
+func TestSlogWriterSendFailures(t *testing.T) {
+	var buf bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	now := time.Unix(1000, 0)
+	w := &slogWriter{lg: lg, now: func() time.Time { return now }}
+	write := func(line string) {
+		if _, err := w.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gossip := "[ERR] memberlist: Failed to send gossip to 192.0.2.12:7946: write udp 192.0.2.11:7946->192.0.2.12:7946: sendto: network is unreachable"
+	ping := "[ERR] memberlist: Failed to send UDP ping: write udp 192.0.2.11:7946->192.0.2.13:7946: sendto: network is unreachable"
+	for range 5 {
+		write(gossip)
+		write(ping)
+		write("[ERR] memberlist: Push/Pull with n2 failed: dial tcp: i/o timeout")
+		now = now.Add(time.Second)
+	}
+	now = now.Add(sendFailureEvery)
+	write(gossip)
+
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		lines = append(lines, l)
+	}
+	count := func(sub string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, sub) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count("Failed to send gossip"); n != 2 {
+		t.Errorf("gossip failures logged %d times, want 2 (first, then after %v):\n%s", n, sendFailureEvery, buf.String())
+	}
+	if n := count("Failed to send UDP ping"); n != 1 {
+		t.Errorf("ping failures logged %d times, want 1", n)
+	}
+	if n := count("suppressed=4"); n != 1 {
+		t.Errorf("want one line with suppressed=4 (the gossip failures left out):\n%s", buf.String())
+	}
+	if n := count("level=WARN msg=\"Failed to send"); n != 3 {
+		t.Errorf("send failures at WARN: %d lines, want 3:\n%s", n, buf.String())
+	}
+	if n := count("level=ERROR msg=\"Push/Pull with n2 failed"); n != 5 {
+		t.Errorf("other errors: %d lines at ERROR, want all 5", n)
 	}
 }
