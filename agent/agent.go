@@ -877,8 +877,11 @@ func (a *Agent) shutdown() {
 			a.releaseNow(context.Background(), v, "shutting down")
 		}
 	}
+	// The final metadata (leaving, holding nothing) must reach the others
+	// before the leave message, or they record this node as dead instead
+	// of left (and count it against quorum).
 	if b, err := a.localMeta().Encode(); err == nil {
-		a.ml.setMeta(b)
+		a.ml.advertiseFinal(b, time.Second)
 	}
 	if err := a.ml.leave(2 * time.Second); err != nil {
 		a.log.Warn("leave cluster", "err", err)

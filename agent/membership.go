@@ -40,6 +40,8 @@ type membership struct {
 	changed chan struct{} // capacity 1: a pending "something changed"
 
 	publish chan struct{} // capacity 1: metadata needs re-advertising
+	pubMu   sync.Mutex    // held while advertising
+	final   bool          // advertiseFinal ran: advertise nothing more
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
@@ -117,17 +119,45 @@ func (m *membership) setMeta(b []byte) {
 }
 
 // runPublisher re-advertises metadata when it changes, off the reconcile
-// loop (memberlist's UpdateNode blocks until the update is gossiped).
+// loop. It does not wait for the update to be gossiped (memberlist's
+// UpdateNode can wait until every retransmission went out): a newer update
+// replaces an older one still queued, and waiting would hold the newer one
+// back, so a node's last word before leaving could reach a peer after its
+// leave message.
 func (m *membership) runPublisher(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.publish:
-			if err := m.ml.UpdateNode(time.Second); err != nil {
-				m.log.Debug("advertise metadata", "err", err)
+			m.pubMu.Lock()
+			if !m.final {
+				m.advertise(time.Millisecond)
 			}
+			m.pubMu.Unlock()
 		}
+	}
+}
+
+// advertiseFinal makes b this node's last metadata before it leaves and
+// waits up to wait for it to be gossiped. Nothing is advertised after it: a
+// newer queued update would replace b, and the leave message replaces any
+// update still queued, so peers would see the node die rather than leave.
+func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	m.final = true
+	m.metaMu.Lock()
+	m.meta = b
+	m.metaMu.Unlock()
+	m.advertise(wait)
+}
+
+// advertise queues the current metadata for gossip and waits up to wait for
+// it to be sent to the other members.
+func (m *membership) advertise(wait time.Duration) {
+	if err := m.ml.UpdateNode(wait); err != nil {
+		m.log.Debug("advertise metadata", "err", err)
 	}
 }
 
