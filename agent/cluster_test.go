@@ -115,6 +115,7 @@ type testCluster struct {
 	// monotonic reading, so a step is seen as a jump).
 	clockStep atomic.Int64
 	t         *testing.T
+	log       *testWriter
 	w         *wire
 	dir       string
 	nodes     map[string]*testNode
@@ -143,6 +144,9 @@ func freePort(t *testing.T) int {
 
 func newTestCluster(t *testing.T, names ...string) *testCluster {
 	c := &testCluster{t: t, w: newWire(), dir: t.TempDir(), nodes: map[string]*testNode{}, vip: netip.MustParseAddr("192.0.2.10")}
+	// Registered first, so it runs after every node stopped.
+	c.log = &testWriter{t: t}
+	t.Cleanup(c.log.close)
 	for _, n := range names {
 		c.nodes[n] = &testNode{name: n, port: freePort(t)}
 	}
@@ -198,7 +202,7 @@ interface = "fake0"
 func (c *testCluster) start(name string) {
 	c.t.Helper()
 	n := c.nodes[name]
-	lg := slog.New(slog.NewTextHandler(testWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)
+	lg := slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)
 	a, err := New(n.cfg, Options{
 		Logger:   lg,
 		Backends: fakeBackendsFor(c.w, name),
@@ -271,11 +275,27 @@ func (c *testCluster) client(name string) apipb.VipdClient {
 	return apipb.NewVipdClient(conn)
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter logs to the test until close. memberlist's suspicion timers
+// outlive Shutdown and may report a peer's death after the test ended.
+type testWriter struct {
+	t      *testing.T
+	mu     sync.Mutex
+	closed bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
 	return len(p), nil
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
 }
 
 func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
