@@ -132,7 +132,8 @@ func (m *membership) runPublisher(ctx context.Context) {
 		case <-m.publish:
 			m.pubMu.Lock()
 			if !m.final {
-				m.advertise(time.Millisecond)
+				// Queued now; the wait only bounds the call.
+				_ = m.ml.UpdateNode(time.Millisecond)
 			}
 			m.pubMu.Unlock()
 		}
@@ -150,16 +151,11 @@ func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	m.metaMu.Lock()
 	m.meta = b
 	m.metaMu.Unlock()
-	m.advertise(wait)
-}
-
-// advertise queues the current metadata for gossip and waits up to wait for
-// it to be sent to the other members.
-func (m *membership) advertise(wait time.Duration) {
 	if err := m.ml.UpdateNode(wait); err != nil {
-		m.log.Debug("advertise metadata", "err", err)
+		m.log.Debug("final metadata may not have reached every member before leaving", "err", err)
 	}
 }
+
 
 // join joins the given addresses and returns how many answered.
 func (m *membership) join(addrs []string) (int, error) {
