@@ -125,7 +125,10 @@ type Agent struct {
 	linkCh     chan struct{}                   // an L2 VIP's interface changed
 	l2Ifaces   atomic.Pointer[map[string]bool] // interfaces of L2 VIPs
 	peers      atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
-	watchWG    sync.WaitGroup
+	// rejoinEvery makes the next rejoin join every known peer, alive or
+	// not: a full state exchange after a link came back.
+	rejoinEvery atomic.Bool
+	watchWG     sync.WaitGroup
 }
 
 // conflict is another MAC answering for a VIP this node holds.
@@ -552,6 +555,14 @@ func (a *Agent) reconcile() {
 			down = !up
 		}
 		if down != v.down {
+			if !down {
+				// Back from a dead link: this node's view of the others
+				// is stale (it may not know who took the VIP over).
+				// Exchange state with the peers now, before its claim
+				// settles, rather than waiting for gossip to mend it.
+				a.rejoinEvery.Store(true)
+				a.kickRejoin()
+			}
 			v.down = down
 			a.log.Warn("VIP interface state", "vip", name, "interface", v.cfg.Interface, "down", down)
 			a.events.publish(&apipb.Event{Kind: "health", Vip: name, Node: self, Message: fmt.Sprintf("interface %s down=%v", v.cfg.Interface, down)})
@@ -1001,7 +1012,11 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		}
 		// Read without a request to the loop: a rejoin tick that finds
 		// every peer alive must not wake it.
-		targets := rejoinTargets(a.self, a.getCache(), *a.peers.Load(), a.ml.snapshot())
+		members := a.ml.snapshot()
+		if a.rejoinEvery.Swap(false) {
+			members = nil // every known peer, alive ones included
+		}
+		targets := rejoinTargets(a.self, a.getCache(), *a.peers.Load(), members)
 		if len(targets) == 0 {
 			continue
 		}
