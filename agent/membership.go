@@ -156,7 +156,6 @@ func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	}
 }
 
-
 // join joins the given addresses and returns how many answered.
 func (m *membership) join(addrs []string) (int, error) {
 	if len(addrs) == 0 {
