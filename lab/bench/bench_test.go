@@ -170,7 +170,7 @@ func sample() *Results {
 		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Finished: time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC), Runs: 2,
 		Failover: []Trial{
 			{System: "vipd", Scenario: "handoff", Run: 1, Gap: 0, Takeover: d(300)},
-			{System: "vipd", Scenario: "handoff", Run: 2, Gap: d(40), Failed: 2, Takeover: d(320)},
+			{System: "vipd", Scenario: "handoff", Run: 2, From: "n1", To: "n3", Gap: d(40), Failed: 2, Takeover: d(320), FirstFailure: "read: connection reset by peer"},
 			{System: "keepalived", Scenario: "handoff", Run: 1, Gap: d(600), Failed: 30, Takeover: d(610)},
 			{System: "vipd", Scenario: "linkdown", Run: 1, Gap: d(1200), Takeover: d(1210), Failed: 60, SplitAfterHeal: d(20)},
 			{System: "keepalived", Scenario: "linkdown", Run: 1, Err: "lab not steady"},
@@ -216,6 +216,7 @@ func TestMarkdown(t *testing.T) {
 		"- keepalived linkdown run 1: lab not steady",
 		"| BenchmarkElect-2 | 10 | 99 | 1 | 1 |",
 		"| 1 VIP, idle | 30.0 | 0.40 |",
+		"- run 2 (n1 to n3): 2 probe(s), read: connection reset by peer",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -282,6 +282,23 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 			p("- none\n")
 		}
 		p("\n")
+		lost, resets := 0, false
+		for _, t := range r.Failover {
+			if t.System == "vipd" && t.Scenario == "handoff" && t.Err == "" && t.Failed > 0 {
+				if lost == 0 {
+					p("vipd planned handoffs that lost probes (the first failure of each):\n\n")
+				}
+				p("- run %d (%s to %s): %d probe(s), %s\n", t.Run, t.From, t.To, t.Failed, t.FirstFailure)
+				lost++
+				resets = resets || strings.Contains(t.FirstFailure, "connection reset")
+			}
+		}
+		if lost > 0 && !resets {
+			p("\n")
+		}
+		if resets {
+			p("\nA reset (\"connection reset by peer\") is a probe whose connection was open to the old owner when the client switched to the new owner's MAC: the new owner has no such connection and answers with a reset. Moving an L2 address cannot carry open TCP connections.\n\n")
+		}
 	}
 
 	if len(r.BGP) > 0 {
