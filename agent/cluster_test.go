@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -300,11 +302,7 @@ func (w *testWriter) close() {
 
 func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	for _, n := range []string{"a", "b", "c"} {
-		c.start(n)
-	}
-	c.waitFormed()
-	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	owner := c.startSteady()
 
 	// All nodes agree on the owner.
 	for _, n := range []string{"a", "b", "c"} {
@@ -367,11 +365,7 @@ func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
 
 func TestClusterOwnerStopHandsOff(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	for _, n := range []string{"a", "b", "c"} {
-		c.start(n)
-	}
-	c.waitFormed()
-	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	owner := c.startSteady()
 	c.stop(owner)
 	h := c.waitHolders(10*time.Second, exactlyOne, "after owner stop")
 	if h[0] == owner {
@@ -382,6 +376,17 @@ func TestClusterOwnerStopHandsOff(t *testing.T) {
 			c.waitMember(n, owner, StateLeft)
 		}
 	}
+}
+
+// startSteady starts every node, waits until they all see each other and
+// exactly one holds the VIP, and returns that one.
+func (c *testCluster) startSteady() string {
+	c.t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(c.nodes)) {
+		c.start(name)
+	}
+	c.waitFormed()
+	return c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
 }
 
 // waitFormed waits until every running node sees every other as alive:
@@ -487,11 +492,7 @@ func TestForget(t *testing.T) {
 // VIP back.
 func TestClusterInterfaceDown(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	for _, n := range []string{"a", "b", "c"} {
-		c.start(n)
-	}
-	c.waitFormed()
-	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	owner := c.startSteady()
 	c.nodes[owner].linkDown.Store(true)
 	h := c.waitHolders(5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "after owner link down")
 	if c.w.overlap > 0 {
@@ -509,12 +510,10 @@ func TestClusterInterfaceDown(t *testing.T) {
 // interface is reported down, not at the next tick.
 func TestClusterLinkEvent(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	for _, n := range []string{"a", "b", "c"} {
-		c.nodes[n].idleTick = time.Hour
-		c.start(n)
+	for _, n := range c.nodes {
+		n.idleTick = time.Hour
 	}
-	c.waitFormed()
-	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	owner := c.startSteady()
 	n := c.nodes[owner]
 	changed := n.linkChanged.Load()
 	if changed == nil {
@@ -534,11 +533,7 @@ func TestClusterLinkEvent(t *testing.T) {
 // holds the VIP.
 func TestClockJumps(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	for _, n := range []string{"a", "b", "c"} {
-		c.start(n)
-	}
-	c.waitFormed()
-	owner := c.waitHolders(10*time.Second, exactlyOne, "steady state")[0]
+	owner := c.startSteady()
 	for i, step := range []time.Duration{-time.Hour, 2 * time.Hour} {
 		c.clockStep.Add(int64(step))
 		time.Sleep(300 * time.Millisecond)
