@@ -293,11 +293,11 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 				resets = resets || strings.Contains(t.FirstFailure, "connection reset")
 			}
 		}
-		if lost > 0 && !resets {
+		if lost > 0 {
 			p("\n")
 		}
 		if resets {
-			p("\nA reset (\"connection reset by peer\") is a probe whose connection was open to the old owner when the client switched to the new owner's MAC: the new owner has no such connection and answers with a reset. Moving an L2 address cannot carry open TCP connections.\n\n")
+			p("A reset (\"connection reset by peer\") is a probe whose connection was open to the old owner when the client switched to the new owner's MAC: the new owner has no such connection and answers with a reset. Moving an L2 address cannot carry open TCP connections.\n\n")
 		}
 	}
 
