@@ -34,17 +34,14 @@ func WatchLinks(ctx context.Context, changed func(name string)) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to link changes: %w", err)
 	}
-	// The subscription's reader ends (closing ch) once done is closed; drain
-	// ch so it never blocks on a send.
-	stop := func() {
-		close(done)
-		for range ch {
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
-			stop()
+			// The subscription's reader ends (closing ch) once done is
+			// closed; drain ch so it never blocks on a send.
+			close(done)
+			for range ch {
+			}
 			return nil
 		case u, ok := <-ch:
 			if !ok {
