@@ -89,7 +89,7 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 	mc := memberlistConfig(c)
 	mc.Delegate = m
 	mc.Events = m
-	mc.Logger = log.New(&slogWriter{lg: lg.With("component", "memberlist")}, "", 0)
+	mc.Logger = log.New(newSlogWriter(lg.With("component", "memberlist"), time.Now), "", 0)
 	if keyring != nil {
 		mc.Keyring = keyring
 		mc.GossipVerifyIncoming = true
@@ -284,11 +284,15 @@ const sendFailureEvery = 10 * time.Second
 // sendFailureEvery, with the number of lines left out since.
 type slogWriter struct {
 	lg  *slog.Logger
-	now func() time.Time // [time.Now]
+	now func() time.Time
 
 	mu         sync.Mutex
 	lastLogged map[string]time.Time // send-failure kind -> when last logged
 	suppressed map[string]int
+}
+
+func newSlogWriter(lg *slog.Logger, now func() time.Time) *slogWriter {
+	return &slogWriter{lg: lg, now: now, lastLogged: map[string]time.Time{}, suppressed: map[string]int{}}
 }
 
 func (w *slogWriter) Write(p []byte) (int, error) {
@@ -335,15 +339,9 @@ func sendFailureKind(s string) (string, bool) {
 // throttle reports whether a line of kind is logged now and how many of
 // its kind were left out since the last one logged.
 func (w *slogWriter) throttle(kind string) (int, bool) {
-	now := time.Now()
-	if w.now != nil {
-		now = w.now()
-	}
+	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.lastLogged == nil {
-		w.lastLogged, w.suppressed = map[string]time.Time{}, map[string]int{}
-	}
 	if last, ok := w.lastLogged[kind]; ok && now.Sub(last) < sendFailureEvery && now.Sub(last) >= 0 {
 		w.suppressed[kind]++
 		return 0, false

@@ -50,7 +50,7 @@ func TestSlogWriterSendFailures(t *testing.T) {
 	var buf bytes.Buffer
 	lg := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	now := time.Unix(1000, 0)
-	w := &slogWriter{lg: lg, now: func() time.Time { return now }}
+	w := newSlogWriter(lg, func() time.Time { return now })
 	write := func(line string) {
 		if _, err := w.Write([]byte(line + "\n")); err != nil {
 			t.Fatal(err)
