@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -100,28 +98,11 @@ keepalive = "1s"
 // startBGPVipd starts vipd on h with the BGP configuration and waits
 // (bounded) for its API.
 func startBGPVipd(l *netlab.Lab, h *netlab.Host) (*netlab.Proc, error) {
-	path := filepath.Join(h.Dir, "vipd-bgp.toml")
-	if err := os.WriteFile(path, []byte(bgpVipdConfig(l, h)), 0o644); err != nil {
-		return nil, err
-	}
-	p, err := l.Start(h, "vipd "+h.Name, filepath.Join(h.Dir, "vipd.log"), nil, l.Tools.Vipd, "--config", path)
+	v, err := l.TryStartVipdConfig(h, bgpVipdConfig(l, h))
 	if err != nil {
 		return nil, err
 	}
-	ok, detail := netlab.Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
-		if !p.Running() {
-			return true, ""
-		}
-		_, err := l.Status(h)
-		return err == nil, fmt.Sprint(err)
-	})
-	if !p.Running() {
-		return nil, fmt.Errorf("vipd on %s exited: %v (log %s)", h.Name, p.ExitErr(), p.Log)
-	}
-	if !ok {
-		return nil, fmt.Errorf("vipd on %s: API not answering: %s", h.Name, detail)
-	}
-	return p, nil
+	return v.Proc, nil
 }
 
 // bgpVia returns the next hops BIRD has for the VIP prefix.

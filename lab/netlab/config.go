@@ -1,6 +1,7 @@
 package netlab
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,13 +13,24 @@ import (
 // It waits (bounded) until the API answers; failures stop the test.
 func (l *Lab) StartVipdConfig(h *Host, config string) *Vipd {
 	l.t.Helper()
+	v, err := l.TryStartVipdConfig(h, config)
+	if err != nil {
+		l.t.Fatalf("netlab: %v", err)
+	}
+	return v
+}
+
+// TryStartVipdConfig is StartVipdConfig returning its failure instead of
+// stopping the test, for callers that record it and go on (a benchmark
+// trial).
+func (l *Lab) TryStartVipdConfig(h *Host, config string) (*Vipd, error) {
 	path := filepath.Join(h.Dir, "vipd.toml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		l.t.Fatalf("netlab: %v", err)
+		return nil, err
 	}
 	p, err := l.Start(h, "vipd "+h.Name, filepath.Join(h.Dir, "vipd.log"), nil, l.Tools.Vipd, "--config", path)
 	if err != nil {
-		l.t.Fatalf("netlab: %v", err)
+		return nil, err
 	}
 	v := &Vipd{Proc: p, Host: h, Config: path}
 	l.mu.Lock()
@@ -34,10 +46,10 @@ func (l *Lab) StartVipdConfig(h *Host, config string) *Vipd {
 		return true, ""
 	})
 	if !p.Running() {
-		l.t.Fatalf("netlab: vipd on %s exited at start: %v (log %s)", h.Name, p.ExitErr(), p.Log)
+		return nil, fmt.Errorf("vipd on %s exited at start: %v (log %s)", h.Name, p.ExitErr(), p.Log)
 	}
 	if !ok {
-		l.t.Fatalf("netlab: vipd on %s: API not answering after 10s: %s", h.Name, detail)
+		return nil, fmt.Errorf("vipd on %s: API not answering after 10s: %s", h.Name, detail)
 	}
-	return v
+	return v, nil
 }
