@@ -508,14 +508,7 @@ func TestNetnsWatchConflicts(t *testing.T) {
 
 	cancel()
 	for range 2 {
-		select {
-		case err := <-watchErrs:
-			if err != nil {
-				t.Errorf("WatchConflicts after cancel: %v", err)
-			}
-		case <-time.After(probeTimeout):
-			t.Fatal("WatchConflicts did not return after cancel")
-		}
+		waitReturned(t, watchErrs, "WatchConflicts")
 	}
 	for {
 		select {
@@ -591,12 +584,19 @@ func TestNetnsWatchLinks(t *testing.T) {
 	}
 	wait("link up", "up")
 	cancel()
+	waitReturned(t, errc, "WatchLinks")
+}
+
+// waitReturned waits (bounded) for a watcher's result on errc after its
+// context was cancelled: it must return, and return nil.
+func waitReturned(t *testing.T, errc <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-errc:
 		if err != nil {
-			t.Fatalf("WatchLinks after cancel: %v", err)
+			t.Errorf("%s after cancel: %v", what, err)
 		}
 	case <-time.After(probeTimeout):
-		t.Fatal("WatchLinks did not return after its context ended")
+		t.Fatalf("%s did not return after cancel", what)
 	}
 }
