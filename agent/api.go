@@ -25,7 +25,7 @@ import (
 
 // DefaultSocketGroup owns the API socket when api.socket_group is unset and
 // the group exists.
-const DefaultSocketGroup = "vipd"
+const DefaultSocketGroup = apipb.DefaultSocketGroup
 
 type apiServer struct {
 	apipb.UnimplementedVipdServer

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/agent/apipb"
 )
 
 // Defaults. DefaultConfig is the one place they are applied; the field
@@ -22,7 +24,7 @@ import (
 const (
 	DefaultConfigPath       = "/etc/vipd/vipd.toml"
 	DefaultStateDir         = "/var/lib/vipd"
-	DefaultSocket           = "/run/vipd/vipd.sock"
+	DefaultSocket           = apipb.DefaultSocket
 	DefaultBindPort         = 7946
 	DefaultRejoinInterval   = 30 * time.Second
 	DefaultHandoffTimeout   = 10 * time.Second

@@ -61,15 +61,22 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Withdrawn     bool                   `protobuf:"varint,2,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
-	Healthy       bool                   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	Members       []*MemberStatus        `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	Vips          []*VIPStatus           `protobuf:"bytes,5,rep,name=vips,proto3" json:"vips,omitempty"`
-	BgpPeers      []*BGPPeerStatus       `protobuf:"bytes,6,rep,name=bgp_peers,json=bgpPeers,proto3" json:"bgp_peers,omitempty"`
-	Quorum        bool                   `protobuf:"varint,7,opt,name=quorum,proto3" json:"quorum,omitempty"`
-	Version       string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Withdrawn bool                   `protobuf:"varint,2,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	Healthy   bool                   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Members   []*MemberStatus        `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	Vips      []*VIPStatus           `protobuf:"bytes,5,rep,name=vips,proto3" json:"vips,omitempty"`
+	BgpPeers  []*BGPPeerStatus       `protobuf:"bytes,6,rep,name=bgp_peers,json=bgpPeers,proto3" json:"bgp_peers,omitempty"`
+	Quorum    bool                   `protobuf:"varint,7,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	Version   string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	// known_members and alive_members are the quorum base and how many of it
+	// this node sees alive (itself included).
+	KnownMembers int32 `protobuf:"varint,9,opt,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	AliveMembers int32 `protobuf:"varint,10,opt,name=alive_members,json=aliveMembers,proto3" json:"alive_members,omitempty"`
+	// fence is this node's lease on holding VIPs: whether a majority of the
+	// known members recently confirmed they see it.
+	Fence         *FenceStatus `protobuf:"bytes,11,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -160,6 +167,88 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetKnownMembers() int32 {
+	if x != nil {
+		return x.KnownMembers
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAliveMembers() int32 {
+	if x != nil {
+		return x.AliveMembers
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetFence() *FenceStatus {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+type FenceStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"` // "off" (quorum not required), "held", "expired"
+	// evidence_age_ms: time since the last majority evidence (-1: never).
+	EvidenceAgeMs  int64 `protobuf:"varint,2,opt,name=evidence_age_ms,json=evidenceAgeMs,proto3" json:"evidence_age_ms,omitempty"`
+	ReleaseAfterMs int64 `protobuf:"varint,3,opt,name=release_after_ms,json=releaseAfterMs,proto3" json:"release_after_ms,omitempty"` // T_release
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FenceStatus) Reset() {
+	*x = FenceStatus{}
+	mi := &file_vipd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceStatus) ProtoMessage() {}
+
+func (x *FenceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_vipd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceStatus.ProtoReflect.Descriptor instead.
+func (*FenceStatus) Descriptor() ([]byte, []int) {
+	return file_vipd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FenceStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *FenceStatus) GetEvidenceAgeMs() int64 {
+	if x != nil {
+		return x.EvidenceAgeMs
+	}
+	return 0
+}
+
+func (x *FenceStatus) GetReleaseAfterMs() int64 {
+	if x != nil {
+		return x.ReleaseAfterMs
+	}
+	return 0
+}
+
 type MemberStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -174,7 +263,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_vipd_proto_msgTypes[2]
+	mi := &file_vipd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +275,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[2]
+	mi := &file_vipd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +288,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{2}
+	return file_vipd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MemberStatus) GetName() string {
@@ -245,22 +334,28 @@ func (x *MemberStatus) GetSelf() bool {
 }
 
 type VIPStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Mode          string                 `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Held          bool                   `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`       // this node holds it
-	Holders       []string               `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`  // nodes that report holding it
-	Healthy       bool                   `protobuf:"varint,7,opt,name=healthy,proto3" json:"healthy,omitempty"` // this node's health for it
-	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Mode    string                 `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Owner   string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Held    bool                   `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`       // this node holds it
+	Holders []string               `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`  // nodes that report holding it
+	Healthy bool                   `protobuf:"varint,7,opt,name=healthy,proto3" json:"healthy,omitempty"` // this node's health for it
+	Reason  string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// eligibility lists every member and whether it may own the VIP now,
+	// with the reason when it may not.
+	Eligibility []*NodeEligibility `protobuf:"bytes,9,rep,name=eligibility,proto3" json:"eligibility,omitempty"`
+	// health_detail is this node's last health verdict for the VIP in words
+	// ("failing since 12:03:10: status 503").
+	HealthDetail  string `protobuf:"bytes,10,opt,name=health_detail,json=healthDetail,proto3" json:"health_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VIPStatus) Reset() {
 	*x = VIPStatus{}
-	mi := &file_vipd_proto_msgTypes[3]
+	mi := &file_vipd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +367,7 @@ func (x *VIPStatus) String() string {
 func (*VIPStatus) ProtoMessage() {}
 
 func (x *VIPStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[3]
+	mi := &file_vipd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +380,7 @@ func (x *VIPStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPStatus.ProtoReflect.Descriptor instead.
 func (*VIPStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{3}
+	return file_vipd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VIPStatus) GetName() string {
@@ -344,6 +439,91 @@ func (x *VIPStatus) GetReason() string {
 	return ""
 }
 
+func (x *VIPStatus) GetEligibility() []*NodeEligibility {
+	if x != nil {
+		return x.Eligibility
+	}
+	return nil
+}
+
+func (x *VIPStatus) GetHealthDetail() string {
+	if x != nil {
+		return x.HealthDetail
+	}
+	return ""
+}
+
+type NodeEligibility struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Eligible bool                   `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	// reason when not eligible: withdrawn, unhealthy, interface down, leaving,
+	// dead, left, no quorum, metadata unreadable.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// since_unix_nano: when this node's own state last changed (0: unknown).
+	SinceUnixNano int64 `protobuf:"varint,4,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeEligibility) Reset() {
+	*x = NodeEligibility{}
+	mi := &file_vipd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeEligibility) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeEligibility) ProtoMessage() {}
+
+func (x *NodeEligibility) ProtoReflect() protoreflect.Message {
+	mi := &file_vipd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeEligibility.ProtoReflect.Descriptor instead.
+func (*NodeEligibility) Descriptor() ([]byte, []int) {
+	return file_vipd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NodeEligibility) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeEligibility) GetEligible() bool {
+	if x != nil {
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *NodeEligibility) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodeEligibility) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
 type BGPPeerStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
@@ -352,13 +532,20 @@ type BGPPeerStatus struct {
 	UptimeSeconds int64                  `protobuf:"varint,4,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
 	Received      uint64                 `protobuf:"varint,5,opt,name=received,proto3" json:"received,omitempty"`
 	Advertised    uint64                 `protobuf:"varint,6,opt,name=advertised,proto3" json:"advertised,omitempty"`
+	// accepted: routes accepted from the router by import policy (always 0:
+	// vipd imports nothing); max_prefixes: the session's prefix limit.
+	Accepted    uint64 `protobuf:"varint,7,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	MaxPrefixes uint32 `protobuf:"varint,8,opt,name=max_prefixes,json=maxPrefixes,proto3" json:"max_prefixes,omitempty"`
+	// bfd_state: "", when BFD is off, or down, init, up, admin_down.
+	BfdState      string `protobuf:"bytes,9,opt,name=bfd_state,json=bfdState,proto3" json:"bfd_state,omitempty"`
+	BfdDiagnostic string `protobuf:"bytes,10,opt,name=bfd_diagnostic,json=bfdDiagnostic,proto3" json:"bfd_diagnostic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BGPPeerStatus) Reset() {
 	*x = BGPPeerStatus{}
-	mi := &file_vipd_proto_msgTypes[4]
+	mi := &file_vipd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +557,7 @@ func (x *BGPPeerStatus) String() string {
 func (*BGPPeerStatus) ProtoMessage() {}
 
 func (x *BGPPeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[4]
+	mi := &file_vipd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +570,7 @@ func (x *BGPPeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BGPPeerStatus.ProtoReflect.Descriptor instead.
 func (*BGPPeerStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{4}
+	return file_vipd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BGPPeerStatus) GetAddress() string {
@@ -428,6 +615,34 @@ func (x *BGPPeerStatus) GetAdvertised() uint64 {
 	return 0
 }
 
+func (x *BGPPeerStatus) GetAccepted() uint64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetMaxPrefixes() uint32 {
+	if x != nil {
+		return x.MaxPrefixes
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetBfdState() string {
+	if x != nil {
+		return x.BfdState
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetBfdDiagnostic() string {
+	if x != nil {
+		return x.BfdDiagnostic
+	}
+	return ""
+}
+
 type WithdrawRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// wait: return only when every VIP this node held is held elsewhere.
@@ -435,14 +650,17 @@ type WithdrawRequest struct {
 	// timeout_ms bounds wait.
 	TimeoutMs int64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// force: withdraw even when no other eligible node exists.
-	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// no_persist: do not fail when the withdraw flag cannot be saved (the
+	// node is then withdrawn until vipd restarts only).
+	NoPersist     bool `protobuf:"varint,4,opt,name=no_persist,json=noPersist,proto3" json:"no_persist,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WithdrawRequest) Reset() {
 	*x = WithdrawRequest{}
-	mi := &file_vipd_proto_msgTypes[5]
+	mi := &file_vipd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +672,7 @@ func (x *WithdrawRequest) String() string {
 func (*WithdrawRequest) ProtoMessage() {}
 
 func (x *WithdrawRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[5]
+	mi := &file_vipd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +685,7 @@ func (x *WithdrawRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{5}
+	return file_vipd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WithdrawRequest) GetWait() bool {
@@ -491,17 +709,26 @@ func (x *WithdrawRequest) GetForce() bool {
 	return false
 }
 
+func (x *WithdrawRequest) GetNoPersist() bool {
+	if x != nil {
+		return x.NoPersist
+	}
+	return false
+}
+
 type WithdrawResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HandedOver    []string               `protobuf:"bytes,1,rep,name=handed_over,json=handedOver,proto3" json:"handed_over,omitempty"` // VIP names now held elsewhere
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	HandedOver []string               `protobuf:"bytes,1,rep,name=handed_over,json=handedOver,proto3" json:"handed_over,omitempty"` // VIP names now held elsewhere
+	Message    string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// persisted: the withdraw flag is saved and survives restarts.
+	Persisted     bool `protobuf:"varint,3,opt,name=persisted,proto3" json:"persisted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WithdrawResponse) Reset() {
 	*x = WithdrawResponse{}
-	mi := &file_vipd_proto_msgTypes[6]
+	mi := &file_vipd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +740,7 @@ func (x *WithdrawResponse) String() string {
 func (*WithdrawResponse) ProtoMessage() {}
 
 func (x *WithdrawResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[6]
+	mi := &file_vipd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +753,7 @@ func (x *WithdrawResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{6}
+	return file_vipd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WithdrawResponse) GetHandedOver() []string {
@@ -543,6 +770,13 @@ func (x *WithdrawResponse) GetMessage() string {
 	return ""
 }
 
+func (x *WithdrawResponse) GetPersisted() bool {
+	if x != nil {
+		return x.Persisted
+	}
+	return false
+}
+
 type RestoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -551,7 +785,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_vipd_proto_msgTypes[7]
+	mi := &file_vipd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +797,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[7]
+	mi := &file_vipd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +810,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{7}
+	return file_vipd_proto_rawDescGZIP(), []int{9}
 }
 
 type RestoreResponse struct {
@@ -587,7 +821,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_vipd_proto_msgTypes[8]
+	mi := &file_vipd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +833,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[8]
+	mi := &file_vipd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +846,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{8}
+	return file_vipd_proto_rawDescGZIP(), []int{10}
 }
 
 type ForgetRequest struct {
@@ -624,7 +858,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +870,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +883,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{9}
+	return file_vipd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ForgetRequest) GetNode() string {
@@ -667,7 +901,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +913,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +926,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{10}
+	return file_vipd_proto_rawDescGZIP(), []int{12}
 }
 
 type EventsRequest struct {
@@ -705,7 +939,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_vipd_proto_msgTypes[11]
+	mi := &file_vipd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +951,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[11]
+	mi := &file_vipd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +964,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{11}
+	return file_vipd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventsRequest) GetFollow() bool {
@@ -743,7 +977,7 @@ func (x *EventsRequest) GetFollow() bool {
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UnixNano      int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // ownership, membership, health, withdraw
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // ownership, hold, release, membership, health, withdraw, conflict, drift, fence
 	Vip           string                 `protobuf:"bytes,3,opt,name=vip,proto3" json:"vip,omitempty"`
 	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	From          string                 `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
@@ -756,7 +990,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_vipd_proto_msgTypes[12]
+	mi := &file_vipd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1002,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[12]
+	mi := &file_vipd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1015,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{12}
+	return file_vipd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -846,7 +1080,7 @@ const file_vipd_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"vipd.proto\x12\avipd.v1\"\x0f\n" +
-	"\rStatusRequest\"\x9c\x02\n" +
+	"\rStatusRequest\"\x92\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1c\n" +
 	"\twithdrawn\x18\x02 \x01(\bR\twithdrawn\x12\x18\n" +
@@ -855,14 +1089,22 @@ const file_vipd_proto_rawDesc = "" +
 	"\x04vips\x18\x05 \x03(\v2\x12.vipd.v1.VIPStatusR\x04vips\x123\n" +
 	"\tbgp_peers\x18\x06 \x03(\v2\x16.vipd.v1.BGPPeerStatusR\bbgpPeers\x12\x16\n" +
 	"\x06quorum\x18\a \x01(\bR\x06quorum\x12\x18\n" +
-	"\aversion\x18\b \x01(\tR\aversion\"\x9e\x01\n" +
+	"\aversion\x18\b \x01(\tR\aversion\x12#\n" +
+	"\rknown_members\x18\t \x01(\x05R\fknownMembers\x12#\n" +
+	"\ralive_members\x18\n" +
+	" \x01(\x05R\faliveMembers\x12*\n" +
+	"\x05fence\x18\v \x01(\v2\x14.vipd.v1.FenceStatusR\x05fence\"u\n" +
+	"\vFenceStatus\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12&\n" +
+	"\x0fevidence_age_ms\x18\x02 \x01(\x03R\revidenceAgeMs\x12(\n" +
+	"\x10release_after_ms\x18\x03 \x01(\x03R\x0ereleaseAfterMs\"\x9e\x01\n" +
 	"\fMemberStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1c\n" +
 	"\twithdrawn\x18\x04 \x01(\bR\twithdrawn\x12\x18\n" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12\x12\n" +
-	"\x04self\x18\x06 \x01(\bR\x04self\"\xc3\x01\n" +
+	"\x04self\x18\x06 \x01(\bR\x04self\"\xa4\x02\n" +
 	"\tVIPStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -871,7 +1113,15 @@ const file_vipd_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x01(\bR\x04held\x12\x18\n" +
 	"\aholders\x18\x06 \x03(\tR\aholders\x12\x18\n" +
 	"\ahealthy\x18\a \x01(\bR\ahealthy\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xb4\x01\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12:\n" +
+	"\veligibility\x18\t \x03(\v2\x18.vipd.v1.NodeEligibilityR\veligibility\x12#\n" +
+	"\rhealth_detail\x18\n" +
+	" \x01(\tR\fhealthDetail\"\x81\x01\n" +
+	"\x0fNodeEligibility\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
+	"\beligible\x18\x02 \x01(\bR\beligible\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12&\n" +
+	"\x0fsince_unix_nano\x18\x04 \x01(\x03R\rsinceUnixNano\"\xb7\x02\n" +
 	"\rBGPPeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x10\n" +
 	"\x03asn\x18\x02 \x01(\rR\x03asn\x12\x14\n" +
@@ -880,16 +1130,24 @@ const file_vipd_proto_rawDesc = "" +
 	"\breceived\x18\x05 \x01(\x04R\breceived\x12\x1e\n" +
 	"\n" +
 	"advertised\x18\x06 \x01(\x04R\n" +
-	"advertised\"Z\n" +
+	"advertised\x12\x1a\n" +
+	"\baccepted\x18\a \x01(\x04R\baccepted\x12!\n" +
+	"\fmax_prefixes\x18\b \x01(\rR\vmaxPrefixes\x12\x1b\n" +
+	"\tbfd_state\x18\t \x01(\tR\bbfdState\x12%\n" +
+	"\x0ebfd_diagnostic\x18\n" +
+	" \x01(\tR\rbfdDiagnostic\"y\n" +
 	"\x0fWithdrawRequest\x12\x12\n" +
 	"\x04wait\x18\x01 \x01(\bR\x04wait\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"M\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x1d\n" +
+	"\n" +
+	"no_persist\x18\x04 \x01(\bR\tnoPersist\"k\n" +
 	"\x10WithdrawResponse\x12\x1f\n" +
 	"\vhanded_over\x18\x01 \x03(\tR\n" +
 	"handedOver\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x10\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
+	"\tpersisted\x18\x03 \x01(\bR\tpersisted\"\x10\n" +
 	"\x0eRestoreRequest\"\x11\n" +
 	"\x0fRestoreResponse\"#\n" +
 	"\rForgetRequest\x12\x12\n" +
@@ -925,41 +1183,45 @@ func file_vipd_proto_rawDescGZIP() []byte {
 	return file_vipd_proto_rawDescData
 }
 
-var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_vipd_proto_goTypes = []any{
 	(*StatusRequest)(nil),    // 0: vipd.v1.StatusRequest
 	(*StatusResponse)(nil),   // 1: vipd.v1.StatusResponse
-	(*MemberStatus)(nil),     // 2: vipd.v1.MemberStatus
-	(*VIPStatus)(nil),        // 3: vipd.v1.VIPStatus
-	(*BGPPeerStatus)(nil),    // 4: vipd.v1.BGPPeerStatus
-	(*WithdrawRequest)(nil),  // 5: vipd.v1.WithdrawRequest
-	(*WithdrawResponse)(nil), // 6: vipd.v1.WithdrawResponse
-	(*RestoreRequest)(nil),   // 7: vipd.v1.RestoreRequest
-	(*RestoreResponse)(nil),  // 8: vipd.v1.RestoreResponse
-	(*ForgetRequest)(nil),    // 9: vipd.v1.ForgetRequest
-	(*ForgetResponse)(nil),   // 10: vipd.v1.ForgetResponse
-	(*EventsRequest)(nil),    // 11: vipd.v1.EventsRequest
-	(*Event)(nil),            // 12: vipd.v1.Event
+	(*FenceStatus)(nil),      // 2: vipd.v1.FenceStatus
+	(*MemberStatus)(nil),     // 3: vipd.v1.MemberStatus
+	(*VIPStatus)(nil),        // 4: vipd.v1.VIPStatus
+	(*NodeEligibility)(nil),  // 5: vipd.v1.NodeEligibility
+	(*BGPPeerStatus)(nil),    // 6: vipd.v1.BGPPeerStatus
+	(*WithdrawRequest)(nil),  // 7: vipd.v1.WithdrawRequest
+	(*WithdrawResponse)(nil), // 8: vipd.v1.WithdrawResponse
+	(*RestoreRequest)(nil),   // 9: vipd.v1.RestoreRequest
+	(*RestoreResponse)(nil),  // 10: vipd.v1.RestoreResponse
+	(*ForgetRequest)(nil),    // 11: vipd.v1.ForgetRequest
+	(*ForgetResponse)(nil),   // 12: vipd.v1.ForgetResponse
+	(*EventsRequest)(nil),    // 13: vipd.v1.EventsRequest
+	(*Event)(nil),            // 14: vipd.v1.Event
 }
 var file_vipd_proto_depIdxs = []int32{
-	2,  // 0: vipd.v1.StatusResponse.members:type_name -> vipd.v1.MemberStatus
-	3,  // 1: vipd.v1.StatusResponse.vips:type_name -> vipd.v1.VIPStatus
-	4,  // 2: vipd.v1.StatusResponse.bgp_peers:type_name -> vipd.v1.BGPPeerStatus
-	0,  // 3: vipd.v1.Vipd.Status:input_type -> vipd.v1.StatusRequest
-	5,  // 4: vipd.v1.Vipd.Withdraw:input_type -> vipd.v1.WithdrawRequest
-	7,  // 5: vipd.v1.Vipd.Restore:input_type -> vipd.v1.RestoreRequest
-	9,  // 6: vipd.v1.Vipd.Forget:input_type -> vipd.v1.ForgetRequest
-	11, // 7: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
-	1,  // 8: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
-	6,  // 9: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
-	8,  // 10: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
-	10, // 11: vipd.v1.Vipd.Forget:output_type -> vipd.v1.ForgetResponse
-	12, // 12: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	3,  // 0: vipd.v1.StatusResponse.members:type_name -> vipd.v1.MemberStatus
+	4,  // 1: vipd.v1.StatusResponse.vips:type_name -> vipd.v1.VIPStatus
+	6,  // 2: vipd.v1.StatusResponse.bgp_peers:type_name -> vipd.v1.BGPPeerStatus
+	2,  // 3: vipd.v1.StatusResponse.fence:type_name -> vipd.v1.FenceStatus
+	5,  // 4: vipd.v1.VIPStatus.eligibility:type_name -> vipd.v1.NodeEligibility
+	0,  // 5: vipd.v1.Vipd.Status:input_type -> vipd.v1.StatusRequest
+	7,  // 6: vipd.v1.Vipd.Withdraw:input_type -> vipd.v1.WithdrawRequest
+	9,  // 7: vipd.v1.Vipd.Restore:input_type -> vipd.v1.RestoreRequest
+	11, // 8: vipd.v1.Vipd.Forget:input_type -> vipd.v1.ForgetRequest
+	13, // 9: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
+	1,  // 10: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
+	8,  // 11: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
+	10, // 12: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
+	12, // 13: vipd.v1.Vipd.Forget:output_type -> vipd.v1.ForgetResponse
+	14, // 14: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_vipd_proto_init() }
@@ -973,7 +1235,7 @@ func file_vipd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_vipd_proto_rawDesc), len(file_vipd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

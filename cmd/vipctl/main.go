@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/apipb"
 )
 
@@ -80,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("vipctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	socket := fs.String("socket", agent.DefaultSocket, "vipd API socket")
+	socket := fs.String("socket", apipb.DefaultSocket, "vipd API socket")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
