@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
-	"github.com/vipd/vipd/l2"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -39,7 +38,7 @@ type Drainer interface {
 }
 
 // Backends builds the announcers for a configuration. Tests substitute
-// fakes; NewBackends builds the real l2 and bgp ones.
+// fakes; cmd/vipd builds the real l2 and bgp ones.
 type Backends interface {
 	// Announcer returns the announcer of a VIP. It is called again after
 	// a reload for every VIP, and may return the same value.
@@ -55,7 +54,7 @@ type Backends interface {
 // Options are the agent's collaborators; zero values select the real ones.
 type Options struct {
 	Logger *slog.Logger
-	// Backends creates announcers. [NewBackends]
+	// Backends creates announcers. Required.
 	Backends func(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error)
 	// Notify sends a systemd notification ("READY=1", "STATUS=...",
 	// "WATCHDOG=1"). [sd_notify through $NOTIFY_SOCKET]
@@ -76,8 +75,8 @@ type Options struct {
 	LinkUp func(iface string) bool
 	// LinkEvents calls changed with an interface's name whenever the
 	// kernel reports a change to it, until ctx ends; the loop then reads
-	// LinkUp at once instead of at its next tick. [l2.WatchLinks when
-	// LinkUp is the default, none otherwise]
+	// LinkUp at once instead of at its next tick. [none: links are read
+	// at every tick only]
 	LinkEvents func(ctx context.Context, changed func(iface string)) error
 }
 
@@ -199,7 +198,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Backends == nil {
-		opts.Backends = NewBackends
+		return nil, errors.New("agent: Options.Backends is required")
 	}
 	if opts.Notify == nil {
 		opts.Notify = sdNotify
@@ -212,9 +211,6 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	}
 	if opts.IdleTick == 0 {
 		opts.IdleTick = time.Second
-	}
-	if opts.LinkUp == nil && opts.LinkEvents == nil {
-		opts.LinkEvents = l2.WatchLinks
 	}
 	a := &Agent{
 		opts:       opts,

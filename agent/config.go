@@ -717,3 +717,22 @@ func (c ClusterConfig) PeerAddrs() []string { return c.peerAddrs }
 
 // BindAddr returns the parsed bind address.
 func (c ClusterConfig) BindAddr() netip.Addr { return c.bindAddr }
+
+// RouterIDAddr returns the parsed router ID (router_id, or the IPv4 bind
+// address).
+func (b BGPConfig) RouterIDAddr() netip.Addr { return b.routerID }
+
+// GracefulShutdownDuration returns the parsed graceful_shutdown (0: off).
+func (b BGPConfig) GracefulShutdownDuration() time.Duration { return b.gracefulShutdown }
+
+// Addr returns the router's parsed address.
+func (p BGPPeerConfig) Addr() netip.Addr { return p.addr }
+
+// Password returns the TCP MD5 password read from password_file ("" without).
+func (p BGPPeerConfig) Password() string { return p.password }
+
+// HoldTimeDuration returns the parsed hold time.
+func (p BGPPeerConfig) HoldTimeDuration() time.Duration { return p.holdTime }
+
+// KeepaliveDuration returns the parsed keepalive interval.
+func (p BGPPeerConfig) KeepaliveDuration() time.Duration { return p.keepalive }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/l2"
 )
 
 var version = "dev"
@@ -86,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if cmd == "cleanup" {
-		if err := agent.Cleanup(cfg); err != nil {
+		if err := cleanup(cfg); err != nil {
 			fmt.Fprintln(stderr, "vipd cleanup:", err)
 			return 1
 		}
@@ -101,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version})
+	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version, Backends: newBackends, LinkEvents: l2.WatchLinks})
 	if err != nil {
 		lg.Error("vipd", "err", err)
 		return 1

@@ -1,4 +1,4 @@
-package agent
+package main
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/bgp"
 	"github.com/vipd/vipd/l2"
@@ -23,9 +24,10 @@ type realBackends struct {
 	speaker *bgp.Speaker
 }
 
-// NewBackends starts the real announcers for c: the BGP speaker when a
-// [bgp] section exists; L2 announcers are created on first use.
-func NewBackends(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error) {
+// newBackends starts the real announcers for c: the BGP speaker when a
+// [bgp] section exists; L2 announcers are created on first use. It is the
+// agent's Options.Backends.
+func newBackends(ctx context.Context, c *agent.Config, lg *slog.Logger) (agent.Backends, error) {
 	b := &realBackends{lg: lg, l2: map[string]*l2.Announcer{}}
 	if c.BGP != nil {
 		sp, err := bgp.New(speakerConfig(c, lg))
@@ -41,17 +43,17 @@ func NewBackends(ctx context.Context, c *Config, lg *slog.Logger) (Backends, err
 }
 
 // speakerConfig converts the [bgp] section.
-func speakerConfig(c *Config, lg *slog.Logger) bgp.Config {
+func speakerConfig(c *agent.Config, lg *slog.Logger) bgp.Config {
 	bc := bgp.Config{
 		ASN:        c.BGP.ASN,
-		RouterID:   c.BGP.routerID,
+		RouterID:   c.BGP.RouterIDAddr(),
 		ListenPort: int32(*c.BGP.ListenPort),
 		Logger:     lg.With("component", "bgp"),
 	}
 	for _, p := range c.BGP.Peers {
 		bc.Peers = append(bc.Peers, bgp.Peer{
-			Address: p.addr, ASN: p.ASN, Password: p.password,
-			HoldTime: p.holdTime, Keepalive: p.keepalive, Communities: p.Communities,
+			Address: p.Addr(), ASN: p.ASN, Password: p.Password(),
+			HoldTime: p.HoldTimeDuration(), Keepalive: p.KeepaliveDuration(), Communities: p.Communities,
 		})
 	}
 	return bc
@@ -76,11 +78,11 @@ func (b *realBackends) l2For(iface string, quiet bool) (*l2.Announcer, error) {
 }
 
 // Announcer implements Backends.
-func (b *realBackends) Announcer(v VIPConfig) (Announcer, error) {
+func (b *realBackends) Announcer(v agent.VIPConfig) (agent.Announcer, error) {
 	switch v.Mode {
-	case ModeL2:
+	case agent.ModeL2:
 		return b.l2For(v.Interface, false)
-	case ModeBGP:
+	case agent.ModeBGP:
 		if b.speaker == nil {
 			return nil, errors.New("mode bgp needs a [bgp] section")
 		}
@@ -94,7 +96,7 @@ func (b *realBackends) Announcer(v VIPConfig) (Announcer, error) {
 }
 
 // Reconfigure implements Backends.
-func (b *realBackends) Reconfigure(ctx context.Context, c *Config) error {
+func (b *realBackends) Reconfigure(ctx context.Context, c *agent.Config) error {
 	if c.BGP == nil && b.speaker != nil {
 		return errors.New("removing [bgp] takes a restart")
 	}
@@ -165,16 +167,4 @@ func (r *routedVIP) Withdraw(ctx context.Context, addr netip.Addr) error {
 		return err
 	}
 	return r.bind.Withdraw(ctx, addr)
-}
-
-// Cleanup removes every configured VIP address from this host: what
-// `vipd cleanup` runs after a crash (systemd ExecStopPost).
-func Cleanup(c *Config) error {
-	var errs []error
-	for _, v := range c.VIPs {
-		if err := l2.RemoveAddress(v.Interface, v.addr); err != nil {
-			errs = append(errs, fmt.Errorf("vip %s: %w", v.Name, err))
-		}
-	}
-	return errors.Join(errs...)
 }
