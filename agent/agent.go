@@ -31,6 +31,15 @@ type Announcer interface {
 	Withdraw(ctx context.Context, addr netip.Addr) error
 }
 
+// Verifier is implemented by announcers that can read back what the network
+// actually has. Verify reports whether addr is still announced the way
+// Announce left it (the address on its interface, the route in the speaker's
+// RIB); the agent calls Announce again when it is not, so Announce must
+// restore whatever is missing rather than trust its own memory.
+type Verifier interface {
+	Verify(ctx context.Context, addr netip.Addr) (bool, error)
+}
+
 // Drainer is implemented by announcers that can tell the network a VIP is
 // about to go before withdrawing it (BGP GRACEFUL_SHUTDOWN).
 type Drainer interface {
