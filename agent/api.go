@@ -8,9 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -41,14 +39,14 @@ func (s *apiServer) stop() {
 }
 
 // serveAPI listens on the unix socket and serves the API until stop.
-func (a *Agent) serveAPI(ctx context.Context, wg *sync.WaitGroup) (*apiServer, error) {
-	path := a.cfg.API.Socket
-	gid, err := socketGroup(a.cfg.API.SocketGroup)
+func (a *Agent) serveAPI(ctx context.Context) (*apiServer, error) {
+	path := a.st.cfg.API.Socket
+	gid, err := socketGroup(a.st.cfg.API.SocketGroup)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("api socket dir: %w", err)
+	if err := socketDir(filepath.Dir(path), gid); err != nil {
+		return nil, err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale api socket: %w", err)
@@ -70,13 +68,11 @@ func (a *Agent) serveAPI(ctx context.Context, wg *sync.WaitGroup) (*apiServer, e
 	s := &apiServer{a: a, gid: gid, socket: path}
 	s.srv = grpc.NewServer(grpc.Creds(peerCredTransport{}))
 	apipb.RegisterVipdServer(s.srv, s)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	a.goroutines.Go(func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			a.log.Error("api server", "err", err)
 		}
-	}()
+	})
 	a.log.Info("api listening", "socket", path)
 	return s, nil
 }
@@ -101,10 +97,9 @@ func socketGroup(name string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// authorize checks the caller's SO_PEERCRED credentials: root may do
-// anything, members of the socket group may read, and mutate when mutating
-// is true too (the socket's 0660 mode already keeps others out; this is the
-// second check, and names what was refused).
+// authorize checks the caller's SO_PEERCRED credentials: root and members
+// of the socket group may call anything (the socket's 0660 mode already
+// keeps others out; this is the second check, and names what was refused).
 func (s *apiServer) authorize(ctx context.Context, what string) error {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
@@ -148,11 +143,16 @@ func (s *apiServer) Status(ctx context.Context, _ *apipb.StatusRequest) (*apipb.
 	if err := s.authorize(ctx, "status"); err != nil {
 		return nil, err
 	}
-	var resp *apipb.StatusResponse
-	err := s.a.do(ctx, func() { resp = s.a.status(ctx) })
-	if err != nil {
-		return nil, status.FromContextError(err).Err()
+	snap := s.a.snapshot.Load()
+	if snap == nil {
+		return nil, status.Error(codes.Unavailable, "vipd is starting: no status yet")
 	}
+	resp := snap.response()
+	// BGP sessions are read here, outside the loop: a slow speaker must not
+	// hold up reconciling.
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp.BgpPeers = s.a.backends.BGPPeers(bctx)
 	return resp, nil
 }
 
@@ -170,7 +170,8 @@ func (s *apiServer) Withdraw(ctx context.Context, req *apipb.WithdrawRequest) (*
 		resp *apipb.WithdrawResponse
 		werr error
 	)
-	err := s.a.do(ctx, func() { w, resp, werr = s.a.withdraw(req.GetWait(), req.GetForce(), timeout) })
+	wr := withdrawRequest{wait: req.GetWait(), force: req.GetForce(), noPersist: req.GetNoPersist(), timeout: timeout}
+	err := s.a.do(ctx, func() { w, resp, werr = s.a.withdraw(wr) })
 	if err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
@@ -226,42 +227,6 @@ func (s *apiServer) Forget(ctx context.Context, req *apipb.ForgetRequest) (*apip
 	return &apipb.ForgetResponse{}, nil
 }
 
-// forget drops a member that is not alive from the table and the cache.
-func (a *Agent) forget(name string) error {
-	if name == "" || name == a.self {
-		return status.Errorf(codes.InvalidArgument, "forget: name another node, not %q", name)
-	}
-	known := false
-	for _, m := range a.ml.snapshot() {
-		if m.Name != name {
-			continue
-		}
-		known = true
-		if m.State == StateAlive || m.State == StateSuspect {
-			return status.Errorf(codes.FailedPrecondition, "forget: %s is %s; stop it (or wait until it is dead) first", name, m.State)
-		}
-	}
-	var next []CachedPeer
-	for _, p := range a.getCache() {
-		if p.Name == name {
-			known = true
-			continue
-		}
-		next = append(next, p)
-	}
-	if !known {
-		return status.Errorf(codes.NotFound, "forget: no member named %q", name)
-	}
-	a.ml.forget(name)
-	a.setCache(next)
-	if err := savePeerCache(a.cfg.StateDir, next); err != nil {
-		a.log.Error("save peer cache (kept in memory)", "err", err)
-	}
-	a.log.Info("member forgotten", "member", name)
-	a.events.publish(&apipb.Event{Kind: "membership", Node: name, Message: "forgotten by " + a.self})
-	return nil
-}
-
 // Events implements apipb.VipdServer.
 func (s *apiServer) Events(req *apipb.EventsRequest, stream apipb.Vipd_EventsServer) error {
 	if err := s.authorize(stream.Context(), "events"); err != nil {
@@ -287,159 +252,6 @@ func (s *apiServer) Events(req *apipb.EventsRequest, stream apipb.Vipd_EventsSer
 			}
 		}
 	}
-}
-
-// withdraw sets the withdraw flag (on the loop goroutine). With wait, it
-// returns a waiter that is answered when every VIP this node held is held
-// elsewhere, or at the deadline.
-func (a *Agent) withdraw(wait, force bool, timeout time.Duration) (*withdrawWaiter, *apipb.WithdrawResponse, error) {
-	view := a.view(a.ml.snapshot())
-	var others []Member
-	for _, m := range view {
-		if m.Name != a.self {
-			others = append(others, m)
-		}
-	}
-	var held []string
-	var stranded []string
-	for name, v := range a.vips {
-		if !v.held {
-			continue
-		}
-		held = append(held, name)
-		if len(Eligible(others, ElectionVIP{Name: name})) == 0 {
-			stranded = append(stranded, name)
-		}
-	}
-	sort.Strings(held)
-	sort.Strings(stranded)
-	if len(stranded) > 0 && !force {
-		return nil, nil, status.Errorf(codes.FailedPrecondition,
-			"refusing to withdraw: no other eligible node for %v (others are dead, withdrawn or unhealthy); use --force to drop the VIP anyway", stranded)
-	}
-	resp := &apipb.WithdrawResponse{Message: "withdrawn"}
-	if err := saveWithdraw(a.cfg.StateDir, true); err != nil {
-		a.log.Error("withdraw flag not persisted; the node is withdrawn until restart only", "err", err)
-		resp.Message = "withdrawn, but the flag could not be saved and will not survive a restart: " + err.Error()
-	}
-	if !a.withdrawn {
-		a.log.Info("withdrawn by vipctl", "held", held)
-		a.events.publish(&apipb.Event{Kind: "withdraw", Node: a.self, Message: "withdrawn"})
-	}
-	a.withdrawn = true
-	a.withdrawErr = nil
-	a.reconcile()
-	if !wait {
-		return nil, resp, nil
-	}
-	w := &withdrawWaiter{vips: held, force: force, deadline: a.now().Add(timeout), reply: make(chan error, 1)}
-	a.waiters = append(a.waiters, w)
-	a.checkWaiters(view, a.now())
-	return w, resp, nil
-}
-
-func (a *Agent) restore() error {
-	if err := saveWithdraw(a.cfg.StateDir, false); err != nil {
-		return status.Errorf(codes.Internal, "restore: %v", err)
-	}
-	if a.withdrawn {
-		a.log.Info("restored by vipctl")
-		a.events.publish(&apipb.Event{Kind: "withdraw", Node: a.self, Message: "restored"})
-	}
-	a.withdrawn = false
-	a.withdrawErr = nil
-	return nil
-}
-
-// checkWaiters answers withdraw --wait callers whose VIPs are now held
-// elsewhere, or whose deadline passed.
-func (a *Agent) checkWaiters(view []Member, now time.Time) {
-	keep := a.waiters[:0]
-	for _, w := range a.waiters {
-		done := true
-		var pending []string
-		for _, name := range w.vips {
-			v := a.vips[name]
-			if v == nil {
-				continue
-			}
-			if v.held || (v.cfg.Announce != "all" && !w.force && !heldElsewhere(a.self, name, view)) {
-				done = false
-				pending = append(pending, name)
-			}
-		}
-		switch {
-		case done:
-			w.reply <- nil
-		case !now.Before(w.deadline):
-			w.reply <- status.Errorf(codes.DeadlineExceeded, "timed out: %v not yet held by another node", pending)
-		default:
-			keep = append(keep, w)
-		}
-	}
-	a.waiters = keep
-}
-
-// heldElsewhere reports whether an alive (or suspect) member other than
-// self reports holding vip.
-func heldElsewhere(self, vip string, view []Member) bool {
-	k := vipKey(vip)
-	for _, m := range view {
-		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held {
-			return true
-		}
-	}
-	return false
-}
-
-// status builds the status answer (on the loop goroutine).
-func (a *Agent) status(ctx context.Context) *apipb.StatusResponse {
-	members := a.ml.snapshot()
-	quorum, _, _, _ := hasQuorum(a.self, a.getCache(), members, a.cfg.Cluster.RequireQuorum)
-	resp := &apipb.StatusResponse{Node: a.self, Withdrawn: a.withdrawn, Quorum: quorum, Version: a.opts.Version, Healthy: true}
-	byName := map[string]memberInfo{}
-	for _, m := range members {
-		byName[m.Name] = m
-	}
-	view := a.view(members)
-	for _, mb := range view {
-		addr := byName[mb.Name].Address
-		if mb.Name == a.self {
-			addr = net.JoinHostPort(a.cfg.Cluster.bindAddr.String(), strconv.Itoa(a.cfg.Cluster.BindPort))
-		}
-		healthy := mb.Meta.Valid
-		for _, v := range a.vips {
-			if !mb.Meta.VIP(vipKey(v.cfg.Name)).Healthy {
-				healthy = false
-			}
-		}
-		resp.Members = append(resp.Members, &apipb.MemberStatus{
-			Name: mb.Name, Address: addr, State: mb.State.String(),
-			Withdrawn: mb.Meta.Withdrawn, Healthy: healthy, Self: mb.Name == a.self,
-		})
-	}
-	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Name < resp.Members[j].Name })
-	for _, v := range a.vips {
-		vs := &apipb.VIPStatus{
-			Name: v.cfg.Name, Address: v.cfg.addr.String(), Mode: v.cfg.Mode,
-			Owner: v.owner, Held: v.held, Healthy: v.healthy, Reason: v.reason,
-		}
-		if !v.healthy {
-			resp.Healthy = false
-		}
-		for _, m := range view {
-			if m.State <= StateSuspect && m.Meta.VIP(vipKey(v.cfg.Name)).Held {
-				vs.Holders = append(vs.Holders, m.Name)
-			}
-		}
-		sort.Strings(vs.Holders)
-		resp.Vips = append(resp.Vips, vs)
-	}
-	sort.Slice(resp.Vips, func(i, j int) bool { return resp.Vips[i].Name < resp.Vips[j].Name })
-	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	resp.BgpPeers = a.backends.BGPPeers(bctx)
-	return resp
 }
 
 // peerCred is the credentials of the process at the other end of the unix
@@ -492,3 +304,41 @@ func (peerCredTransport) Info() credentials.ProtocolInfo {
 func (t peerCredTransport) Clone() credentials.TransportCredentials { return t }
 
 func (peerCredTransport) OverrideServerName(string) error { return nil }
+
+// socketDir creates the socket's directory, or takes one systemd created
+// (RuntimeDirectory=), and makes sure the socket group can reach the socket
+// in it: a directory owned by this process's user is given to the socket
+// group with mode 0750 (under a root drop-in, systemd creates /run/vipd
+// root:root 0750, which would lock the group out). Shared directories (/run,
+// /tmp) are left as they are.
+func socketDir(dir string, gid int) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("api socket directory %s: %w", dir, err)
+	}
+	if gid < 0 {
+		return nil
+	}
+	switch filepath.Clean(dir) {
+	case "/", "/run", "/var/run", "/tmp", "/var/tmp", "/dev/shm":
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("api socket directory %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) != os.Geteuid() {
+		return nil // not ours to change
+	}
+	if int(st.Gid) != gid {
+		if err := os.Chown(dir, -1, gid); err != nil {
+			return fmt.Errorf("api socket directory %s: give it to the socket group (gid %d): %w", dir, gid, err)
+		}
+	}
+	if fi.Mode().Perm()&0o050 != 0o050 {
+		if err := os.Chmod(dir, fi.Mode().Perm()|0o050); err != nil {
+			return fmt.Errorf("api socket directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
@@ -158,6 +159,11 @@ type HealthConfig struct {
 	CAFile string `toml:"ca_file"`
 	// InsecureSkipVerify skips server certificate checks. [false]
 	InsecureSkipVerify bool `toml:"insecure_skip_verify"`
+	// TLSServerName is the name an https URL's certificate is verified
+	// against instead of the URL's host: "kubernetes" for a kubeadm or
+	// RKE2 apiserver checked at https://127.0.0.1:6443 (its certificate
+	// has no 127.0.0.1 SAN on some installs). [the URL's host]
+	TLSServerName string `toml:"tls_server_name"`
 
 	interval, timeout time.Duration
 }
@@ -596,10 +602,8 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 	if h.Fall < 1 {
 		v.at(p+".fall", "fall must be at least 1, got %d", h.Fall)
 	}
-	if h.CAFile != "" {
-		if _, err := os.Stat(h.CAFile); err != nil {
-			v.at(p+".ca_file", "ca_file: %v", err)
-		}
+	if h.CAFile != "" && !strings.HasPrefix(h.CAFile, "/") {
+		v.at(p+".ca_file", "ca_file must be an absolute path, got %q", h.CAFile)
 	}
 }
 
@@ -701,6 +705,13 @@ func readSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("secret file %s is empty", path)
 	}
 	return s, nil
+}
+
+// logLevel is log_level as a slog level.
+func (c *Config) logLevel() slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(c.LogLevel)) // validated by Parse
+	return l
 }
 
 // Addr returns the VIP's parsed address.

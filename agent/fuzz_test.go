@@ -8,10 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vipd/vipd/agent/apipb"
@@ -87,24 +88,30 @@ func FuzzKeyIndex(f *testing.F) {
 	})
 }
 
-var (
-	fuzzAgentOnce sync.Once
-	fuzzAgent     *apiServer
-	fuzzAgentErr  error
-)
-
 // FuzzAPIHandlers feeds arbitrary protobuf bytes to every request handler
 // of a running single-node agent (fake network). Handlers must answer with
-// a response or a gRPC error, never panic or hang.
+// a response or a gRPC error of a documented kind, never panic or hang, and
+// the answer must match the agent's state: a withdraw that succeeded shows
+// in status as withdrawn (and persisted, the state_dir being writable), a
+// restore shows as not withdrawn.
 func FuzzAPIHandlers(f *testing.F) {
 	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
 	f.Add(uint8(0), seed(&apipb.StatusRequest{}))
 	f.Add(uint8(1), seed(&apipb.WithdrawRequest{Wait: true, TimeoutMs: 50}))
 	f.Add(uint8(1), seed(&apipb.WithdrawRequest{Force: true, TimeoutMs: -5}))
+	f.Add(uint8(1), seed(&apipb.WithdrawRequest{NoPersist: true}))
 	f.Add(uint8(2), seed(&apipb.RestoreRequest{}))
 	f.Add(uint8(1), []byte{0x08, 0x01, 0x10, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	s := startFuzzAgent(f)
+	withdrawn := func(t *testing.T, ctx context.Context) bool {
+		t.Helper()
+		st, err := s.Status(ctx, &apipb.StatusRequest{})
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		return st.Withdrawn
+	}
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
-		s := startFuzzAgent(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		ctx = rootCaller(ctx)
@@ -114,8 +121,12 @@ func FuzzAPIHandlers(f *testing.F) {
 			if proto.Unmarshal(b, &req) != nil {
 				return
 			}
-			if _, err := s.Status(ctx, &req); err != nil {
+			st, err := s.Status(ctx, &req)
+			if err != nil {
 				t.Fatalf("status: %v", err)
+			}
+			if st.Node != "solo" || len(st.Vips) != 1 {
+				t.Fatalf("status names node %q with %d VIPs, want solo with 1", st.Node, len(st.Vips))
 			}
 		case 1:
 			var req apipb.WithdrawRequest
@@ -126,9 +137,22 @@ func FuzzAPIHandlers(f *testing.F) {
 			if req.TimeoutMs > 200 || req.TimeoutMs < 0 {
 				req.TimeoutMs = 200
 			}
-			s.Withdraw(ctx, &req)
+			resp, err := s.Withdraw(ctx, &req)
+			switch code := status.Code(err); {
+			case err == nil:
+				if !resp.Persisted || !withdrawn(t, ctx) {
+					t.Fatalf("withdraw answered %v but status withdrawn=%v", resp, withdrawn(t, ctx))
+				}
+			case code == codes.FailedPrecondition || code == codes.DeadlineExceeded:
+				// The only node has no one to hand over to.
+			default:
+				t.Fatalf("withdraw: unexpected error %v", err)
+			}
 			if _, err := s.Restore(ctx, &apipb.RestoreRequest{}); err != nil {
 				t.Fatalf("restore after withdraw: %v", err)
+			}
+			if withdrawn(t, ctx) {
+				t.Fatalf("still withdrawn after restore")
 			}
 		case 2:
 			var req apipb.RestoreRequest
@@ -138,6 +162,9 @@ func FuzzAPIHandlers(f *testing.F) {
 			if _, err := s.Restore(ctx, &req); err != nil {
 				t.Fatalf("restore: %v", err)
 			}
+			if withdrawn(t, ctx) {
+				t.Fatalf("withdrawn after restore")
+			}
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("handler did not answer within 5s")
@@ -145,38 +172,41 @@ func FuzzAPIHandlers(f *testing.F) {
 	})
 }
 
-// startFuzzAgent starts one agent for the whole fuzz run (the fuzzing
-// process ends it).
-func startFuzzAgent(t *testing.T) *apiServer {
-	fuzzAgentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vipd-fuzz-")
-		if err != nil {
-			fuzzAgentErr = err
-			return
-		}
-		text := fmt.Sprintf("node_name = \"solo\"\nstate_dir = %q\n[api]\nsocket = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n",
-			filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), freePort(t))
-		cfg, err := Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
-		if err != nil {
-			fuzzAgentErr = err
-			return
-		}
-		a, err := New(cfg, Options{
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Backends: fakeBackendsFor(newWire(), "solo"),
-			Notify:   func(string) {},
-			Tick:     20 * time.Millisecond,
-			LinkUp:   func(string) bool { return true },
-		})
-		if err != nil {
-			fuzzAgentErr = err
-			return
-		}
-		go a.Run(context.Background())
-		fuzzAgent = &apiServer{a: a, gid: -1}
-	})
-	if fuzzAgentErr != nil {
-		t.Fatal(fuzzAgentErr)
+// startFuzzAgent starts one agent for a fuzz target and stops it (Run
+// returns) when the target ends.
+func startFuzzAgent(f *testing.F) *apiServer {
+	dir := f.TempDir()
+	text := fmt.Sprintf("node_name = \"solo\"\nstate_dir = %q\n[api]\nsocket = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), freePort(f))
+	cfg, err := Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
+	if err != nil {
+		f.Fatal(err)
 	}
-	return fuzzAgent
+	a, err := New(cfg, Options{
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: fakeBackendsFor(newWire(), "solo"),
+		Notify:   func(string) {},
+		Tick:     20 * time.Millisecond,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	f.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			f.Errorf("Run: %v", err)
+		}
+	})
+	s := &apiServer{a: a, gid: -1}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.snapshot.Load() == nil {
+		if time.Now().After(deadline) {
+			f.Fatal("agent published no status within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
 }

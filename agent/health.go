@@ -10,24 +10,31 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
 )
 
 // healthResult is one VIP's health verdict after rise/fall smoothing.
 type healthResult struct {
+	// Checker identifies the checker that sent it: results of a checker
+	// stopped by a reload are ignored.
+	Checker uint64
 	VIP     string
 	Healthy bool
-	Err     error         // last check error, nil when it passed
-	Latency time.Duration // of the last check
+	Err     error // last check error, nil when it passed
 }
 
 // probeFunc runs one check; nil means healthy.
 type probeFunc func(ctx context.Context) error
 
 // riseFall smooths check outcomes: rise successes in a row make a node
-// healthy, fall failures in a row make it unhealthy. It starts unhealthy, so
-// a node does not claim a VIP before its service answered.
+// healthy, fall failures in a row make it unhealthy. A new checker starts
+// unhealthy, so a node does not claim a VIP before its service answered;
+// a checker started by a reload starts from the VIP's current verdict.
 type riseFall struct {
 	rise, fall int
 	healthy    bool
@@ -68,34 +75,19 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 			return nil
 		}, nil
 	}
-	tlsConf := &tls.Config{InsecureSkipVerify: h.InsecureSkipVerify} //nolint:gosec // opt-in, documented
-	if h.CAFile != "" {
-		pem, err := os.ReadFile(h.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("health ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("health ca_file %s: no PEM certificates", h.CAFile)
-		}
-		tlsConf.RootCAs = pool
-	}
-	// Checks reuse one kept-alive connection: a TCP and TLS handshake
-	// every interval was most of an idle node's CPU. A server that dies
-	// or restarts closes it, and the next check dials afresh.
-	client := &http.Client{
-		Transport: &http.Transport{
-			TLSClientConfig:     tlsConf,
-			Proxy:               nil,
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     max(3*h.interval, 30*time.Second),
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
+	// The client is built at the first check that can read ca_file: at
+	// cluster bootstrap vipd starts before kubeadm writes the CA, and the
+	// check fails (saying why) until it exists.
+	var client *http.Client
 	url := h.URL
 	return func(ctx context.Context) error {
+		if client == nil {
+			c, err := newHTTPClient(h)
+			if err != nil {
+				return fmt.Errorf("health %s: %w", url, err)
+			}
+			client = c
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return fmt.Errorf("health %s: %w", url, err)
@@ -113,25 +105,76 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 	}, nil
 }
 
-// key identifies a check: VIPs whose checks have the same key share one
-// checker.
-func (h *HealthConfig) key() string {
-	return fmt.Sprintf("%q %q %s %s %d %d %q %v", h.URL, h.Command, h.interval, h.timeout, h.Rise, h.Fall, h.CAFile, h.InsecureSkipVerify)
+// newHTTPClient builds an HTTP check's client: TLS verified against ca_file
+// (or the system roots) and tls_server_name, one kept-alive connection (a
+// TCP and TLS handshake every interval was most of an idle node's CPU; a
+// server that restarts closes it and the next check dials afresh), no
+// proxy, no redirects.
+func newHTTPClient(h *HealthConfig) (*http.Client, error) {
+	tlsConf := &tls.Config{InsecureSkipVerify: h.InsecureSkipVerify, ServerName: h.TLSServerName} //nolint:gosec // opt-in, documented
+	if h.CAFile != "" {
+		pem, err := os.ReadFile(h.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s: no PEM certificates", h.CAFile)
+		}
+		tlsConf.RootCAs = pool
+	}
+	return &http.Client{
+		Transport: &http.Transport{
+			TLSClientConfig:     tlsConf,
+			Proxy:               nil,
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     max(3*h.interval, 30*time.Second),
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}, nil
 }
 
-// runHealth runs one check every interval until ctx ends and sends each
-// verdict change (and the first verdict) to out, once for each of vips.
-func runHealth(ctx context.Context, vips []string, h *HealthConfig, probe probeFunc, out chan<- healthResult, lg *slog.Logger, m *metrics) {
-	vip := strings.Join(vips, ",")
-	rf := riseFall{rise: h.Rise, fall: h.Fall}
-	t := time.NewTicker(h.interval)
+// key identifies a check: VIPs whose checks have the same key share one
+// checker, and a reload keeps a checker whose key is unchanged.
+func (h *HealthConfig) key() string {
+	return fmt.Sprintf("%q %q %s %s %d %d %q %v %q", h.URL, h.Command, h.interval, h.timeout, h.Rise, h.Fall, h.CAFile, h.InsecureSkipVerify, h.TLSServerName)
+}
+
+// healthFailureLogEvery is how often a checker logs a failing check at WARN
+// (with the number of failures left out since): a check failing every
+// second must not flood the journal, and the reason must not hide at DEBUG.
+const healthFailureLogEvery = 30 * time.Second
+
+// checkRun is one health checker's settings.
+type checkRun struct {
+	id      uint64
+	vips    []string
+	cfg     *HealthConfig
+	probe   probeFunc
+	initial bool // the verdict before the first check
+	out     chan<- healthResult
+	log     *slog.Logger
+	metrics *metrics
+	now     func() time.Time
+}
+
+// run checks every interval until ctx ends and sends each verdict change
+// (and the first verdict) to out, once for each of its VIPs.
+func (r checkRun) run(ctx context.Context) {
+	vip := strings.Join(r.vips, ",")
+	rf := riseFall{rise: r.cfg.Rise, fall: r.cfg.Fall, healthy: r.initial}
+	t := time.NewTicker(r.cfg.interval)
 	defer t.Stop()
 	first := true
+	var lastLogged time.Time
+	suppressed := 0
 	for {
-		cctx, cancel := context.WithTimeout(ctx, h.timeout)
-		start := time.Now()
-		err := probe(cctx)
-		lat := time.Since(start)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
+		start := r.now()
+		err := r.probe(cctx)
+		lat := r.now().Sub(start)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -140,19 +183,25 @@ func runHealth(ctx context.Context, vips []string, h *HealthConfig, probe probeF
 		if err != nil {
 			result = "fail"
 		}
-		for _, name := range vips {
-			m.healthLatency.WithLabelValues(name).Observe(lat.Seconds())
-			m.healthChecks.WithLabelValues(name, result).Inc()
+		for _, name := range r.vips {
+			r.metrics.healthLatency.WithLabelValues(name).Observe(lat.Seconds())
+			r.metrics.healthChecks.WithLabelValues(name, result).Inc()
 		}
 		changed := rf.observe(err == nil)
 		if err != nil {
-			lg.Debug("health check failed", "vip", vip, "err", err)
+			if now := r.now(); lastLogged.IsZero() || now.Sub(lastLogged) >= healthFailureLogEvery {
+				lastLogged = now
+				r.log.Warn("health check failed", "vip", vip, "err", err, "suppressed", suppressed)
+				suppressed = 0
+			} else {
+				suppressed++
+			}
 		}
 		if changed || first {
 			first = false
-			for _, name := range vips {
+			for _, name := range r.vips {
 				select {
-				case out <- healthResult{VIP: name, Healthy: rf.healthy, Err: err, Latency: lat}:
+				case r.out <- healthResult{Checker: r.id, VIP: name, Healthy: rf.healthy, Err: err}:
 				case <-ctx.Done():
 					return
 				}
@@ -164,4 +213,119 @@ func runHealth(ctx context.Context, vips []string, h *HealthConfig, probe probeF
 		case <-t.C:
 		}
 	}
+}
+
+// healthChecks runs one checker per distinct check and keeps them across
+// reloads: a reload that leaves a check unchanged keeps its checker and its
+// verdict, and a changed or new check starts from its VIPs' current verdict,
+// so a reload never moves a VIP by itself. Only the loop calls its methods.
+type healthChecks struct {
+	ctx     context.Context
+	a       *Agent
+	nextID  uint64
+	running map[string]*checker // by HealthConfig.key
+}
+
+// checker is one running health check goroutine.
+type checker struct {
+	id     uint64
+	vips   []string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newHealthChecks(ctx context.Context, a *Agent) *healthChecks {
+	return &healthChecks{ctx: ctx, a: a, running: map[string]*checker{}}
+}
+
+// current reports whether a result comes from a running checker.
+func (h *healthChecks) current(r healthResult) bool {
+	for _, c := range h.running {
+		if c.id == r.Checker {
+			return true
+		}
+	}
+	return false
+}
+
+// apply makes the running checkers match the VIPs' health configurations.
+func (h *healthChecks) apply(vips map[string]*vipState) {
+	groups := map[string][]string{}
+	checks := map[string]*HealthConfig{}
+	for _, v := range vips {
+		if hc := v.cfg.Health; hc != nil {
+			k := hc.key()
+			groups[k] = append(groups[k], v.cfg.Name)
+			checks[k] = hc
+		}
+	}
+	for k, c := range h.running {
+		names := groups[k]
+		sort.Strings(names)
+		if !slices.Equal(names, c.vips) {
+			c.cancel()
+			<-c.done
+			delete(h.running, k)
+		}
+	}
+	for k, names := range groups {
+		if h.running[k] != nil {
+			continue
+		}
+		sort.Strings(names)
+		probe, err := newProbe(checks[k])
+		if err != nil {
+			h.a.log.Error("health check not started; VIPs stay unhealthy", "vips", strings.Join(names, ","), "err", err)
+			continue
+		}
+		initial := true
+		for _, n := range names {
+			if !vips[n].healthy {
+				initial = false
+			}
+		}
+		h.nextID++
+		ctx, cancel := context.WithCancel(h.ctx)
+		c := &checker{id: h.nextID, vips: names, cancel: cancel, done: make(chan struct{})}
+		h.running[k] = c
+		run := checkRun{id: c.id, vips: names, cfg: checks[k], probe: probe, initial: initial,
+			out: h.a.health, log: h.a.log, metrics: h.a.metrics, now: h.a.now}
+		h.a.goroutines.Go(func() {
+			defer close(c.done)
+			run.run(ctx)
+		})
+	}
+}
+
+// stop ends every checker.
+func (h *healthChecks) stop() {
+	for k, c := range h.running {
+		c.cancel()
+		<-c.done
+		delete(h.running, k)
+	}
+}
+
+// onHealth records a health verdict.
+func (a *Agent) onHealth(r healthResult) {
+	v := a.st.vips[r.VIP]
+	if v == nil || !a.st.checks.current(r) || v.healthy == r.Healthy {
+		return
+	}
+	v.healthy = r.Healthy
+	v.healthSince = a.now()
+	msg := "healthy"
+	if !r.Healthy {
+		msg = "unhealthy"
+		if r.Err != nil {
+			msg += ": " + r.Err.Error()
+		}
+	}
+	v.healthDetail = msg
+	lvl := slog.LevelInfo
+	if !r.Healthy {
+		lvl = slog.LevelWarn
+	}
+	a.log.Log(context.Background(), lvl, "health change", "vip", r.VIP, "healthy", r.Healthy, "detail", msg)
+	a.events.publish(&apipb.Event{Kind: "health", Vip: r.VIP, Node: a.self, Message: msg})
 }

@@ -129,7 +129,8 @@ func TestSharedHealthCheck(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		runHealth(ctx, []string{"a", "b"}, h, probe, out, slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(nil))
+		checkRun{id: 1, vips: []string{"a", "b"}, cfg: h, probe: probe, out: out,
+			log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(nil), now: time.Now}.run(ctx)
 		close(done)
 	}()
 	got := map[string]bool{}

@@ -22,15 +22,19 @@ type memberInfo struct {
 	Address string // host:port
 	State   MemberState
 	Meta    NodeMeta
+	// Since is when the member's state or metadata last changed.
+	Since time.Time
+	raw   string // the metadata as received
 }
 
 // membership wraps memberlist: it publishes this node's metadata, keeps a
 // table of every node seen (including dead and left ones, which memberlist
 // forgets), and signals changes on a channel.
 type membership struct {
-	ml   *memberlist.Memberlist
+	list *memberlist.Memberlist
 	self string
 	log  *slog.Logger
+	now  func() time.Time
 
 	metaMu sync.Mutex
 	meta   []byte
@@ -77,10 +81,11 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	return mc
 }
 
-func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring) (*membership, error) {
+func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time) (*membership, error) {
 	m := &membership{
 		self:    c.NodeName,
 		log:     lg,
+		now:     now,
 		meta:    meta,
 		nodes:   map[string]memberInfo{},
 		changed: make(chan struct{}, 1),
@@ -99,7 +104,7 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 	if err != nil {
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
-	m.ml = ml
+	m.list = ml
 	return m, nil
 }
 
@@ -133,7 +138,7 @@ func (m *membership) runPublisher(ctx context.Context) {
 			m.pubMu.Lock()
 			if !m.final {
 				// Queued now; the wait only bounds the call.
-				_ = m.ml.UpdateNode(time.Millisecond)
+				_ = m.list.UpdateNode(time.Millisecond)
 			}
 			m.pubMu.Unlock()
 		}
@@ -151,7 +156,7 @@ func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	m.metaMu.Lock()
 	m.meta = b
 	m.metaMu.Unlock()
-	if err := m.ml.UpdateNode(wait); err != nil {
+	if err := m.list.UpdateNode(wait); err != nil {
 		m.log.Debug("final metadata may not have reached every member before leaving", "err", err)
 	}
 }
@@ -161,7 +166,7 @@ func (m *membership) join(addrs []string) (int, error) {
 	if len(addrs) == 0 {
 		return 0, nil
 	}
-	n, err := m.ml.Join(addrs)
+	n, err := m.list.Join(addrs)
 	if err != nil && n == 0 {
 		return 0, fmt.Errorf("join %s: %w", strings.Join(addrs, ","), err)
 	}
@@ -188,14 +193,14 @@ func (m *membership) forget(name string) {
 }
 
 func (m *membership) leave(timeout time.Duration) error {
-	if err := m.ml.Leave(timeout); err != nil {
+	if err := m.list.Leave(timeout); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
 }
 
 func (m *membership) shutdown() error {
-	return m.ml.Shutdown()
+	return m.list.Shutdown()
 }
 
 func (m *membership) signal() {
@@ -262,9 +267,14 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 		Address: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
 		State:   st,
 		Meta:    meta,
+		raw:     string(n.Meta),
 	}
 	m.mu.Lock()
 	prev, seen := m.nodes[n.Name]
+	info.Since = prev.Since
+	if !seen || prev.State != st || prev.raw != info.raw {
+		info.Since = m.now()
+	}
 	m.nodes[n.Name] = info
 	m.mu.Unlock()
 	if !seen || prev.State != st {
@@ -306,8 +316,8 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	}
 	s = strings.TrimPrefix(s, "memberlist: ")
 	if kind, ok := sendFailureKind(s); ok && level >= slog.LevelWarn {
-		n, log := w.throttle(kind)
-		if !log {
+		n, logNow := w.throttle(kind)
+		if !logNow {
 			return len(p), nil
 		}
 		if n > 0 {

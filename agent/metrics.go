@@ -111,7 +111,7 @@ func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// serveMetrics serves /metrics on addr until ctx ends.
+// serve serves /metrics on addr until ctx ends.
 func (m *metrics) serve(ctx context.Context, addr string, wg *sync.WaitGroup, onErr func(error)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -135,4 +135,32 @@ func (m *metrics) serve(ctx context.Context, addr string, wg *sync.WaitGroup, on
 		srv.Shutdown(sctx)
 	}()
 	return nil
+}
+
+// updateMetrics sets the gauges from the loop's state after a pass.
+func (a *Agent) updateMetrics(members []memberInfo, quorum bool) {
+	m := a.metrics
+	for name, v := range a.st.vips {
+		m.held.WithLabelValues(name).Set(b2f(v.held))
+		m.owner.WithLabelValues(name).Set(b2f(v.owner == a.self))
+		m.healthUp.WithLabelValues(name).Set(b2f(v.healthy))
+	}
+	counts := map[MemberState]int{StateAlive: 1} // this node
+	for _, mb := range members {
+		if mb.Name != a.self {
+			counts[mb.State]++
+		}
+	}
+	for _, st := range []MemberState{StateAlive, StateSuspect, StateDead, StateLeft} {
+		m.members.WithLabelValues(st.String()).Set(float64(counts[st]))
+	}
+	m.quorum.Set(b2f(quorum))
+	m.withdrawn.Set(b2f(a.st.withdrawn))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,6 +1,112 @@
 package agent
 
-import "sort"
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// peerCache is the in-memory copy of state_dir/peers.json, shared by the
+// loop (which updates it) and the rejoin loop (which reads it).
+type peerCache struct {
+	mu    sync.Mutex
+	peers []CachedPeer
+}
+
+func (c *peerCache) set(p []CachedPeer) {
+	c.mu.Lock()
+	c.peers = p
+	c.mu.Unlock()
+}
+
+func (c *peerCache) get() []CachedPeer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peers
+}
+
+// updateCache merges the membership table into the peer cache and saves it
+// when it changed.
+func (a *Agent) updateCache(members []memberInfo) {
+	old := a.cache.get()
+	next := nextPeerCache(a.self, old, members)
+	if slices.Equal(old, next) {
+		return
+	}
+	a.cache.set(next)
+	if err := savePeerCache(a.st.cfg.StateDir, next); err != nil {
+		a.log.Error("save peer cache (kept in memory)", "err", err)
+	}
+}
+
+// joinAll joins addresses in parallel: memberlist joins a list one by one
+// and an unreachable cached peer would hold the others up for its timeout.
+func (a *Agent) joinAll(addrs []string) int {
+	if len(addrs) == 0 {
+		return 0
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	joined := 0
+	for _, addr := range addrs {
+		wg.Go(func() {
+			n, err := a.members.join([]string{addr})
+			if err != nil {
+				a.log.Debug("join", "peer", addr, "err", err)
+			}
+			mu.Lock()
+			joined += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	a.log.Info("join", "tried", len(addrs), "joined", joined)
+	return joined
+}
+
+// rejoinLoop joins, every rejoin_interval, the known peers that are not
+// alive members, so a node cut off for a while comes back by itself.
+func (a *Agent) rejoinLoop(ctx context.Context) {
+	var interval time.Duration
+	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.rejoinInterval }); err != nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.rejoinKick:
+		}
+		// Read without a request to the loop: a rejoin tick that finds
+		// every peer alive must not wake it.
+		members := a.members.snapshot()
+		if a.rejoinEvery.Swap(false) {
+			members = nil // every known peer, alive ones included
+		}
+		targets := rejoinTargets(a.self, a.cache.get(), *a.peers.Load(), members)
+		if len(targets) == 0 {
+			continue
+		}
+		a.log.Info("rejoin", "peers", strings.Join(targets, ","))
+		a.metrics.rejoinAttempts.Add(float64(len(targets)))
+		a.metrics.rejoinJoined.Add(float64(a.joinAll(targets)))
+	}
+}
+
+// kickRejoin makes the rejoin loop run now (after quorum is regained, the
+// state exchange of a join brings this node's stale view up to date).
+func (a *Agent) kickRejoin() {
+	select {
+	case a.rejoinKick <- struct{}{}:
+	default:
+	}
+}
 
 // rejoinTargets returns the addresses to join: the cached and configured
 // peers that are not currently alive members. Cached peers are matched by
@@ -61,10 +167,18 @@ func nextPeerCache(self string, cached []CachedPeer, members []memberInfo) []Cac
 	return out
 }
 
+// quorum is hasQuorum's answer.
+type quorum struct {
+	ok       bool // a majority is alive, or quorum is not required
+	required bool
+	alive    int
+	known    int
+}
+
 // hasQuorum reports whether this node sees a majority of the known members
 // (cached peers, members not known to have left, and this node), and whether quorum is required at all
 // (explicitly, or by default once 3 or more members are known).
-func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *bool) (ok, required bool, alive, known int) {
+func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *bool) quorum {
 	knownSet := map[string]bool{self: true}
 	for _, p := range cached {
 		knownSet[p.Name] = true
@@ -78,10 +192,11 @@ func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *
 			aliveSet[m.Name] = true
 		}
 	}
-	known, alive = len(knownSet), len(aliveSet)
-	required = known >= 3
+	q := quorum{known: len(knownSet), alive: len(aliveSet)}
+	q.required = q.known >= 3
 	if require != nil {
-		required = *require
+		q.required = *require
 	}
-	return !required || alive*2 > known, required, alive, known
+	q.ok = !q.required || q.alive*2 > q.known
+	return q
 }

@@ -86,7 +86,8 @@ func TestQuorum(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, required, alive, known := hasQuorum("a", tt.cache, tt.members, tt.require)
+			q := hasQuorum("a", tt.cache, tt.members, tt.require)
+			ok, required, alive, known := q.ok, q.required, q.alive, q.known
 			if ok != tt.ok || required != tt.required || alive != tt.alive || known != tt.known {
 				t.Errorf("hasQuorum = ok %v required %v alive %d known %d; want %v %v %d %d", ok, required, alive, known, tt.ok, tt.required, tt.alive, tt.known)
 			}

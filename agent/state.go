@@ -98,7 +98,11 @@ func loadWithdraw(dir string) withdrawState {
 func saveWithdraw(dir string, withdrawn bool) error {
 	path := filepath.Join(dir, withdrawFile)
 	if !withdrawn {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := os.Remove(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // nothing to clear (also on a read-only state_dir)
+		}
+		if err != nil {
 			return fmt.Errorf("clear withdraw flag: %w", err)
 		}
 		return syncDir(dir)

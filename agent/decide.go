@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// claimSettle is how long a node that has just become eligible (start,
+// restore, health recovered) waits before claiming a VIP by rank. Gossip
+// reaches every node within a few gossip intervals; waiting lets the node
+// see that another node already holds the VIP, so it does not take it away
+// (a second interruption) when preempt is off. Failover is not delayed:
+// the successor of a failed owner has been eligible all along.
+const claimSettle = time.Second
+
+// staleHolderSettle replaces claimSettle, for a node that has just regained
+// quorum, when a member it last saw holding the VIP is dead in its view:
+// after a partition heals, the returning side's view of the other side is
+// stale until the rejoin's state exchange and the refutations arrive, and
+// the "dead" holder may well be alive and serving.
+const staleHolderSettle = 3 * time.Second
+
+// action is what the reconcile loop does next for one VIP.
+type action int
+
+const (
+	// actNone: nothing to do (not held and not wanted, or waiting).
+	actNone action = iota
+	// actClaim: announce the VIP (this node should hold it and does not).
+	actClaim
+	// actKeep: this node holds the VIP and should.
+	actKeep
+	// actReassert: keep, and announce again: a contest ended in this
+	// node's favour and the loser's advertisements may have moved clients.
+	actReassert
+	// actDrain: announce the BGP route with GRACEFUL_SHUTDOWN before the
+	// handoff completes (planned departures only).
+	actDrain
+	// actHandoff: hand the VIP off make-before-break: keep it until the
+	// successor holds it.
+	actHandoff
+	// actRelease: withdraw the VIP now.
+	actRelease
+)
+
+func (a action) String() string {
+	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release"}[a]
+}
+
+// decideInput is everything decide needs to know about one VIP on this node:
+// the election's result over the current view, cluster facts, and what this
+// node remembers of the VIP from its earlier passes.
+type decideInput struct {
+	Now  time.Time
+	Self string
+	// VIP is the VIP's name; AnnounceAll is announce = "all" (every
+	// eligible node announces).
+	VIP         string
+	AnnounceAll bool
+	// L2: the VIP is announced by L2 (a contest won is re-announced).
+	L2 bool
+	// Election is Elect over View.
+	Election Result
+	View     []Member
+	// Quorum: this node sees a majority of the known members (or quorum is
+	// not required); Alive and Known are the counts behind it.
+	Quorum       bool
+	Alive, Known int
+	// QuorumRegained is when this node last regained quorum (zero: never
+	// lost it).
+	QuorumRegained time.Time
+	// Planned: this node is withdrawn or shutting down.
+	Planned bool
+	// Drain is how long a planned departure announces the BGP route with
+	// GRACEFUL_SHUTDOWN first (0: no drain for this VIP).
+	Drain time.Duration
+	// HandoffTimeout bounds a make-before-break handoff.
+	HandoffTimeout time.Duration
+
+	// What this node did and saw at its earlier passes.
+	Held           bool
+	Down           bool // the VIP's interface is down
+	DownIface      string
+	EligibleSince  time.Time
+	HandoffStarted time.Time
+	DrainStarted   time.Time
+	RetryAt        time.Time
+	// Contested: at the last pass another alive node reported holding it.
+	Contested bool
+	// Bootstrap: the last pass's election used the bootstrap fallback.
+	Bootstrap bool
+}
+
+// decision is decide's answer: the action, why, and the memory the next
+// pass needs.
+type decision struct {
+	Do     action
+	Reason string
+	// StartedHandoff: this pass began a handoff (for logging).
+	StartedHandoff bool
+
+	EligibleSince  time.Time
+	HandoffStarted time.Time
+	DrainStarted   time.Time
+	// Settling: this node waits out a settle period before claiming.
+	Settling  bool
+	Contested bool
+	Bootstrap bool
+}
+
+// decide answers "should this node hold this VIP now, and what does it do
+// about it": a pure function of its input, table-tested in decide_test.go.
+//
+// The rules, in order:
+//   - a VIP on a dead interface is released at once (nobody can reach it
+//     there, and the successor cannot tell this node it holds it);
+//   - without quorum a held VIP is released at once;
+//   - this node wants the VIP when it is the elected owner (or, with
+//     announce = "all", when it is eligible) and it has quorum;
+//   - a node that has just become eligible settles (claimSettle, or
+//     staleHolderSettle just after regaining quorum while a holder it saw is
+//     dead in its view) before claiming, so gossip can show it who holds
+//     the VIP already;
+//   - a claim waits out the backoff after a failed announce;
+//   - a VIP this node holds but should not is handed off make-before-break:
+//     kept until the successor reports holding it or handoff_timeout, with a
+//     BGP graceful-shutdown period first on planned departures, and released
+//     at once when there is no successor (or with announce = "all").
+func decide(in decideInput) decision {
+	res := in.Election
+	d := decision{
+		EligibleSince:  in.EligibleSince,
+		HandoffStarted: in.HandoffStarted,
+		DrainStarted:   in.DrainStarted,
+		Bootstrap:      res.Bootstrap,
+	}
+	othersHold := heldElsewhere(in.Self, in.VIP, in.View)
+	d.Contested = othersHold
+
+	eligible := slices.Contains(res.Eligible, in.Self)
+	switch {
+	case !eligible || !in.Quorum:
+		d.EligibleSince = time.Time{}
+	case d.EligibleSince.IsZero():
+		d.EligibleSince = in.Now
+	}
+
+	if in.Down {
+		if in.Held {
+			return d.release("interface " + in.DownIface + " is down")
+		}
+		return d
+	}
+
+	want := res.Owner == in.Self
+	if in.AnnounceAll {
+		want = eligible
+	}
+	if !in.Quorum {
+		want = false
+	}
+	if want && !in.Held && !d.EligibleSince.IsZero() {
+		// Even a node that sees itself alone waits: at cluster start its
+		// peers may be a moment from joining, and claiming every VIP first
+		// would leave them all on it (preempt is off).
+		settle := claimSettle
+		if staleHolder(in.View, in.VIP) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < staleHolderSettle {
+			settle = staleHolderSettle
+		}
+		if in.Now.Sub(d.EligibleSince) < settle {
+			d.Settling = true
+			want = false
+		}
+	}
+
+	switch {
+	case want && !in.Held:
+		if in.Now.Before(in.RetryAt) {
+			return d
+		}
+		d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
+		d.Do, d.Reason = actClaim, res.Reason
+		return d
+	case want && in.Held:
+		d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
+		d.Do = actKeep
+		if in.Contested && !othersHold && in.L2 {
+			d.Do, d.Reason = actReassert, "duplicate holder released it"
+		}
+		return d
+	case !in.Held:
+		return d
+	case !in.Quorum:
+		return d.release(fmt.Sprintf("lost quorum: %d of %d known members alive", in.Alive, in.Known))
+	}
+	return d.handoff(in)
+}
+
+func (d decision) release(reason string) decision {
+	d.Do, d.Reason = actRelease, reason
+	d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
+	return d
+}
+
+// handoff decides the next step of handing a held VIP off.
+func (d decision) handoff(in decideInput) decision {
+	res := in.Election
+	if d.HandoffStarted.IsZero() {
+		d.HandoffStarted = in.Now
+		d.StartedHandoff = true
+	}
+	if in.Drain > 0 && in.Planned {
+		if d.DrainStarted.IsZero() {
+			d.DrainStarted = in.Now
+			d.Do, d.Reason = actDrain, "graceful shutdown before handoff"
+			return d
+		}
+		if in.Now.Sub(d.DrainStarted) < in.Drain {
+			d.Do = actHandoff
+			return d
+		}
+	}
+	successorHolds := false
+	for _, m := range in.View {
+		if m.Name != in.Self && m.Name == res.Owner && m.Meta.VIP(vipKey(in.VIP)).Held {
+			successorHolds = true
+		}
+	}
+	switch {
+	case in.AnnounceAll:
+		return d.release("not eligible")
+	case res.Owner == "":
+		return d.release("no eligible node")
+	case successorHolds:
+		return d.release("successor " + res.Owner + " holds it")
+	case in.Now.Sub(d.HandoffStarted) >= in.HandoffTimeout:
+		return d.release("handoff timeout; successor " + orNone(res.Owner) + " did not confirm")
+	}
+	d.Do = actHandoff
+	return d
+}
+
+// heldElsewhere reports whether an alive (or suspect) member other than
+// self reports holding vip.
+func heldElsewhere(self, vip string, view []Member) bool {
+	k := vipKey(vip)
+	for _, m := range view {
+		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held {
+			return true
+		}
+	}
+	return false
+}
+
+// staleHolder reports whether a member that is dead in this view last
+// reported holding vip.
+func staleHolder(view []Member, vip string) bool {
+	for _, m := range view {
+		if m.State == StateDead && m.Meta.VIP(vipKey(vip)).Held {
+			return true
+		}
+	}
+	return false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

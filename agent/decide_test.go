@@ -1,0 +1,314 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDecide covers decide's rules, one situation per case. Views are built
+// with the election tests' helpers; "self" is node "a".
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	const vip = "api" // the VIP the election helpers set up
+	// base: a 3-node cluster with quorum where self has been eligible long
+	// enough to claim.
+	base := func(view []Member) decideInput {
+		return decideInput{
+			Now: t0, Self: "a", VIP: vip, L2: true,
+			Election: Elect(view, ElectionVIP{Name: vip}), View: view,
+			Quorum: true, Alive: 3, Known: 3,
+			HandoffTimeout: 10 * time.Second,
+			EligibleSince:  t0.Add(-time.Minute),
+		}
+	}
+	// loser is a node name that ranks below "a" for the VIP.
+	loser := ""
+	for _, n := range []string{"b", "c", "d", "e", "f", "g"} {
+		if ranksBefore(vip, "a", n) {
+			loser = n
+			break
+		}
+	}
+	if loser == "" {
+		t.Fatal("no name ranks below a")
+	}
+	selfFirst := func() []Member {
+		// Make self the owner: only self is healthy besides a dead node.
+		return []Member{node("a"), node("b", unhealthy), node("c", unhealthy)}
+	}
+	selfNotOwner := func(mods ...nodeOpt) []Member {
+		return []Member{node("a", append([]nodeOpt{unhealthy}, mods...)...), node("b"), node("c")}
+	}
+
+	tests := []struct {
+		name   string
+		in     func() decideInput
+		do     action
+		reason string // substring
+		check  func(t *testing.T, d decision)
+	}{
+		{
+			name: "owner not holding claims",
+			in:   func() decideInput { return base(selfFirst()) },
+			do:   actClaim,
+		},
+		{
+			name: "owner holding keeps",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b", unhealthy), node("c", unhealthy)})
+				in.Held = true
+				return in
+			},
+			do: actKeep,
+		},
+		{
+			name: "just became eligible: settles before claiming",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.EligibleSince = time.Time{}
+				return in
+			},
+			do:    actNone,
+			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+		},
+		{
+			name: "eligible for less than claimSettle: still settling",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.EligibleSince = t0.Add(-claimSettle / 2)
+				return in
+			},
+			do:    actNone,
+			check: func(t *testing.T, d decision) { mustSettle(t, d, t0.Add(-claimSettle/2)) },
+		},
+		{
+			name: "quorum regained with a dead holder in view: settles longer",
+			in: func() decideInput {
+				in := base([]Member{node("a"), node("b", unhealthy), node("c", holds, dead)})
+				in.EligibleSince = t0.Add(-2 * claimSettle)
+				in.QuorumRegained = t0.Add(-time.Second)
+				return in
+			},
+			do: actNone,
+			check: func(t *testing.T, d decision) {
+				if !d.Settling {
+					t.Errorf("not settling %s after regaining quorum with a stale holder", 2*claimSettle)
+				}
+			},
+		},
+		{
+			name: "failed announce: waits out the backoff",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.RetryAt = t0.Add(time.Second)
+				return in
+			},
+			do: actNone,
+		},
+		{
+			name: "quorum lost while holding: release at once",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b", dead), node("c", dead)})
+				in.Held, in.Quorum, in.Alive = true, false, 1
+				return in
+			},
+			do:     actRelease,
+			reason: "lost quorum: 1 of 3",
+			check: func(t *testing.T, d decision) {
+				if !d.EligibleSince.IsZero() {
+					t.Errorf("eligible without quorum")
+				}
+			},
+		},
+		{
+			name: "no quorum and not holding: never claims",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.Quorum = false
+				return in
+			},
+			do: actNone,
+		},
+		{
+			name: "interface down while holding: release at once, no handoff",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b"), node("c")})
+				in.Held, in.Down, in.DownIface = true, true, "eth0"
+				return in
+			},
+			do:     actRelease,
+			reason: "interface eth0 is down",
+		},
+		{
+			name: "not owner while holding: starts a handoff",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds))
+				in.Held = true
+				return in
+			},
+			do: actHandoff,
+			check: func(t *testing.T, d decision) {
+				if !d.StartedHandoff || !d.HandoffStarted.Equal(t0) {
+					t.Errorf("handoff not started now: %+v", d)
+				}
+			},
+		},
+		{
+			name: "handoff in progress: keeps waiting for the successor",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds))
+				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
+				return in
+			},
+			do: actHandoff,
+			check: func(t *testing.T, d decision) {
+				if d.StartedHandoff || !d.HandoffStarted.Equal(t0.Add(-time.Second)) {
+					t.Errorf("handoff restarted: %+v", d)
+				}
+			},
+		},
+		{
+			name: "handoff: successor holds, release",
+			in: func() decideInput {
+				in := base([]Member{node("a", unhealthy, holds), node("b", holds), node("c", unhealthy)})
+				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
+				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
+				return in
+			},
+			do:     actRelease,
+			reason: "successor b holds it",
+		},
+		{
+			name: "handoff: timeout passes, release",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds))
+				in.Held, in.HandoffStarted = true, t0.Add(-11*time.Second)
+				return in
+			},
+			do:     actRelease,
+			reason: "handoff timeout",
+		},
+		{
+			name: "no eligible node at all: release at once",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds, withdrawn), node("b", withdrawn), node("c", dead)})
+				in.Held = true
+				return in
+			},
+			do:     actRelease,
+			reason: "no eligible node",
+		},
+		{
+			name: "planned BGP departure: drain first",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds, withdrawn))
+				in.Held, in.Planned, in.Drain, in.L2 = true, true, 5*time.Second, false
+				return in
+			},
+			do: actDrain,
+		},
+		{
+			name: "planned BGP departure: waits out the drain",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds, withdrawn))
+				in.Held, in.Planned, in.Drain = true, true, 5*time.Second
+				in.DrainStarted, in.HandoffStarted = t0.Add(-time.Second), t0.Add(-time.Second)
+				return in
+			},
+			do: actHandoff,
+		},
+		{
+			name: "announce=all: every eligible node claims",
+			in: func() decideInput {
+				in := base([]Member{node("a"), node("b", holds), node("c", holds)})
+				in.AnnounceAll = true
+				return in
+			},
+			do: actClaim,
+		},
+		{
+			name: "announce=all: not eligible releases without handoff",
+			in: func() decideInput {
+				in := base(selfNotOwner(holds))
+				in.AnnounceAll, in.Held = true, true
+				return in
+			},
+			do:     actRelease,
+			reason: "not eligible",
+		},
+		{
+			name: "two nodes claim: the higher ranked holder keeps",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node(loser, holds)})
+				in.Held = true
+				return in
+			},
+			do: actKeep,
+			check: func(t *testing.T, d decision) {
+				if !d.Contested {
+					t.Errorf("contest not remembered")
+				}
+			},
+		},
+		{
+			name: "two nodes claim: the lower ranked holder releases (the winner holds it)",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node(loser, holds)})
+				in.Self, in.Held = loser, true
+				return in
+			},
+			do:     actRelease,
+			reason: "successor a holds it",
+		},
+		{
+			name: "contest ended in self's favour: re-announce (L2)",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b", unhealthy), node("c", unhealthy)})
+				in.Held, in.Contested = true, true
+				return in
+			},
+			do: actReassert,
+		},
+		{
+			name: "bootstrap fallback: eligible without health",
+			in: func() decideInput {
+				in := base([]Member{node("a", unhealthy), node("b", unhealthy), node("c", unhealthy)})
+				if in.Election.Owner != "a" {
+					in.Self = in.Election.Owner
+				}
+				return in
+			},
+			do: actClaim,
+			check: func(t *testing.T, d decision) {
+				if !d.Bootstrap {
+					t.Errorf("bootstrap not remembered")
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decide(tt.in())
+			if d.Do != tt.do {
+				t.Fatalf("decide = %s (%q), want %s", d.Do, d.Reason, tt.do)
+			}
+			if !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("reason %q, want it to contain %q", d.Reason, tt.reason)
+			}
+			if tt.check != nil {
+				tt.check(t, d)
+			}
+		})
+	}
+}
+
+func mustSettle(t *testing.T, d decision, since time.Time) {
+	t.Helper()
+	if !d.Settling {
+		t.Errorf("not settling")
+	}
+	if !d.EligibleSince.Equal(since) {
+		t.Errorf("eligible since %v, want %v", d.EligibleSince, since)
+	}
+}

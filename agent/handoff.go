@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+// apply carries out decide's decision for one VIP through its announcer and
+// records what happened.
+func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
+	v.eligibleSince, v.settling = d.EligibleSince, d.Settling
+	v.contested, v.bootstrap = d.Contested, d.Bootstrap
+	v.handoffStarted, v.drainStarted = d.HandoffStarted, d.DrainStarted
+	if d.StartedHandoff {
+		a.log.Info("handing VIP off", "vip", v.cfg.Name, "to", orNone(v.owner))
+	}
+	switch d.Do {
+	case actClaim:
+		a.claim(ctx, v, d.Reason)
+	case actReassert:
+		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
+		actx, cancel := withTimeout(ctx)
+		defer cancel()
+		if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
+			a.log.Warn("re-announce VIP", "vip", v.cfg.Name, "err", err)
+		}
+	case actDrain:
+		if dr, ok := v.ann.(Drainer); ok {
+			actx, cancel := withTimeout(ctx)
+			defer cancel()
+			if err := dr.Drain(actx, v.cfg.addr); err != nil {
+				a.log.Warn("graceful shutdown announcement", "vip", v.cfg.Name, "err", err)
+			}
+		}
+	case actRelease:
+		a.release(ctx, v, d.Reason)
+	}
+}
+
+// claim announces a VIP this node should hold. A failed announce is undone
+// (a half-done announce must not leave the address up while this node tells
+// the others it does not hold the VIP) and retried with a backoff.
+func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
+	actx, cancel := withTimeout(ctx)
+	defer cancel()
+	now := a.now()
+	if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
+		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
+		v.retryAt = now.Add(v.backoff)
+		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
+		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
+		if werr := a.withdrawAddr(ctx, v); werr != nil {
+			a.log.Error("undo failed announce", "vip", v.cfg.Name, "err", werr)
+		}
+		return
+	}
+	v.held = true
+	v.backoff, v.retryAt = 0, time.Time{}
+	a.startWatch(ctx, v)
+	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.addr, "mode", v.cfg.Mode, "reason", reason)
+	a.events.publish(&apipb.Event{Kind: "hold", Vip: v.cfg.Name, Node: a.self, Reason: reason})
+}
+
+// release withdraws a VIP now. A failed withdraw keeps the VIP held (and
+// is retried at the next pass).
+func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
+	a.stopWatch(v)
+	if err := a.withdrawAddr(ctx, v); err != nil {
+		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "withdraw").Inc()
+		a.log.Error("withdraw VIP", "vip", v.cfg.Name, "err", err)
+		return
+	}
+	v.held, v.handoffStarted, v.drainStarted = false, time.Time{}, time.Time{}
+	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
+	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason})
+}
+
+// withdrawAddr takes the VIP off the network through its announcer, bounded
+// by announceTimeout.
+func (a *Agent) withdrawAddr(ctx context.Context, v *vipState) error {
+	actx, cancel := withTimeout(ctx)
+	defer cancel()
+	return v.ann.Withdraw(actx, v.cfg.addr)
+}

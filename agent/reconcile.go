@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+// reconcile is one pass of the loop: it reads the world (links, the
+// membership view), elects an owner per VIP, decides what this node does
+// about each VIP and does it; then it publishes this node's metadata, the
+// metrics, the peer cache, the status snapshot, and answers withdraw
+// waiters.
+func (a *Agent) reconcile(ctx context.Context) {
+	now := a.now()
+	c := a.st.cfg
+	members := a.members.snapshot()
+	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
+
+	names := a.vipNames()
+	a.observeLinks(names)
+
+	// One view for the pass: a VIP's election depends only on its own entry
+	// in this node's metadata, which changes only when that VIP is handled.
+	view := a.view(members)
+	for _, name := range names {
+		v := a.st.vips[name]
+		res := Elect(view, ElectionVIP{Name: name, Preempt: v.cfg.Preempt})
+		if res.Owner != v.owner {
+			a.log.Info("ownership change", "vip", name, "from", orNone(v.owner), "to", orNone(res.Owner), "reason", res.Reason)
+			a.events.publish(&apipb.Event{Kind: "ownership", Vip: name, From: v.owner, To: res.Owner, Reason: res.Reason})
+			a.metrics.ownershipChanges.WithLabelValues(name, res.Reason).Inc()
+			v.owner = res.Owner
+		}
+		v.reason = res.Reason
+		d := decide(a.decideInput(v, res, view, q))
+		a.apply(ctx, v, d)
+	}
+
+	if !q.ok && q.required {
+		a.logQuorumOnce(q.alive, q.known)
+	} else {
+		if a.st.quorumLogged {
+			a.log.Info("quorum regained", "alive", q.alive, "known", q.known)
+			a.st.quorumRegained = now
+			a.kickRejoin()
+		}
+		a.st.quorumLogged = false
+	}
+
+	if b, err := a.localMeta().Encode(); err == nil {
+		a.members.setMeta(b)
+	} else {
+		a.log.Error("encode metadata", "err", err)
+	}
+	a.updateMetrics(members, q.ok)
+	a.updateCache(members)
+	a.checkWaiters(view, now)
+	a.notifyStatus()
+	a.publishSnapshot(members, view, q)
+}
+
+// decideInput gathers decide's input for one VIP.
+func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) decideInput {
+	c := a.st.cfg
+	in := decideInput{
+		Now:            a.now(),
+		Self:           a.self,
+		VIP:            v.cfg.Name,
+		AnnounceAll:    v.cfg.Announce == "all",
+		L2:             v.cfg.Mode == ModeL2,
+		Election:       res,
+		View:           view,
+		Quorum:         q.ok,
+		Alive:          q.alive,
+		Known:          q.known,
+		QuorumRegained: a.st.quorumRegained,
+		Planned:        a.st.withdrawn || a.st.shuttingDown,
+		HandoffTimeout: c.Cluster.handoffTimeout,
+		Held:           v.held,
+		Down:           v.down,
+		DownIface:      v.cfg.Interface,
+		EligibleSince:  v.eligibleSince,
+		HandoffStarted: v.handoffStarted,
+		DrainStarted:   v.drainStarted,
+		RetryAt:        v.retryAt,
+		Contested:      v.contested,
+		Bootstrap:      v.bootstrap,
+	}
+	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == ModeBGP && c.BGP != nil {
+		in.Drain = c.BGP.gracefulShutdown
+	}
+	return in
+}
+
+// vipNames returns the configured VIP names, sorted.
+func (a *Agent) vipNames() []string {
+	names := make([]string, 0, len(a.st.vips))
+	for n := range a.st.vips {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// view is the election's input: every member, with this node's entry taken
+// from its own current state rather than from gossip.
+func (a *Agent) view(members []memberInfo) []Member {
+	out := make([]Member, 0, len(members)+1)
+	for _, m := range members {
+		if m.Name == a.self {
+			continue
+		}
+		out = append(out, Member{Name: m.Name, State: m.State, Meta: m.Meta})
+	}
+	return append(out, Member{Name: a.self, State: StateAlive, Meta: a.localMeta()})
+}
+
+func (a *Agent) logQuorumOnce(alive, known int) {
+	if !a.st.quorumLogged {
+		a.st.quorumLogged = true
+		a.log.Warn("no quorum: not holding any VIP", "alive", alive, "known", known)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: a.self, Message: fmt.Sprintf("no quorum: %d of %d known members alive", alive, known)})
+	}
+}

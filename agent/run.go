@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Run runs the agent until ctx ends, then hands its VIPs off (bounded by
+// cluster.handoff_timeout), leaves the cluster and returns. It returns
+// only after every goroutine it started has ended.
+func (a *Agent) Run(ctx context.Context) error {
+	c := a.st.cfg
+	if err := os.MkdirAll(c.StateDir, 0o750); err != nil {
+		return fmt.Errorf("create state_dir: %w", err)
+	}
+	ws := loadWithdraw(c.StateDir)
+	a.st.withdrawn = ws.Withdrawn
+	if ws.Corrupt != nil {
+		a.log.Error("withdraw flag unreadable; staying withdrawn until vipctl restore", "err", ws.Corrupt)
+	} else if ws.Withdrawn {
+		a.log.Info("starting withdrawn (flag set by vipctl withdraw; clear with vipctl restore)")
+	}
+	cache, err := loadPeerCache(c.StateDir)
+	if err != nil {
+		a.log.Error("peer cache", "err", err)
+	}
+	a.cache.set(cache)
+
+	// Everything Run starts lives under bg, which ends after the shutdown
+	// handoff (the handoff still needs membership, the announcers and the
+	// API after ctx ended).
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer a.goroutines.Wait()
+	defer stopBG()
+
+	backends, err := a.opts.Backends(bg, c, a.log)
+	if err != nil {
+		return fmt.Errorf("start announcers: %w", err)
+	}
+	a.backends = backends
+	defer backends.Close()
+
+	if err := a.setupVIPs(bg, c); err != nil {
+		return err
+	}
+	// Leftovers from a crash or an earlier owner: no VIP is held until
+	// this node has joined and won an election.
+	for _, v := range a.st.vips {
+		if err := a.withdrawAddr(bg, v); err != nil {
+			a.log.Warn("remove leftover VIP address", "vip", v.cfg.Name, "err", err)
+		}
+	}
+
+	if c.Cluster.KeyFile != "" {
+		kr, err := loadKeyring(c.Cluster.KeyFile)
+		if err != nil {
+			return err
+		}
+		a.keyring = kr
+	}
+	meta, err := a.localMeta().Encode()
+	if err != nil {
+		return err
+	}
+	ml, err := newMembership(c, a.log, meta, a.keyring, a.now)
+	if err != nil {
+		return err
+	}
+	a.members = ml
+	a.goroutines.Go(func() { ml.runPublisher(bg) })
+	// A first status before the API serves: nothing held, nobody elected.
+	members := ml.snapshot()
+	a.publishSnapshot(members, a.view(members), hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum))
+
+	api, err := a.serveAPI(bg)
+	if err != nil {
+		ml.shutdown()
+		return err
+	}
+	defer api.stop()
+
+	if addr := c.API.MetricsAddress; addr != "" {
+		if err := a.metrics.serve(bg, addr, &a.goroutines, func(err error) { a.log.Error("metrics server", "err", err) }); err != nil {
+			ml.shutdown()
+			return err
+		}
+		a.log.Info("metrics listening", "address", addr)
+	}
+
+	a.st.checks = newHealthChecks(bg, a)
+	a.st.checks.apply(a.st.vips)
+	defer a.st.checks.stop()
+	if a.opts.LinkEvents != nil {
+		a.goroutines.Go(func() { a.watchLinks(bg) })
+	}
+
+	a.joinAll(rejoinTargets(a.self, a.cache.get(), c.Cluster.peerAddrs, nil))
+	a.goroutines.Go(func() { a.rejoinLoop(bg) })
+
+	a.loop(ctx, bg)
+
+	// Shutdown: make-before-break handoff, then leave.
+	a.shutdown(bg)
+	return nil
+}
+
+// shutdown hands every held VIP off (make-before-break), then leaves the
+// cluster. It runs on the loop goroutine after the loop ended.
+func (a *Agent) shutdown(ctx context.Context) {
+	a.opts.Notify("STOPPING=1")
+	a.st.shuttingDown = true
+	c := a.st.cfg
+	limit := c.Cluster.handoffTimeout
+	if c.BGP != nil {
+		limit += c.BGP.gracefulShutdown
+	}
+	deadline := a.now().Add(limit)
+	a.log.Info("shutting down: handing VIPs off", "timeout", limit)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for a.holdsAny() && a.now().Before(deadline) {
+		a.reconcile(ctx)
+		if !a.holdsAny() {
+			break
+		}
+		select {
+		case <-a.members.changed:
+		case <-t.C:
+		}
+	}
+	for _, v := range a.st.vips {
+		if v.held {
+			a.release(ctx, v, "shutting down")
+		}
+	}
+	// The final metadata (leaving, holding nothing) must reach the others
+	// before the leave message, or they record this node as dead instead
+	// of left.
+	if b, err := a.localMeta().Encode(); err == nil {
+		a.members.advertiseFinal(b, time.Second)
+	}
+	if err := a.members.leave(2 * time.Second); err != nil {
+		a.log.Warn("leave cluster", "err", err)
+	}
+	if err := a.members.shutdown(); err != nil {
+		a.log.Warn("stop memberlist", "err", err)
+	}
+	for _, w := range a.st.waiters {
+		w.reply <- status.Error(codes.Aborted, "vipd is shutting down")
+	}
+	a.st.waiters = nil
+	a.log.Info("stopped")
+}
+
+func (a *Agent) holdsAny() bool {
+	for _, v := range a.st.vips {
+		if v.held {
+			return true
+		}
+	}
+	return false
+}
+
+// setupVIPs builds the VIP states of c, keeping the state of every VIP whose
+// address, mode and interface are unchanged, and releasing VIPs that are
+// removed or changed.
+func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
+	next := map[string]*vipState{}
+	for _, vc := range c.VIPs {
+		ann, err := a.backends.Announcer(vc)
+		if err != nil {
+			return fmt.Errorf("vip %s: %w", vc.Name, err)
+		}
+		st := a.st.vips[vc.Name]
+		if st == nil || st.cfg.addr != vc.addr || st.cfg.Mode != vc.Mode || st.cfg.Interface != vc.Interface {
+			if st != nil && st.held {
+				a.release(ctx, st, "configuration changed")
+			}
+			st = &vipState{healthy: vc.Health == nil, healthSince: a.now()}
+		}
+		st.cfg = vc
+		st.ann = ann
+		if vc.Health == nil {
+			st.healthy, st.healthDetail = true, ""
+		}
+		next[vc.Name] = st
+	}
+	for name, st := range a.st.vips {
+		if _, keep := next[name]; !keep && st.held {
+			a.release(ctx, st, "removed from configuration")
+		}
+	}
+	a.st.vips = next
+	ifaces := map[string]bool{}
+	for _, v := range next {
+		if v.cfg.Mode == ModeL2 {
+			ifaces[v.cfg.Interface] = true
+		}
+	}
+	a.l2Ifaces.Store(&ifaces)
+	return nil
+}
+
+// localMeta is what this node advertises now.
+func (a *Agent) localMeta() NodeMeta {
+	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, VIPs: map[uint32]VIPMeta{}}
+	for _, v := range a.st.vips {
+		vm := VIPMeta{Healthy: v.healthy && !v.down, Held: v.held, Down: v.down}
+		if vm.Healthy || vm.Held || vm.Down {
+			m.VIPs[vipKey(v.cfg.Name)] = vm
+		}
+	}
+	return m
+}

@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/vipd/vipd/agent/apipb"
+)
+
+// statusSnapshot is what the loop publishes after every pass for the API:
+// an immutable copy, so `vipctl status` never waits on the loop (and works
+// while it is busy), and never makes the loop wait on the API.
+type statusSnapshot struct {
+	node      string
+	version   string
+	address   string // this node's membership address
+	withdrawn bool
+	quorum    quorum
+	members   []memberInfo
+	view      []Member
+	vips      []vipSnapshot
+}
+
+// vipSnapshot is one VIP in a statusSnapshot.
+type vipSnapshot struct {
+	name, address, mode string
+	owner, reason       string
+	preempt             bool
+	held, healthy       bool
+	healthDetail        string
+	healthSince         time.Time
+}
+
+// publishSnapshot stores the status of this pass for the API.
+func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
+	c := a.st.cfg
+	s := &statusSnapshot{
+		node:      a.self,
+		version:   a.opts.Version,
+		address:   net.JoinHostPort(c.Cluster.bindAddr.String(), strconv.Itoa(c.Cluster.BindPort)),
+		withdrawn: a.st.withdrawn,
+		quorum:    q,
+		members:   members,
+		view:      view,
+	}
+	for _, name := range a.vipNames() {
+		v := a.st.vips[name]
+		s.vips = append(s.vips, vipSnapshot{
+			name: name, address: v.cfg.addr.String(), mode: v.cfg.Mode,
+			owner: v.owner, reason: v.reason, preempt: v.cfg.Preempt,
+			held: v.held, healthy: v.healthy, healthDetail: v.healthDetail, healthSince: v.healthSince,
+		})
+	}
+	a.snapshot.Store(s)
+}
+
+// response builds the API's status answer (without BGP peers, which the API
+// server adds outside the loop).
+func (s *statusSnapshot) response() *apipb.StatusResponse {
+	resp := &apipb.StatusResponse{
+		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.ok, Version: s.version, Healthy: true,
+		KnownMembers: int32(s.quorum.known), AliveMembers: int32(s.quorum.alive),
+	}
+	byName := map[string]memberInfo{}
+	for _, m := range s.members {
+		byName[m.Name] = m
+	}
+	for _, mb := range s.view {
+		addr := byName[mb.Name].Address
+		if mb.Name == s.node {
+			addr = s.address
+		}
+		healthy := mb.Meta.Valid
+		for _, v := range s.vips {
+			if !mb.Meta.VIP(vipKey(v.name)).Healthy {
+				healthy = false
+			}
+		}
+		resp.Members = append(resp.Members, &apipb.MemberStatus{
+			Name: sanitize(mb.Name), Address: addr, State: mb.State.String(),
+			Withdrawn: mb.Meta.Withdrawn, Healthy: healthy, Self: mb.Name == s.node,
+		})
+	}
+	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Name < resp.Members[j].Name })
+	for _, v := range s.vips {
+		vs := &apipb.VIPStatus{
+			Name: v.name, Address: v.address, Mode: v.mode,
+			Owner: sanitize(v.owner), Held: v.held, Healthy: v.healthy, Reason: v.reason,
+			HealthDetail: v.healthText(),
+		}
+		if !v.healthy {
+			resp.Healthy = false
+		}
+		for _, m := range s.view {
+			if m.State <= StateSuspect && m.Meta.VIP(vipKey(v.name)).Held {
+				vs.Holders = append(vs.Holders, sanitize(m.Name))
+			}
+		}
+		sort.Strings(vs.Holders)
+		vs.Eligibility = s.eligibility(v)
+		resp.Vips = append(resp.Vips, vs)
+	}
+	return resp
+}
+
+// healthText is the VIP's health in words, with the time of the last change.
+func (v vipSnapshot) healthText() string {
+	if v.healthDetail == "" {
+		if v.healthy {
+			return "healthy"
+		}
+		return "unhealthy (no check result yet)"
+	}
+	if v.healthSince.IsZero() {
+		return v.healthDetail
+	}
+	verdict, detail, _ := strings.Cut(v.healthDetail, ": ")
+	s := verdict + " since " + v.healthSince.Format(time.TimeOnly)
+	if detail != "" {
+		s += ": " + detail
+	}
+	return s
+}
+
+// eligibility lists every member with whether it may own v now and, when
+// it may not, why: the same rules as Elect, said in words.
+func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
+	res := Elect(s.view, ElectionVIP{Name: v.name, Preempt: v.preempt})
+	since := map[string]time.Time{}
+	for _, m := range s.members {
+		since[m.Name] = m.Since
+	}
+	var out []*apipb.NodeEligibility
+	for _, m := range s.view {
+		e := &apipb.NodeEligibility{Node: sanitize(m.Name), Eligible: slices.Contains(res.Eligible, m.Name)}
+		if m.Name == s.node {
+			since[m.Name] = v.healthSince
+			if e.Eligible && !s.quorum.ok {
+				e.Eligible = false
+				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.alive, s.quorum.known)
+			}
+		}
+		if !e.Eligible && e.Reason == "" {
+			e.Reason = ineligibleReason(m, v.name)
+		}
+		if t := since[m.Name]; !t.IsZero() {
+			e.SinceUnixNano = t.UnixNano()
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// ineligibleReason says why Elect does not count m as eligible for vip.
+func ineligibleReason(m Member, vip string) string {
+	vm := m.Meta.VIP(vipKey(vip))
+	switch {
+	case m.State == StateDead:
+		return "dead"
+	case m.State == StateLeft:
+		return "left"
+	case !m.Meta.Valid:
+		return "metadata unreadable"
+	case m.Meta.Leaving:
+		return "leaving"
+	case m.Meta.Withdrawn:
+		return "withdrawn"
+	case vm.Down:
+		return "interface down"
+	case !vm.Healthy:
+		return "unhealthy"
+	}
+	return "not eligible"
+}
+
+// reasons describes, for a refused or timed-out withdraw, why the other
+// nodes cannot take vip: "cp-2: unhealthy (since 12:03:10); cp-3: withdrawn".
+func (s *statusSnapshot) reasons(vip string) string {
+	for _, v := range s.vips {
+		if v.name != vip {
+			continue
+		}
+		var parts []string
+		for _, e := range s.eligibility(v) {
+			if e.Node == sanitize(s.node) {
+				continue
+			}
+			p := e.Node + ": "
+			if e.Eligible {
+				p += "eligible"
+			} else {
+				p += e.Reason
+				if e.SinceUnixNano != 0 {
+					p += " (since " + time.Unix(0, e.SinceUnixNano).Format(time.TimeOnly) + ")"
+				}
+			}
+			parts = append(parts, p)
+		}
+		if len(parts) == 0 {
+			return "no other member known"
+		}
+		return strings.Join(parts, "; ")
+	}
+	return ""
+}
+
+// sanitize makes a name received from the network safe to print: control
+// and non-printing characters (newlines, escape sequences) are shown as Go
+// escapes.
+func sanitize(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			q := strconv.QuoteToASCII(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
+}
