@@ -3,8 +3,8 @@
 //
 // An Announcer manages the VIPs of one interface:
 //
-//   - Announce adds the VIP as a host address (/32 for IPv4, /128 for IPv6)
-//     and sends a burst of advertisements: gratuitous ARP for IPv4 (an ARP
+//   - Announce adds the VIP's host prefix (/32 for IPv4, /128 for IPv6) and
+//     sends a burst of advertisements: gratuitous ARP for IPv4 (an ARP
 //     request and an ARP reply, both broadcast, with sender and target IP set
 //     to the VIP) and, for IPv6, unsolicited neighbor advertisements to the
 //     all-nodes group ff02::1 with the Override flag set and a Target
@@ -12,17 +12,24 @@
 //     address is usable at once instead of after duplicate address detection.
 //     The first advertisement is sent before Announce returns; the rest of the
 //     burst is spaced by Config.GARPInterval in a goroutine the Announcer owns.
-//     Announce is idempotent: an address that is already present is left as
+//     Announce is idempotent: a host prefix that is already present is left as
 //     it is, and calling Announce again restarts the burst (useful after a
-//     conflicting owner was seen).
-//   - Withdraw stops the burst for the VIP, then removes every address equal
-//     to the VIP from the interface. Removing an absent address, or an
-//     address on an interface that no longer exists, is not an error.
-//   - Held reports whether the VIP is configured on the interface.
+//     conflicting owner was seen, or after the address was put back).
+//   - Withdraw stops the burst for the VIP, then removes the VIP's host
+//     prefix from the interface. Removing an absent address, or an address on
+//     an interface that no longer exists, is not an error.
+//   - Held reports whether the VIP's host prefix is configured on the
+//     interface.
 //   - WatchConflicts reports other hosts that claim the VIP: ARP packets sent
 //     from the VIP by a different hardware address, and IPv6 neighbor
 //     advertisements for the VIP whose target link-layer address is not this
 //     interface's.
+//
+// The Announcer owns exactly the host prefix, never another address with the
+// VIP's IP: with the VIP equal to the host's own 192.0.2.11/24, Announce adds
+// 192.0.2.11/32 beside it and Withdraw removes only that /32. (The kernel holds
+// an IPv6 address once per interface, so an IPv6 VIP already configured with
+// another prefix length cannot be announced; Announce returns an error.)
 //
 // With Config.Quiet the Announcer only adds and removes addresses and sends
 // nothing; BGP mode uses this to bind the VIP on "lo".

@@ -1,0 +1,121 @@
+package l2
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// errOtherPrefix reports that an IPv6 VIP is already configured on the
+// interface with another prefix length, so its host prefix cannot be added.
+var errOtherPrefix = errors.New("address configured with another prefix length")
+
+// hasHostPrefix reports whether vip's host prefix is configured on the
+// interface named iface. A missing interface holds nothing.
+func hasHostPrefix(m addrManager, iface string, vip netip.Addr) (bool, error) {
+	ifi, err := m.link(iface)
+	if errors.Is(err, errNoLink) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	present, err := m.list(ifi)
+	if err != nil {
+		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+	}
+	host := hostPrefix(vip)
+	for _, p := range present {
+		if p == host {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// removeHostPrefix removes vip's host prefix from the interface named iface,
+// and nothing else, and reports whether it was there. A missing interface
+// or an absent address is not an error.
+func removeHostPrefix(m addrManager, iface string, vip netip.Addr) (bool, error) {
+	ifi, err := m.link(iface)
+	if errors.Is(err, errNoLink) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	present, err := m.list(ifi)
+	if err != nil {
+		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+	}
+	host := hostPrefix(vip)
+	for _, p := range present {
+		if p != host {
+			continue
+		}
+		if err := m.del(ifi, host); err != nil {
+			return false, fmt.Errorf("delete %s from %s: %w", host, ifi.Name, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// RemoveAddress removes addr's host prefix (/32 or /128) from the interface
+// named iface, in the calling thread's network namespace, and nothing else:
+// the same IP with another prefix length, such as the host's own address,
+// stays. It is idempotent, like Announcer.Withdraw, and meant for cleanup
+// outside a running Announcer.
+func RemoveAddress(iface string, addr netip.Addr) error {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", addr, err)
+	}
+	m, err := openNetlinkAddrs(iface)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", vip, err)
+	}
+	defer m.close()
+	if _, err := removeHostPrefix(m, iface, vip); err != nil {
+		return fmt.Errorf("remove %s: %w", vip, err)
+	}
+	return nil
+}
+
+// HasAddress reports whether addr's host prefix (/32 or /128) is configured
+// on the interface named iface, in the calling thread's network namespace:
+// what Announcer.Held reports, without an Announcer. The same IP with another
+// prefix length does not count. A missing interface holds nothing and is not
+// an error. Each call opens and closes a netlink socket.
+func HasAddress(iface string, addr netip.Addr) (bool, error) {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return false, fmt.Errorf("has address %s: %w", addr, err)
+	}
+	m, err := openNetlinkAddrs(iface)
+	if err != nil {
+		return false, fmt.Errorf("has address %s: %w", vip, err)
+	}
+	defer m.close()
+	held, err := hasHostPrefix(m, iface, vip)
+	if err != nil {
+		return false, fmt.Errorf("has address %s: %w", vip, err)
+	}
+	return held, nil
+}
+
+// openNetlinkAddrs validates iface and opens an addrManager on a netlink
+// socket in the calling thread's network namespace.
+func openNetlinkAddrs(iface string) (*netlinkAddrs, error) {
+	if iface == "" {
+		return nil, errors.New("empty interface name")
+	}
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	return &netlinkAddrs{h: h}, nil
+}
