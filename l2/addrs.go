@@ -1,6 +1,7 @@
 package l2
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -118,4 +119,83 @@ func openNetlinkAddrs(iface string) (*netlinkAddrs, error) {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
 	return &netlinkAddrs{h: h}, nil
+}
+
+// AddrChange is one address added to or removed from an interface, as the
+// kernel reported it to WatchAddrs.
+type AddrChange struct {
+	// Index is the interface index.
+	Index int
+	// Interface is the interface name, looked up when the change arrived;
+	// empty if the interface no longer existed by then.
+	Interface string
+	// Prefix is the address with its prefix length, e.g. 192.0.2.10/32.
+	Prefix netip.Prefix
+	// Added is true for an address added, false for one removed.
+	Added bool
+}
+
+// WatchAddrs calls changed, from the calling goroutine, for each address
+// added to or removed from any interface in the calling thread's network
+// namespace, including the removals behind vipd's back (`ip addr del`, `ip
+// addr flush`, NetworkManager). Treat it as a wake-up: the kernel does not
+// report the state before the subscription started, so read the addresses
+// themselves (Announcer.Held, HasAddress) to decide what to do.
+//
+// WatchAddrs blocks until ctx is done, then returns nil, or until the
+// subscription fails (the kernel dropped it, say after a receive buffer
+// overrun), then returns the error; a caller that still needs events calls
+// it again. changed should return quickly.
+func WatchAddrs(ctx context.Context, changed func(AddrChange)) error {
+	if changed == nil {
+		return errors.New("watch addresses: nil callback")
+	}
+	// The handle names interfaces; open it beside the subscription so both
+	// are in the calling thread's namespace.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("watch addresses: open netlink: %w", err)
+	}
+	defer h.Close()
+	s := newSubscription[netlink.AddrUpdate]()
+	if err := netlink.AddrSubscribeWithOptions(s.ch, s.done, netlink.AddrSubscribeOptions{ErrorCallback: s.onError}); err != nil {
+		s.stop()
+		return fmt.Errorf("subscribe to address changes: %w", err)
+	}
+	name := func(index int) string {
+		l, err := h.LinkByIndex(index)
+		if err != nil {
+			return ""
+		}
+		return l.Attrs().Name
+	}
+	return s.run(ctx, "address change", func(u netlink.AddrUpdate) error {
+		if c, ok := addrChange(u, name); ok {
+			changed(c)
+		}
+		return nil
+	})
+}
+
+// addrChange converts a netlink address update, naming its interface with
+// name. It reports false for an update without a valid address.
+func addrChange(u netlink.AddrUpdate, name func(index int) string) (AddrChange, bool) {
+	ip, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+	if !ok {
+		return AddrChange{}, false
+	}
+	ones, bits := u.LinkAddress.Mask.Size()
+	if bits == 128 && ip.Is4In6() {
+		ones -= 96
+	}
+	ip = ip.Unmap()
+	if bits == 0 || ones < 0 || ones > ip.BitLen() {
+		return AddrChange{}, false
+	}
+	return AddrChange{
+		Index:     u.LinkIndex,
+		Interface: name(u.LinkIndex),
+		Prefix:    netip.PrefixFrom(ip, ones),
+		Added:     u.NewAddr,
+	}, true
 }

@@ -31,6 +31,15 @@
 // an IPv6 address once per interface, so an IPv6 VIP already configured with
 // another prefix length cannot be announced; Announce returns an error.)
 //
+// Functions outside an Announcer read and watch the kernel state a caller
+// converges on: HasAddress and RemoveAddress check and remove a host prefix
+// (HasAddress reports what Held does; RemoveAddress is Withdraw for cleanup);
+// LinkUp reads whether an interface is up with carrier; WatchLinks and
+// WatchAddrs wake a caller when interfaces or addresses change, including
+// changes made behind vipd's back (`ip addr del`, `ip addr flush`,
+// NetworkManager), so it can check and put a VIP back at once instead of at
+// its next periodic check.
+//
 // With Config.Quiet the Announcer only adds and removes addresses and sends
 // nothing; BGP mode uses this to bind the VIP on "lo".
 //

@@ -9,10 +9,38 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Network namespace tests for converging on what the kernel holds: the
-// host's own address next to a VIP.
+// host's own address next to a VIP, addresses changed behind vipd's back,
+// and link state read per namespace.
+
+// goInNS runs fn in a new goroutine on a thread switched into ns (never
+// unlocked, see inNS) and returns a channel with its result.
+func goInNS(ns netns.NsHandle, fn func() error) <-chan error {
+	errc := make(chan error, 1)
+	go func() { errc <- inNS(ns, fn) }()
+	return errc
+}
+
+// linkIndex returns the index of the interface name in namespace ns.
+func linkIndex(t *testing.T, ns netns.NsHandle, name string) int {
+	t.Helper()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatalf("netlink in namespace: %v", err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatalf("look up %s: %v", name, err)
+	}
+	return l.Attrs().Index
+}
 
 // TestNetnsHostAddressSurvives: with the VIP equal to the node's own primary
 // address 192.0.2.11/24, Announce adds 192.0.2.11/32 beside it, and Withdraw
@@ -109,4 +137,133 @@ func TestNetnsHostAddressSurvives(t *testing.T) {
 		t.Fatalf("HasAddress(%s) with only the /64 = true", own6)
 	}
 	check("after the IPv6 calls", false)
+}
+
+// TestNetnsWatchAddrs: addresses added by an Announcer and removed behind its
+// back (`ip addr del`, `ip addr flush`) in the namespace are reported with the
+// interface's index and name, and WatchAddrs returns nil once its context
+// ends.
+func TestNetnsWatchAddrs(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	index := linkIndex(t, l.hA, l.ifA)
+	a := newLabAnnouncer(t, l, Config{Quiet: true})
+	changes := make(chan AddrChange, 256)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := goInNS(l.hA, func() error {
+		return WatchAddrs(ctx, func(c AddrChange) {
+			select {
+			case changes <- c:
+			default:
+			}
+		})
+	})
+
+	// await waits (bounded) for the change of p; other changes are skipped.
+	await := func(what string, p netip.Prefix, added bool, timeout time.Duration) bool {
+		t.Helper()
+		deadline := time.After(timeout)
+		for {
+			select {
+			case c := <-changes:
+				if c.Prefix != p || c.Added != added {
+					continue
+				}
+				if c.Index != index || c.Interface != l.ifA {
+					t.Fatalf("%s: change %+v, want interface %s (index %d)", what, c, l.ifA, index)
+				}
+				return true
+			case err := <-errc:
+				t.Fatalf("%s: WatchAddrs returned: %v", what, err)
+			case <-deadline:
+				return false
+			}
+		}
+	}
+
+	for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+		host := hostPrefix(vip)
+		// The subscription may start a moment after the goroutine: add
+		// until the addition is seen (bounded), then it is running.
+		seen := false
+		for i := 0; i < 10 && !seen; i++ {
+			if err := a.Withdraw(ctx, vip); err != nil {
+				t.Fatalf("Withdraw(%s): %v", vip, err)
+			}
+			if err := inNS(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
+				t.Fatalf("Announce(%s): %v", vip, err)
+			}
+			seen = await("Announce "+vip.String(), host, true, 500*time.Millisecond)
+		}
+		if !seen {
+			t.Fatalf("addition of %s not reported", host)
+		}
+		ipCmd(t, "-n", l.nsA, "addr", "del", host.String(), "dev", l.ifA)
+		if !await("ip addr del "+host.String(), host, false, probeTimeout) {
+			t.Fatalf("removal of %s behind the Announcer's back not reported", host)
+		}
+		if held, err := a.Held(vip); err != nil || held {
+			t.Fatalf("Held(%s) after ip addr del = %v, %v; want false", vip, held, err)
+		}
+	}
+
+	if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
+		t.Fatalf("Announce(%s): %v", labVIP4, err)
+	}
+	if !await("Announce again", hostPrefix(labVIP4), true, probeTimeout) {
+		t.Fatal("second addition not reported")
+	}
+	ipCmd(t, "-n", l.nsA, "addr", "flush", "dev", l.ifA)
+	if !await("ip addr flush", hostPrefix(labVIP4), false, probeTimeout) {
+		t.Fatal("removal by ip addr flush not reported")
+	}
+
+	cancel()
+	waitReturned(t, errc, "WatchAddrs")
+}
+
+// TestNetnsLinkUp: LinkUp reads the calling thread's namespace (sysfs would
+// show the namespace of its mount instead), and follows the administrative
+// state and the carrier.
+func TestNetnsLinkUp(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	up := func() bool {
+		var got bool
+		if err := inNS(l.hA, func() error { got = LinkUp(l.ifA); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// waitUp waits (bounded) until LinkUp in A reads want.
+	waitUp := func(step string, want bool) {
+		t.Helper()
+		for range 50 {
+			if up() == want {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("%s: LinkUp(%s) in A did not read %v within 5s", step, l.ifA, want)
+	}
+
+	waitUp("veth up", true)
+	if LinkUp(l.ifA) {
+		t.Fatalf("LinkUp(%s) outside namespace A = true; the interface exists only in A", l.ifA)
+	}
+	if err := inNS(l.hA, func() error {
+		if LinkUp(l.ifB) || LinkUp("vt-l2-absent") {
+			return errors.New("an interface absent from A reads as up")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ipCmd(t, "-n", l.nsB, "link", "set", l.ifB, "down")
+	waitUp("peer down (no carrier)", false)
+	ipCmd(t, "-n", l.nsB, "link", "set", l.ifB, "up")
+	waitUp("peer up again", true)
+	ipCmd(t, "-n", l.nsA, "link", "set", l.ifA, "down")
+	waitUp("administratively down", false)
 }
