@@ -31,6 +31,12 @@
 // an IPv6 address once per interface, so an IPv6 VIP already configured with
 // another prefix length cannot be announced; Announce returns an error.)
 //
+// The interface is looked up by name on every call, so an interface deleted
+// and created again under the same name (a new index, perhaps a new MAC) is
+// used as soon as it exists: Announce reopens its advertisement sockets on
+// the new index, and a running WatchConflicts returns an error once its
+// interface is removed, for the caller to start it again.
+//
 // Functions outside an Announcer read and watch the kernel state a caller
 // converges on: HasAddress and RemoveAddress check and remove a host prefix
 // (HasAddress reports what Held does; RemoveAddress is Withdraw for cleanup);
@@ -45,10 +51,12 @@
 //
 // Sockets (netlink, packet and ICMPv6) are created in the network namespace of
 // the calling thread: the netlink socket in New, the advertisement sockets on
-// first use by Announce and a fresh listening socket per WatchConflicts call.
-// Callers that run the Announcer in a namespace other than their process's
-// must call those methods from a goroutine locked (runtime.LockOSThread) to a
-// thread in that namespace.
+// first use by Announce, a fresh listening socket and link subscription per
+// WatchConflicts call, and a fresh netlink socket per call of the package
+// functions. Callers that run in a namespace other than their process's must
+// call those from a goroutine locked (runtime.LockOSThread) to a thread in
+// that namespace. Nothing reads /sys, whose view is that of the namespace
+// sysfs was mounted in, not the calling thread's.
 //
 // The kernel is reached through small unexported interfaces, so the package's
 // unit tests run without privileges against in-memory fakes; a separate test,

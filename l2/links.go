@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// errLinkRemoved reports that the interface an operation was bound to was
+// removed (deleted, or moved to another network namespace).
+var errLinkRemoved = errors.New("interface removed")
+
 // LinkUp reports whether the interface named iface exists, is
 // administratively up (IFF_UP) and has carrier (IFF_LOWER_UP), in the calling
 // thread's network namespace. An interface that cannot be read reads as down.
@@ -68,6 +72,12 @@ func subscribeLinks() (*subscription[netlink.LinkUpdate], error) {
 		return nil, fmt.Errorf("subscribe to link changes: %w", err)
 	}
 	return s, nil
+}
+
+// linkRemoved reports whether u tells that the interface with index is gone
+// from the namespace.
+func linkRemoved(u netlink.LinkUpdate, index int) bool {
+	return u.Header.Type == unix.RTM_DELLINK && u.Link != nil && u.Link.Attrs() != nil && u.Link.Attrs().Index == index
 }
 
 // subscription is a netlink subscription (vishvananda/netlink's

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +43,31 @@ func TestLinkUpReadsTheKernel(t *testing.T) {
 	want := lo.Flags&net.FlagUp != 0 && lo.Flags&net.FlagRunning != 0
 	if got := LinkUp("lo"); got != want {
 		t.Fatalf("LinkUp(lo) = %v, net says up %v (flags %v)", got, want, lo.Flags)
+	}
+}
+
+func TestLinkRemoved(t *testing.T) {
+	link := func(index int) netlink.Link {
+		return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index, Name: "eth0"}}
+	}
+	update := func(typ uint16, l netlink.Link) netlink.LinkUpdate {
+		return netlink.LinkUpdate{Header: unix.NlMsghdr{Type: typ}, Link: l}
+	}
+	for _, tt := range []struct {
+		name string
+		u    netlink.LinkUpdate
+		want bool
+	}{
+		{"interface deleted", update(unix.RTM_DELLINK, link(3)), true},
+		{"interface changed", update(unix.RTM_NEWLINK, link(3)), false},
+		{"another interface deleted", update(unix.RTM_DELLINK, link(4)), false},
+		{"update without a link", update(unix.RTM_DELLINK, nil), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := linkRemoved(tt.u, 3); got != tt.want {
+				t.Fatalf("linkRemoved = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 // Network namespace tests for converging on what the kernel holds: the
 // host's own address next to a VIP, addresses changed behind vipd's back,
-// and link state read per namespace.
+// link state read per namespace, and an interface deleted and recreated.
 
 // goInNS runs fn in a new goroutine on a thread switched into ns (never
 // unlocked, see inNS) and returns a channel with its result.
@@ -266,4 +266,84 @@ func TestNetnsLinkUp(t *testing.T) {
 	waitUp("peer up again", true)
 	ipCmd(t, "-n", l.nsA, "link", "set", l.ifA, "down")
 	waitUp("administratively down", false)
+}
+
+// TestNetnsInterfaceRecreated: the interface carrying the VIPs is deleted
+// and created again under the same name (new index, new MAC). The running
+// WatchConflicts calls return an error; the same Announcer then announces on
+// the new interface: the addresses are on it and B receives gratuitous ARP
+// and neighbor advertisements from the new MAC; a new WatchConflicts hears
+// B's claims.
+func TestNetnsInterfaceRecreated(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	const count = 2
+	a := newLabAnnouncer(t, l, Config{GARPCount: count, GARPInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vips := []netip.Addr{labVIP4, labVIP6}
+	announce := func(step string) {
+		t.Helper()
+		for _, vip := range vips {
+			if err := inNS(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
+				t.Fatalf("%s: Announce(%s): %v", step, vip, err)
+			}
+		}
+	}
+
+	arpB, ndpB := observers(t, l)
+	announce("first link")
+	expectGARP(t, arpB, l.macA, labVIP4, count)
+	w := startConflictWatches(ctx, l, a, vips...)
+	w.claimUntilReported(t, l, arpB, ndpB, "first link")
+	oldIndex, oldMAC := linkIndex(t, l.hA, l.ifA), l.macA
+
+	// Deleting one end of a veth pair deletes both.
+	ipCmd(t, "-n", l.nsA, "link", "del", l.ifA)
+	for range vips {
+		select {
+		case err := <-w.errs:
+			if err == nil {
+				t.Fatal("WatchConflicts returned nil after its interface was deleted")
+			}
+			t.Logf("WatchConflicts after the delete: %v", err)
+		case <-time.After(probeTimeout):
+			t.Fatal("WatchConflicts still running 5s after its interface was deleted")
+		}
+	}
+	if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); !errors.Is(err, errNoLink) {
+		t.Fatalf("Announce with the interface gone = %v, want errNoLink", err)
+	}
+
+	ipCmd(t, "-n", l.nsA, "link", "add", l.ifA, "type", "veth", "peer", "name", l.ifB, "netns", l.nsB)
+	ipCmd(t, "-n", l.nsA, "addr", "add", "192.0.2.1/24", "dev", l.ifA)
+	ipCmd(t, "-n", l.nsA, "addr", "add", "2001:db8::1/64", "dev", l.ifA, "nodad")
+	ipCmd(t, "-n", l.nsB, "addr", "add", "192.0.2.2/24", "dev", l.ifB)
+	ipCmd(t, "-n", l.nsB, "addr", "add", "2001:db8::2/64", "dev", l.ifB, "nodad")
+	ipCmd(t, "-n", l.nsA, "link", "set", l.ifA, "up")
+	ipCmd(t, "-n", l.nsB, "link", "set", l.ifB, "up")
+	l.macA = waitLinkUp(t, l.hA, l.ifA)
+	l.macB = waitLinkUp(t, l.hB, l.ifB)
+	if idx := linkIndex(t, l.hA, l.ifA); idx == oldIndex {
+		t.Fatalf("recreated %s got the old index %d", l.ifA, idx)
+	}
+	t.Logf("%s recreated: index %d -> %d, MAC %s -> %s", l.ifA, oldIndex, linkIndex(t, l.hA, l.ifA), oldMAC, l.macA)
+
+	arpB, ndpB = observers(t, l) // B's old interface went with the pair
+	announce("recreated link")
+	lines := addrLines(t, l)
+	for _, want := range []string{"inet 192.0.2.100/32 ", "inet6 2001:db8::100/128 "} {
+		if _, ok := findLine(lines, want); !ok {
+			t.Fatalf("%s missing on the recreated interface:\n%s", strings.TrimSpace(want), strings.Join(lines, "\n"))
+		}
+	}
+	expectGARP(t, arpB, l.macA, labVIP4, count)
+	expectNA(t, ndpB, l.macA, labVIP6, count)
+
+	w = startConflictWatches(ctx, l, a, vips...)
+	w.claimUntilReported(t, l, arpB, ndpB, "recreated link")
+	cancel()
+	for range vips {
+		waitReturned(t, w.errs, "WatchConflicts")
+	}
 }
