@@ -131,7 +131,9 @@ type AddrChange struct {
 	Interface string
 	// Prefix is the address with its prefix length, e.g. 192.0.2.10/32.
 	Prefix netip.Prefix
-	// Added is true for an address added, false for one removed.
+	// Added is true for an address added, false for one removed. The kernel
+	// reports a change of an address's flags or lifetimes (such as an IPv6
+	// address leaving the tentative state) as another addition.
 	Added bool
 }
 
