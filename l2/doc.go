@@ -3,8 +3,8 @@
 //
 // An Announcer manages the VIPs of one interface:
 //
-//   - Announce adds the VIP as a host address (/32 for IPv4, /128 for IPv6)
-//     and sends a burst of advertisements: gratuitous ARP for IPv4 (an ARP
+//   - Announce adds the VIP's host prefix (/32 for IPv4, /128 for IPv6) and
+//     sends a burst of advertisements: gratuitous ARP for IPv4 (an ARP
 //     request and an ARP reply, both broadcast, with sender and target IP set
 //     to the VIP) and, for IPv6, unsolicited neighbor advertisements to the
 //     all-nodes group ff02::1 with the Override flag set and a Target
@@ -12,27 +12,51 @@
 //     address is usable at once instead of after duplicate address detection.
 //     The first advertisement is sent before Announce returns; the rest of the
 //     burst is spaced by Config.GARPInterval in a goroutine the Announcer owns.
-//     Announce is idempotent: an address that is already present is left as
+//     Announce is idempotent: a host prefix that is already present is left as
 //     it is, and calling Announce again restarts the burst (useful after a
-//     conflicting owner was seen).
-//   - Withdraw stops the burst for the VIP, then removes every address equal
-//     to the VIP from the interface. Removing an absent address, or an
-//     address on an interface that no longer exists, is not an error.
-//   - Held reports whether the VIP is configured on the interface.
+//     conflicting owner was seen, or after the address was put back).
+//   - Withdraw stops the burst for the VIP, then removes the VIP's host
+//     prefix from the interface. Removing an absent address, or an address on
+//     an interface that no longer exists, is not an error.
+//   - Held reports whether the VIP's host prefix is configured on the
+//     interface.
 //   - WatchConflicts reports other hosts that claim the VIP: ARP packets sent
 //     from the VIP by a different hardware address, and IPv6 neighbor
 //     advertisements for the VIP whose target link-layer address is not this
 //     interface's.
+//
+// The Announcer owns exactly the host prefix, never another address with the
+// VIP's IP: with the VIP equal to the host's own 192.0.2.11/24, Announce adds
+// 192.0.2.11/32 beside it and Withdraw removes only that /32. (The kernel holds
+// an IPv6 address once per interface, so an IPv6 VIP already configured with
+// another prefix length cannot be announced; Announce returns an error.)
+//
+// The interface is looked up by name on every call, so an interface deleted
+// and created again under the same name (a new index, perhaps a new MAC) is
+// used as soon as it exists: Announce reopens its advertisement sockets on
+// the new index, and a running WatchConflicts returns an error once its
+// interface is removed, for the caller to start it again.
+//
+// Functions outside an Announcer read and watch the kernel state a caller
+// converges on: HasAddress and RemoveAddress check and remove a host prefix
+// (HasAddress reports what Held does; RemoveAddress is Withdraw for cleanup);
+// LinkUp reads whether an interface is up with carrier; WatchLinks and
+// WatchAddrs wake a caller when interfaces or addresses change, including
+// changes made behind vipd's back (`ip addr del`, `ip addr flush`,
+// NetworkManager), so it can check and put a VIP back at once instead of at
+// its next periodic check.
 //
 // With Config.Quiet the Announcer only adds and removes addresses and sends
 // nothing; BGP mode uses this to bind the VIP on "lo".
 //
 // Sockets (netlink, packet and ICMPv6) are created in the network namespace of
 // the calling thread: the netlink socket in New, the advertisement sockets on
-// first use by Announce and a fresh listening socket per WatchConflicts call.
-// Callers that run the Announcer in a namespace other than their process's
-// must call those methods from a goroutine locked (runtime.LockOSThread) to a
-// thread in that namespace.
+// first use by Announce, a fresh listening socket and link subscription per
+// WatchConflicts call, and a fresh netlink socket per call of the package
+// functions. Callers that run in a namespace other than their process's must
+// call those from a goroutine locked (runtime.LockOSThread) to a thread in
+// that namespace. Nothing reads /sys, whose view is that of the namespace
+// sysfs was mounted in, not the calling thread's.
 //
 // The kernel is reached through small unexported interfaces, so the package's
 // unit tests run without privileges against in-memory fakes; a separate test,

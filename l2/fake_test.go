@@ -1,7 +1,9 @@
 package l2
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -140,9 +142,53 @@ type fakeDialer struct {
 	// in feeds listening sockets; a test's send returns once a reader
 	// took the packet.
 	in chan received
+
+	// Removal watches: closing removed reports the interface removed to
+	// every watch; watchErr fails new subscriptions; onWatch, if set, runs
+	// when a subscription starts; watches counts the running ones.
+	removed  chan struct{}
+	watchErr error
+	onWatch  func()
+	watches  int
 }
 
-func newFakeDialer() *fakeDialer { return &fakeDialer{in: make(chan received)} }
+func newFakeDialer() *fakeDialer {
+	return &fakeDialer{in: make(chan received), removed: make(chan struct{})}
+}
+
+func (d *fakeDialer) watchRemoval(index int) (func(context.Context) error, error) {
+	d.mu.Lock()
+	if d.watchErr != nil {
+		d.mu.Unlock()
+		return nil, d.watchErr
+	}
+	d.watches++
+	hook := d.onWatch
+	d.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return func(ctx context.Context) error {
+		defer func() {
+			d.mu.Lock()
+			d.watches--
+			d.mu.Unlock()
+		}()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.removed:
+			return fmt.Errorf("%w: index %d", errLinkRemoved, index)
+		}
+	}, nil
+}
+
+// runningWatches returns how many removal watches have not ended.
+func (d *fakeDialer) runningWatches() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.watches
+}
 
 func (d *fakeDialer) newConn() (*fakeConn, error) {
 	d.mu.Lock()

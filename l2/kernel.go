@@ -1,6 +1,7 @@
 package l2
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -32,11 +33,17 @@ type addrManager interface {
 	close() error
 }
 
-// dialer opens the link-layer sockets of an Announcer. With listen false the
-// socket only sends and drops everything it would receive.
+// dialer opens the sockets of an Announcer, in the calling thread's network
+// namespace. With listen false an advertisement socket only sends and drops
+// everything it would receive.
 type dialer interface {
 	dialARP(ifi *net.Interface, listen bool) (arpConn, error)
 	dialNDP(ifi *net.Interface, listen bool) (ndpConn, error)
+	// watchRemoval subscribes to the removal of the interface with index.
+	// wait blocks until the interface is removed (an error wrapping
+	// errLinkRemoved), the subscription fails (that error) or ctx ends
+	// (nil), and ends the subscription; call it exactly once.
+	watchRemoval(index int) (wait func(ctx context.Context) error, err error)
 }
 
 // arpConn sends and receives ARP packets on one interface.
@@ -207,6 +214,21 @@ func (kernelDialer) dialNDP(ifi *net.Interface, listen bool) (ndpConn, error) {
 		return nil, fmt.Errorf("set ICMPv6 filter: %w", err)
 	}
 	return c, nil
+}
+
+func (kernelDialer) watchRemoval(index int) (func(context.Context) error, error) {
+	s, err := subscribeLinks()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return s.run(ctx, "link change", func(u netlink.LinkUpdate) error {
+			if linkRemoved(u, index) {
+				return fmt.Errorf("%w: index %d", errLinkRemoved, index)
+			}
+			return nil
+		})
+	}, nil
 }
 
 // packetARP is an arpConn on a packet(7) socket. Unlike arp.Client it does

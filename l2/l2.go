@@ -136,12 +136,19 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 	}
 }
 
-// Announce ensures addr is configured on the interface as a host address (/32
-// for IPv4, /128 with IFA_F_NODAD for IPv6) and, unless Quiet, sends a burst
-// of Config.GARPCount advertisements spaced by Config.GARPInterval.
+// Announce ensures addr's host prefix (/32 for IPv4, /128 with IFA_F_NODAD
+// for IPv6) is configured on the interface and, unless Quiet, sends a burst of
+// Config.GARPCount advertisements spaced by Config.GARPInterval.
 //
-// Announce is idempotent: an address already present is not added again, and
-// a burst already running for addr is replaced by a new one. The first
+// Only the exact host prefix counts: an address with addr's IP and another
+// prefix length, such as the host's own 192.0.2.11/24 when addr is
+// 192.0.2.11, is left alone and the /32 is added beside it. The kernel holds
+// an IPv6 address only once per interface, so an IPv6 addr already configured
+// with another prefix length cannot be announced: Announce returns an error
+// and changes nothing.
+//
+// Announce is idempotent: a host prefix already present is not added again,
+// and a burst already running for addr is replaced by a new one. The first
 // advertisement is sent before Announce returns; the others are sent by a
 // goroutine owned by the Announcer, which a later Withdraw of addr or Close
 // stops. ctx bounds only the work done before Announce returns.
@@ -208,21 +215,28 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
-// ensureLocked adds vip as a host address unless an address equal to vip is
-// already on ifi. It reports whether it added one.
+// ensureLocked adds vip's host prefix to ifi unless it is already there. It
+// reports whether it added it.
 func (a *Announcer) ensureLocked(ifi *net.Interface, vip netip.Addr) (bool, error) {
 	present, err := a.addrs.list(ifi)
 	if err != nil {
 		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
 	}
+	host := hostPrefix(vip)
 	for _, p := range present {
-		if p.Addr() == vip {
+		if p == host {
 			return false, nil
 		}
 	}
-	p := hostPrefix(vip)
-	if err := a.addrs.add(ifi, p, vip.Is6()); err != nil {
-		return false, fmt.Errorf("add %s to %s: %w", p, ifi.Name, err)
+	if vip.Is6() {
+		for _, p := range present {
+			if p.Addr() == vip {
+				return false, fmt.Errorf("%w: %s is configured on %s as %s, and the kernel holds an IPv6 address once per interface", errOtherPrefix, vip, ifi.Name, p)
+			}
+		}
+	}
+	if err := a.addrs.add(ifi, host, vip.Is6()); err != nil {
+		return false, fmt.Errorf("add %s to %s: %w", host, ifi.Name, err)
 	}
 	return true, nil
 }
@@ -258,9 +272,10 @@ func (a *Announcer) stopBurstLocked(vip netip.Addr) {
 	delete(a.bursts, vip)
 }
 
-// Withdraw stops any burst for addr and removes every address equal to addr
-// from the interface. It is idempotent: an absent address, or a missing
-// interface, is not an error.
+// Withdraw stops any burst for addr and removes addr's host prefix (/32 or
+// /128) from the interface. Any other address with addr's IP, such as the
+// host's own 192.0.2.11/24, stays. Withdraw is idempotent: an absent address,
+// or a missing interface, is not an error.
 func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	vip, err := vipAddr(addr)
 	if err != nil {
@@ -276,32 +291,19 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("withdraw %s: %w", vip, net.ErrClosed)
 	}
 	a.stopBurstLocked(vip)
-
-	ifi, err := a.addrs.link(a.cfg.Interface)
-	if errors.Is(err, errNoLink) {
-		return nil
-	}
+	removed, err := removeHostPrefix(a.addrs, a.cfg.Interface, vip)
 	if err != nil {
 		return fmt.Errorf("withdraw %s: %w", vip, err)
 	}
-	present, err := a.addrs.list(ifi)
-	if err != nil {
-		return fmt.Errorf("withdraw %s: list addresses on %s: %w", vip, ifi.Name, err)
-	}
-	for _, p := range present {
-		if p.Addr() != vip {
-			continue
-		}
-		if err := a.addrs.del(ifi, p); err != nil {
-			return fmt.Errorf("withdraw %s: delete %s from %s: %w", vip, p, ifi.Name, err)
-		}
-		a.log.Info("vip address removed", "vip", vip, "prefix", p)
+	if removed {
+		a.log.Info("vip address removed", "vip", vip, "prefix", hostPrefix(vip))
 	}
 	return nil
 }
 
-// Held reports whether an address equal to addr is configured on the
-// interface. A missing interface holds nothing and is not an error.
+// Held reports whether addr's host prefix (/32 or /128) is configured on the
+// interface; the same IP with another prefix length does not count. A missing
+// interface holds nothing and is not an error.
 func (a *Announcer) Held(addr netip.Addr) (bool, error) {
 	vip, err := vipAddr(addr)
 	if err != nil {
@@ -313,23 +315,11 @@ func (a *Announcer) Held(addr netip.Addr) (bool, error) {
 	if a.closed {
 		return false, fmt.Errorf("held %s: %w", vip, net.ErrClosed)
 	}
-	ifi, err := a.addrs.link(a.cfg.Interface)
-	if errors.Is(err, errNoLink) {
-		return false, nil
-	}
+	held, err := hasHostPrefix(a.addrs, a.cfg.Interface, vip)
 	if err != nil {
 		return false, fmt.Errorf("held %s: %w", vip, err)
 	}
-	present, err := a.addrs.list(ifi)
-	if err != nil {
-		return false, fmt.Errorf("held %s: list addresses on %s: %w", vip, ifi.Name, err)
-	}
-	for _, p := range present {
-		if p.Addr() == vip {
-			return true, nil
-		}
-	}
-	return false, nil
+	return held, nil
 }
 
 // Close stops all bursts, ends running WatchConflicts calls, waits for the
@@ -365,18 +355,6 @@ func (a *Announcer) Close() error {
 		return fmt.Errorf("close announcer for %s: %w", a.cfg.Interface, err)
 	}
 	return nil
-}
-
-// RemoveAddress removes every address equal to addr from the interface named
-// iface, in the calling thread's network namespace. It is idempotent, like
-// Announcer.Withdraw, and meant for cleanup outside a running Announcer.
-func RemoveAddress(iface string, addr netip.Addr) error {
-	a, err := New(Config{Interface: iface, Quiet: true})
-	if err != nil {
-		return err
-	}
-	werr := a.Withdraw(context.Background(), addr)
-	return errors.Join(werr, a.Close())
 }
 
 // vipAddr validates addr as a VIP and returns it in canonical form: IPv4

@@ -98,10 +98,18 @@ func TestAnnounceConfiguresHostAddress(t *testing.T) {
 			times:   1,
 		},
 		{
-			name:    "vip present with a wider prefix is left alone",
-			present: []string{"2001:db8::10/64"},
-			addr:    vip6,
-			times:   1,
+			name:     "vip equal to the host's own address gets a /32 beside it",
+			present:  []string{"192.0.2.10/24"},
+			addr:     vip4,
+			times:    1,
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+		},
+		{
+			name:     "vip inside the host's subnet gets a /32",
+			present:  []string{"192.0.2.1/24"},
+			addr:     vip4,
+			times:    2,
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,9 +119,14 @@ func TestAnnounceConfiguresHostAddress(t *testing.T) {
 					t.Fatalf("Announce: %v", err)
 				}
 			}
-			_, adds, _ := h.addrs.snapshot()
+			left, adds, dels := h.addrs.snapshot()
 			if !slices.Equal(adds, tt.wantAdds) {
 				t.Fatalf("adds = %v, want %v", adds, tt.wantAdds)
+			}
+			for _, p := range prefixes(tt.present) {
+				if !slices.Contains(left, p) {
+					t.Fatalf("Announce removed %s: left %v, deleted %v", p, left, dels)
+				}
 			}
 			held, err := h.a.Held(tt.addr)
 			if err != nil || !held {
@@ -388,11 +401,30 @@ func TestWithdraw(t *testing.T) {
 			wantDels: []string{"192.0.2.10/32"},
 		},
 		{
-			name:     "every prefix carrying the vip is removed",
-			addrs:    newFakeAddrs("2001:db8::10/128", "2001:db8::1/64", "2001:db8::10/64"),
+			name:     "ipv6 host prefix is removed",
+			addrs:    newFakeAddrs("2001:db8::10/128", "2001:db8::1/64"),
 			addr:     vip6,
 			wantLeft: []string{"2001:db8::1/64"},
-			wantDels: []string{"2001:db8::10/128", "2001:db8::10/64"},
+			wantDels: []string{"2001:db8::10/128"},
+		},
+		{
+			name:     "only the host prefix is removed, not the same ip with another prefix",
+			addrs:    newFakeAddrs("192.0.2.10/24", "192.0.2.10/32"),
+			addr:     vip4,
+			wantLeft: []string{"192.0.2.10/24"},
+			wantDels: []string{"192.0.2.10/32"},
+		},
+		{
+			name:     "host's own ipv4 address equal to the vip stays",
+			addrs:    newFakeAddrs("192.0.2.10/24"),
+			addr:     vip4,
+			wantLeft: []string{"192.0.2.10/24"},
+		},
+		{
+			name:     "host's own ipv6 address equal to the vip stays",
+			addrs:    newFakeAddrs("2001:db8::10/64"),
+			addr:     vip6,
+			wantLeft: []string{"2001:db8::10/64"},
 		},
 		{
 			name:     "absent vip is not an error",
@@ -568,7 +600,10 @@ func TestHeld(t *testing.T) {
 	}{
 		{name: "vip configured", addrs: newFakeAddrs("192.0.2.10/32"), addr: vip4, want: true},
 		{name: "other address configured", addrs: newFakeAddrs("192.0.2.11/32"), addr: vip4},
-		{name: "vip configured with a wider prefix", addrs: newFakeAddrs("2001:db8::10/64"), addr: vip6, want: true},
+		{name: "ipv6 vip configured only with a wider prefix", addrs: newFakeAddrs("2001:db8::10/64"), addr: vip6},
+		{name: "ipv4 vip configured only with a wider prefix", addrs: newFakeAddrs("192.0.2.10/24"), addr: vip4},
+		{name: "ipv4 vip configured beside the host's own address", addrs: newFakeAddrs("192.0.2.10/24", "192.0.2.10/32"), addr: vip4, want: true},
+		{name: "ipv6 host prefix configured", addrs: newFakeAddrs("2001:db8::1/64", "2001:db8::10/128"), addr: vip6, want: true},
 		{name: "missing interface holds nothing", addrs: func() *fakeAddrs { f := newFakeAddrs(); f.ifi = nil; return f }(), addr: vip4},
 		{name: "list failure", addrs: func() *fakeAddrs { f := newFakeAddrs(); f.listErr = errBoom; return f }(), addr: vip4, wantErr: true},
 		{name: "invalid address", addrs: newFakeAddrs(), addr: netip.Addr{}, wantErr: true},
@@ -583,6 +618,79 @@ func TestHeld(t *testing.T) {
 	}
 }
 
+// TestAnnounceIPv6WithAnotherPrefix: the kernel holds an IPv6 address once
+// per interface, so a VIP equal to the host's own IPv6 address cannot get its
+// /128: Announce says so and changes nothing.
+func TestAnnounceIPv6WithAnotherPrefix(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, newFakeAddrs("2001:db8::10/64"))
+	err := h.a.Announce(context.Background(), vip6)
+	if !errors.Is(err, errOtherPrefix) {
+		t.Fatalf("Announce = %v, want errOtherPrefix", err)
+	}
+	left, adds, dels := h.addrs.snapshot()
+	if len(adds) != 0 || len(dels) != 0 || !slices.Equal(left, prefixes([]string{"2001:db8::10/64"})) {
+		t.Fatalf("after Announce: left %v, added %v, deleted %v; want the /64 untouched", left, adds, dels)
+	}
+	if got := h.advertisements(); got != 0 {
+		t.Fatalf("%d advertisements for an address that could not be added", got)
+	}
+	if held, err := h.a.Held(vip6); err != nil || held {
+		t.Fatalf("Held = %v, %v; want false", held, err)
+	}
+}
+
+// TestAnnounceOnRecreatedInterface: the interface was deleted and created
+// again under the same name, with a new index and MAC. Announce opens new
+// advertisement sockets on the new index and advertises the new MAC; the old
+// sockets are closed.
+func TestAnnounceOnRecreatedInterface(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, nil)
+	ctx := context.Background()
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Announce(ctx, vip); err != nil {
+			t.Fatalf("Announce %s: %v", vip, err)
+		}
+	}
+	newMAC := net.HardwareAddr{0x02, 0, 0x5e, 0, 0, 0x42}
+	h.addrs.mu.Lock()
+	h.addrs.ifi = &net.Interface{Index: testIndex + 10, MTU: 1500, Name: "test0", HardwareAddr: newMAC}
+	h.addrs.addrs = nil // a new interface starts without the VIPs
+	h.addrs.mu.Unlock()
+
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Announce(ctx, vip); err != nil {
+			t.Fatalf("Announce %s on the new interface: %v", vip, err)
+		}
+		if held, err := h.a.Held(vip); err != nil || !held {
+			t.Fatalf("Held(%s) on the new interface = %v, %v", vip, held, err)
+		}
+	}
+	if n := h.dial.dialCount(); n != 4 {
+		t.Fatalf("%d sockets opened, want 2 per interface", n)
+	}
+	h.dial.mu.Lock()
+	old := h.dial.conns[:2]
+	h.dial.mu.Unlock()
+	for i, c := range old {
+		select {
+		case <-c.closed:
+		default:
+			t.Fatalf("socket %d on the old interface still open", i)
+		}
+	}
+	arps, nas := h.dial.sent()
+	if last := arps[len(arps)-1].p; !bytes.Equal(last.SenderHardwareAddr, newMAC) {
+		t.Errorf("gratuitous ARP on the new interface from %s, want %s", last.SenderHardwareAddr, newMAC)
+	}
+	last := nas[len(nas)-1]
+	if last.cm.IfIndex != testIndex+10 {
+		t.Errorf("NA sent on interface %d, want the new index %d", last.cm.IfIndex, testIndex+10)
+	}
+	if lla := last.m.(*ndp.NeighborAdvertisement).Options[0].(*ndp.LinkLayerAddress); !bytes.Equal(lla.Addr, newMAC) {
+		t.Errorf("NA names %s, want %s", lla.Addr, newMAC)
+	}
+}
+
 func TestRemoveAddressOnMissingInterface(t *testing.T) {
 	// Reads links through netlink only, which needs no privileges; a missing
 	// interface holds nothing, so there is nothing to remove.
@@ -594,5 +702,31 @@ func TestRemoveAddressOnMissingInterface(t *testing.T) {
 	}
 	if err := RemoveAddress("vt-l2-absent", netip.Addr{}); err == nil {
 		t.Fatal("RemoveAddress accepted an invalid address")
+	}
+}
+
+func TestHasAddress(t *testing.T) {
+	// Reads through netlink only, which needs no privileges.
+	if held, err := HasAddress("vt-l2-absent", vip4); err != nil || held {
+		t.Fatalf("HasAddress on a missing interface = %v, %v; want false, nil", held, err)
+	}
+	if _, err := HasAddress("", vip4); err == nil {
+		t.Fatal("HasAddress accepted an empty interface name")
+	}
+	if _, err := HasAddress("lo", netip.Addr{}); err == nil {
+		t.Fatal("HasAddress accepted an invalid address")
+	}
+	// Loopback carries 127.0.0.1/8, not 127.0.0.1/32: the same IP with
+	// another prefix length is not the host prefix.
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Skipf("no loopback interface: %v", err)
+	}
+	addrs, err := lo.Addrs()
+	if err != nil || !slices.ContainsFunc(addrs, func(a net.Addr) bool { return a.String() == "127.0.0.1/8" }) {
+		t.Skipf("loopback does not carry 127.0.0.1/8 (%v, %v)", addrs, err)
+	}
+	if held, err := HasAddress("lo", netip.MustParseAddr("127.0.0.1")); err != nil || held {
+		t.Fatalf("HasAddress(lo, 127.0.0.1) with only 127.0.0.1/8 = %v, %v; want false", held, err)
 	}
 }

@@ -245,60 +245,11 @@ func TestNetnsAnnounceAndWithdraw(t *testing.T) {
 	}
 
 	t.Run("B receives the gratuitous ARP burst from A's MAC", func(t *testing.T) {
-		var requests, replies int
-		if err := arpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
-			t.Fatal(err)
-		}
-		for requests < count || replies < count {
-			p, _, err := arpB.Read()
-			if err != nil {
-				t.Fatalf("after %d requests and %d replies of %d each: %v", requests, replies, count, err)
-			}
-			if p.SenderIP != labVIP4 {
-				continue
-			}
-			if !bytes.Equal(p.SenderHardwareAddr, l.macA) || p.TargetIP != labVIP4 {
-				t.Fatalf("gratuitous ARP %+v, want sender %s and target IP %s", p, l.macA, labVIP4)
-			}
-			switch p.Operation {
-			case arp.OperationRequest:
-				requests++
-			case arp.OperationReply:
-				replies++
-			}
-		}
+		expectGARP(t, arpB, l.macA, labVIP4, count)
 	})
 
 	t.Run("B receives unsolicited NAs with Override from A's MAC", func(t *testing.T) {
-		if err := ndpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
-			t.Fatal(err)
-		}
-		for seen := 0; seen < count; {
-			m, cm, src, err := ndpB.ReadFrom()
-			if err != nil {
-				t.Fatalf("after %d of %d advertisements: %v", seen, count, err)
-			}
-			na, ok := m.(*ndp.NeighborAdvertisement)
-			if !ok || na.TargetAddress != labVIP6 {
-				continue
-			}
-			seen++
-			if !na.Override || na.Solicited || na.Router {
-				t.Errorf("NA flags: override %v solicited %v router %v", na.Override, na.Solicited, na.Router)
-			}
-			if len(na.Options) != 1 {
-				t.Fatalf("NA options %v, want one target link-layer address", na.Options)
-			}
-			if lla, ok := na.Options[0].(*ndp.LinkLayerAddress); !ok || lla.Direction != ndp.Target || !bytes.Equal(lla.Addr, l.macA) {
-				t.Errorf("NA option %+v, want target link-layer address %s", na.Options[0], l.macA)
-			}
-			if src.WithZone("") != labVIP6 {
-				t.Errorf("NA source %s, want %s", src, labVIP6)
-			}
-			if cm == nil || !cm.Dst.Equal(net.IPv6linklocalallnodes) {
-				t.Errorf("NA control message %v, want destination ff02::1", cm)
-			}
-		}
+		expectNA(t, ndpB, l.macA, labVIP6, count)
 	})
 
 	t.Run("A has the /32 and the /128 nodad, not tentative", func(t *testing.T) {
@@ -370,6 +321,69 @@ func TestNetnsAnnounceAndWithdraw(t *testing.T) {
 	})
 }
 
+// expectGARP reads on B's ARP client until count gratuitous ARP requests and
+// count replies for vip from mac arrived (bounded by probeTimeout).
+func expectGARP(t *testing.T, arpB *arp.Client, mac net.HardwareAddr, vip netip.Addr, count int) {
+	t.Helper()
+	var requests, replies int
+	if err := arpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	for requests < count || replies < count {
+		p, _, err := arpB.Read()
+		if err != nil {
+			t.Fatalf("after %d requests and %d replies of %d each: %v", requests, replies, count, err)
+		}
+		if p.SenderIP != vip {
+			continue
+		}
+		if !bytes.Equal(p.SenderHardwareAddr, mac) || p.TargetIP != vip {
+			t.Fatalf("gratuitous ARP %+v, want sender %s and target IP %s", p, mac, vip)
+		}
+		switch p.Operation {
+		case arp.OperationRequest:
+			requests++
+		case arp.OperationReply:
+			replies++
+		}
+	}
+}
+
+// expectNA reads on B's NDP listener until count unsolicited neighbor
+// advertisements of vip at mac arrived (bounded by probeTimeout).
+func expectNA(t *testing.T, ndpB *ndp.Conn, mac net.HardwareAddr, vip netip.Addr, count int) {
+	t.Helper()
+	if err := ndpB.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	for seen := 0; seen < count; {
+		m, cm, src, err := ndpB.ReadFrom()
+		if err != nil {
+			t.Fatalf("after %d of %d advertisements: %v", seen, count, err)
+		}
+		na, ok := m.(*ndp.NeighborAdvertisement)
+		if !ok || na.TargetAddress != vip {
+			continue
+		}
+		seen++
+		if !na.Override || na.Solicited || na.Router {
+			t.Errorf("NA flags: override %v solicited %v router %v", na.Override, na.Solicited, na.Router)
+		}
+		if len(na.Options) != 1 {
+			t.Fatalf("NA options %v, want one target link-layer address", na.Options)
+		}
+		if lla, ok := na.Options[0].(*ndp.LinkLayerAddress); !ok || lla.Direction != ndp.Target || !bytes.Equal(lla.Addr, mac) {
+			t.Errorf("NA option %+v, want target link-layer address %s", na.Options[0], mac)
+		}
+		if src.WithZone("") != vip {
+			t.Errorf("NA source %s, want %s", src, vip)
+		}
+		if cm == nil || !cm.Dst.Equal(net.IPv6linklocalallnodes) {
+			t.Errorf("NA control message %v, want destination ff02::1", cm)
+		}
+	}
+}
+
 func TestNetnsRemoveAddress(t *testing.T) {
 	requireNetns(t)
 	l := newLab(t)
@@ -420,76 +434,9 @@ func TestNetnsWatchConflicts(t *testing.T) {
 		t.Fatalf("Announce: %v", err)
 	}
 
-	type report struct {
-		vip netip.Addr
-		mac net.HardwareAddr
-	}
-	reports := make(chan report, 256)
-	watchErrs := make(chan error, 2)
-	for _, vip := range []netip.Addr{labVIP4, labVIP6} {
-		go func() {
-			watchErrs <- inNS(l.hA, func() error {
-				return a.WatchConflicts(ctx, vip, func(mac net.HardwareAddr) {
-					select {
-					case reports <- report{vip, mac}:
-					default:
-					}
-				})
-			})
-		}()
-	}
-
+	w := startConflictWatches(ctx, l, a, labVIP4, labVIP6)
 	arpB, ndpB := observers(t, l)
-	claim4, err := arp.NewPacket(arp.OperationReply, l.macB, labVIP4, l.macA, labA4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim6 := &ndp.NeighborAdvertisement{
-		Override:      true,
-		TargetAddress: labVIP6,
-		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: l.macB}},
-	}
-
-	// claimUntilReported has B claim the VIPs until A reported both: the
-	// watchers may still be opening their sockets when the first claims go
-	// out. Bounded: 100 rounds of 50ms.
-	claimUntilReported := func(phase string) {
-		t.Helper()
-		seen := map[netip.Addr]bool{}
-		for i := 0; i < 100 && !(seen[labVIP4] && seen[labVIP6]); i++ {
-			if !seen[labVIP4] {
-				if err := arpB.WriteTo(claim4, ethernet.Broadcast); err != nil {
-					t.Fatalf("%s: send ARP claim from B: %v", phase, err)
-				}
-			}
-			if !seen[labVIP6] {
-				if err := ndpB.WriteTo(claim6, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
-					t.Fatalf("%s: send NA claim from B: %v", phase, err)
-				}
-			}
-			timeout := time.After(50 * time.Millisecond)
-		drain:
-			for {
-				select {
-				case r := <-reports:
-					if !bytes.Equal(r.mac, l.macB) {
-						t.Fatalf("%s: conflict on %s reported for %s, want only B's MAC %s (A is %s)", phase, r.vip, r.mac, l.macB, l.macA)
-					}
-					seen[r.vip] = true
-				case err := <-watchErrs:
-					t.Fatalf("%s: WatchConflicts returned early: %v", phase, err)
-				case <-timeout:
-					break drain
-				}
-			}
-		}
-		for _, vip := range []netip.Addr{labVIP4, labVIP6} {
-			if !seen[vip] {
-				t.Fatalf("%s: no conflict reported for %s within 5s", phase, vip)
-			}
-		}
-	}
-	claimUntilReported("watchers starting")
+	w.claimUntilReported(t, l, arpB, ndpB, "watchers starting")
 
 	// The watchers are now listening: A advertises again before B's next
 	// claims. Its own NAs loop back to the IPv6 watcher (multicast loopback)
@@ -504,20 +451,113 @@ func TestNetnsWatchConflicts(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Announce again: %v", err)
 	}
-	claimUntilReported("after A re-announced")
+	w.claimUntilReported(t, l, arpB, ndpB, "after A re-announced")
 
 	cancel()
 	for range 2 {
-		waitReturned(t, watchErrs, "WatchConflicts")
+		waitReturned(t, w.errs, "WatchConflicts")
 	}
 	for {
 		select {
-		case r := <-reports:
+		case r := <-w.reports:
 			if !bytes.Equal(r.mac, l.macB) {
 				t.Errorf("late conflict on %s reported for %s, want only %s", r.vip, r.mac, l.macB)
 			}
 		default:
 			return
+		}
+	}
+}
+
+// conflictWatches are WatchConflicts calls running in namespace A.
+type conflictWatches struct {
+	vips    []netip.Addr
+	reports chan conflictReport
+	errs    chan error // one result per watch
+}
+
+// conflictReport is one claim a WatchConflicts callback received.
+type conflictReport struct {
+	vip netip.Addr
+	mac net.HardwareAddr
+}
+
+// startConflictWatches runs a.WatchConflicts in namespace A for each of
+// vips until ctx ends.
+func startConflictWatches(ctx context.Context, l *lab, a *Announcer, vips ...netip.Addr) *conflictWatches {
+	w := &conflictWatches{vips: vips, reports: make(chan conflictReport, 256), errs: make(chan error, len(vips))}
+	for _, vip := range vips {
+		go func() {
+			w.errs <- inNS(l.hA, func() error {
+				return a.WatchConflicts(ctx, vip, func(mac net.HardwareAddr) {
+					select {
+					case w.reports <- conflictReport{vip, mac}:
+					default:
+					}
+				})
+			})
+		}()
+	}
+	return w
+}
+
+// claimUntilReported has B claim the watched VIPs until A reported each of
+// them with B's MAC: the watchers may still be opening their sockets when the
+// first claims go out. Bounded: 100 rounds of 50ms.
+func (w *conflictWatches) claimUntilReported(t *testing.T, l *lab, arpB *arp.Client, ndpB *ndp.Conn, phase string) {
+	t.Helper()
+	seen := map[netip.Addr]bool{}
+	all := func() bool {
+		for _, vip := range w.vips {
+			if !seen[vip] {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < 100 && !all(); i++ {
+		for _, vip := range w.vips {
+			if seen[vip] {
+				continue
+			}
+			if vip.Is4() {
+				claim, err := arp.NewPacket(arp.OperationReply, l.macB, vip, l.macA, labA4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := arpB.WriteTo(claim, ethernet.Broadcast); err != nil {
+					t.Fatalf("%s: send ARP claim from B: %v", phase, err)
+				}
+				continue
+			}
+			claim := &ndp.NeighborAdvertisement{
+				Override:      true,
+				TargetAddress: vip,
+				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: l.macB}},
+			}
+			if err := ndpB.WriteTo(claim, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
+				t.Fatalf("%s: send NA claim from B: %v", phase, err)
+			}
+		}
+		timeout := time.After(50 * time.Millisecond)
+	drain:
+		for {
+			select {
+			case r := <-w.reports:
+				if !bytes.Equal(r.mac, l.macB) {
+					t.Fatalf("%s: conflict on %s reported for %s, want only B's MAC %s (A is %s)", phase, r.vip, r.mac, l.macB, l.macA)
+				}
+				seen[r.vip] = true
+			case err := <-w.errs:
+				t.Fatalf("%s: WatchConflicts returned early: %v", phase, err)
+			case <-timeout:
+				break drain
+			}
+		}
+	}
+	for _, vip := range w.vips {
+		if !seen[vip] {
+			t.Fatalf("%s: no conflict reported for %s within 5s", phase, vip)
 		}
 	}
 }

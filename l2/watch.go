@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ndp"
@@ -22,10 +23,16 @@ import (
 // Address option is not the interface's. The Announcer's own advertisements
 // are never reported.
 //
-// WatchConflicts opens its own listening socket, blocks until ctx is done or
-// the Announcer is closed, and then returns nil. It returns an error if the
-// socket cannot be opened or read. fn should return quickly: packets are not
-// read while it runs. It is an error to call WatchConflicts in Quiet mode.
+// WatchConflicts opens its own listening socket and a link subscription,
+// blocks until ctx is done or the Announcer is closed, and then returns nil.
+// It returns an error if the socket cannot be opened or read, and once the
+// interface it listens on is removed (deleted, or moved to another
+// namespace): a socket bound to a removed interface hears nothing from the
+// interface recreated under the same name, so a caller that still needs
+// reports calls WatchConflicts again, which listens on the interface that
+// then carries the name. For IPv4 the kernel also fails the read when the
+// interface goes down. fn should return quickly: packets are not read while
+// it runs. It is an error to call WatchConflicts in Quiet mode.
 func (a *Announcer) WatchConflicts(ctx context.Context, addr netip.Addr, fn func(mac net.HardwareAddr)) error {
 	vip, err := vipAddr(addr)
 	if err != nil {
@@ -52,42 +59,84 @@ func (a *Announcer) WatchConflicts(ctx context.Context, addr netip.Addr, fn func
 	a.mu.Unlock()
 	defer a.wg.Done()
 
-	// End on either the caller's ctx or Close.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopOnClose := context.AfterFunc(a.ctx, cancel)
-	defer stopOnClose()
-
+	var (
+		c    interface{ Close() error }
+		next func() (net.HardwareAddr, error)
+	)
 	if vip.Is4() {
-		c, err := a.dial.dialARP(ifi, true)
+		ac, err := a.dial.dialARP(ifi, true)
 		if err != nil {
 			return fmt.Errorf("watch conflicts %s: open ARP socket on %s: %w", vip, ifi.Name, err)
 		}
-		return watchLoop(ctx, vip, c, func() (net.HardwareAddr, error) {
-			p, err := c.read()
+		c, next = ac, func() (net.HardwareAddr, error) {
+			p, err := ac.read()
 			if err != nil {
 				return nil, err
 			}
 			return arpConflict(p, vip, ifi.HardwareAddr), nil
-		}, fn)
+		}
+	} else {
+		nc, err := a.dial.dialNDP(ifi, true)
+		if err != nil {
+			return fmt.Errorf("watch conflicts %s: open NDP socket on %s: %w", vip, ifi.Name, err)
+		}
+		c, next = nc, func() (net.HardwareAddr, error) {
+			m, cm, _, err := nc.ReadFrom()
+			if err != nil {
+				return nil, err
+			}
+			return ndpConflict(m, cm, ifi.Index, vip, ifi.HardwareAddr), nil
+		}
+	}
+	wait, err := a.dial.watchRemoval(ifi.Index)
+	if err != nil {
+		_ = c.Close()
+		return fmt.Errorf("watch conflicts %s: watch %s: %w", vip, ifi.Name, err)
 	}
 
-	c, err := a.dial.dialNDP(ifi, true)
-	if err != nil {
-		return fmt.Errorf("watch conflicts %s: open NDP socket on %s: %w", vip, ifi.Name, err)
-	}
-	return watchLoop(ctx, vip, c, func() (net.HardwareAddr, error) {
-		m, cm, _, err := c.ReadFrom()
-		if err != nil {
-			return nil, err
+	// End on the caller's ctx, Close, or the removal of the interface;
+	// stopped carries the reason for the last.
+	ctx, cancel := context.WithCancel(ctx)
+	stopOnClose := context.AfterFunc(a.ctx, cancel)
+	defer stopOnClose()
+	stopped := make(chan error, 2)
+	var removal sync.WaitGroup
+	removal.Go(func() {
+		if err := wait(ctx); err != nil {
+			stopped <- err
+			cancel()
 		}
-		return ndpConflict(m, cm, ifi.Index, vip, ifi.HardwareAddr), nil
-	}, fn)
+	})
+	defer removal.Wait()
+	defer cancel()
+	// The interface may have gone between the lookup and the subscription.
+	a.mu.Lock()
+	cur, err := a.addrs.link(a.cfg.Interface)
+	a.mu.Unlock()
+	switch {
+	case errors.Is(err, errNoLink) || err == nil && cur.Index != ifi.Index:
+		stopped <- fmt.Errorf("%w: %s (index %d)", errLinkRemoved, ifi.Name, ifi.Index)
+		cancel()
+	case err != nil:
+		stopped <- err
+		cancel()
+	}
+
+	if err := watchLoop(ctx, c, next, fn); err != nil {
+		return fmt.Errorf("watch conflicts %s: read: %w", vip, err)
+	}
+	select {
+	case err := <-stopped:
+		return fmt.Errorf("watch conflicts %s: %w", vip, err)
+	default:
+		return nil
+	}
 }
 
-// watchLoop calls next until ctx ends, passing every conflict it finds to fn.
-// It closes c when ctx ends, which unblocks next, and before returning.
-func watchLoop(ctx context.Context, vip netip.Addr, c interface{ Close() error }, next func() (net.HardwareAddr, error), fn func(net.HardwareAddr)) error {
+// watchLoop calls next until ctx ends, passing every conflict it finds to fn,
+// and returns nil then, or next's error before. It closes c when ctx ends,
+// which unblocks next, and before returning.
+func watchLoop(ctx context.Context, c interface{ Close() error }, next func() (net.HardwareAddr, error), fn func(net.HardwareAddr)) error {
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer func() {
 		if stop() {
@@ -100,7 +149,7 @@ func watchLoop(ctx context.Context, vip netip.Addr, c interface{ Close() error }
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("watch conflicts %s: read: %w", vip, err)
+			return err
 		}
 		if mac != nil {
 			fn(mac)

@@ -178,6 +178,9 @@ func TestWatchConflictsReportsClaims(t *testing.T) {
 			if !h.dial.allClosed() {
 				t.Fatal("listening socket left open")
 			}
+			if n := h.dial.runningWatches(); n != 0 {
+				t.Fatalf("%d link subscriptions still running", n)
+			}
 		})
 	}
 }
@@ -195,6 +198,9 @@ func TestWatchConflictsEndsOnClose(t *testing.T) {
 	}
 	if err := w.wait(t); err != nil {
 		t.Fatalf("WatchConflicts after Close = %v, want nil", err)
+	}
+	if n := h.dial.runningWatches(); n != 0 {
+		t.Fatalf("%d link subscriptions still running after Close", n)
 	}
 	if got := w.reported(); len(got) != 1 {
 		t.Fatalf("reported %v, want the one claim", got)
@@ -232,4 +238,79 @@ func TestWatchConflictsErrors(t *testing.T) {
 			t.Fatal("WatchConflicts accepted a nil callback")
 		}
 	})
+}
+
+// TestWatchConflictsEndsWhenInterfaceRemoved: once the interface is removed
+// its socket hears nothing more, so WatchConflicts returns an error (the
+// caller restarts it on the interface that then carries the name), closes
+// its socket and ends its link subscription.
+func TestWatchConflictsEndsWhenInterfaceRemoved(t *testing.T) {
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		t.Run(vip.String(), func(t *testing.T) {
+			h := newHarness(t, Config{}, nil)
+			w := startWatch(context.Background(), h.a, vip)
+			// A claim read proves the watch is running before the removal.
+			if vip.Is4() {
+				h.dial.in <- received{arp: mustARP(t, arp.OperationReply, otherMAC, vip4, testMAC, vip4)}
+			} else {
+				h.dial.in <- received{ndp: na(vip6, tlla(otherMAC)), cm: &ipv6.ControlMessage{IfIndex: testIndex}}
+			}
+			close(h.dial.removed)
+			if err := w.wait(t); !errors.Is(err, errLinkRemoved) {
+				t.Fatalf("WatchConflicts after the interface was removed = %v, want errLinkRemoved", err)
+			}
+			if got := w.reported(); len(got) != 1 {
+				t.Fatalf("reported %v, want the one claim", got)
+			}
+			if !h.dial.allClosed() {
+				t.Fatal("listening socket left open")
+			}
+			if n := h.dial.runningWatches(); n != 0 {
+				t.Fatalf("%d link subscriptions still running", n)
+			}
+		})
+	}
+}
+
+func TestWatchConflictsInterfaceGoneBeforeSubscription(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(f *fakeAddrs)
+	}{
+		{"interface deleted", func(f *fakeAddrs) { f.ifi = nil }},
+		{"interface recreated with a new index", func(f *fakeAddrs) {
+			ifi := *f.ifi
+			ifi.Index++
+			f.ifi = &ifi
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, nil)
+			// The change lands between the lookup and the subscription.
+			h.dial.onWatch = func() {
+				h.addrs.mu.Lock()
+				tt.change(h.addrs)
+				h.addrs.mu.Unlock()
+			}
+			err := h.a.WatchConflicts(context.Background(), vip6, func(net.HardwareAddr) {})
+			if !errors.Is(err, errLinkRemoved) {
+				t.Fatalf("WatchConflicts = %v, want errLinkRemoved", err)
+			}
+			if !h.dial.allClosed() || h.dial.runningWatches() != 0 {
+				t.Fatalf("socket or subscription left open (watches %d)", h.dial.runningWatches())
+			}
+		})
+	}
+}
+
+func TestWatchConflictsLinkSubscriptionFails(t *testing.T) {
+	h := newHarness(t, Config{}, nil)
+	h.dial.watchErr = errBoom
+	err := h.a.WatchConflicts(context.Background(), vip4, func(net.HardwareAddr) {})
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("WatchConflicts = %v, want errBoom", err)
+	}
+	if !h.dial.allClosed() {
+		t.Fatal("listening socket left open")
+	}
 }
