@@ -96,3 +96,43 @@ func TestSlogWriterSendFailures(t *testing.T) {
 		t.Errorf("other errors: %d lines at ERROR, want all 5", n)
 	}
 }
+
+// namedBroadcast is a memberlist broadcast about one node, like memberlist's
+// own alive messages.
+type namedBroadcast struct {
+	name, msg string
+}
+
+func (b namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(namedBroadcast)
+	return ok && ob.name == b.name
+}
+func (b namedBroadcast) Name() string    { return b.name }
+func (b namedBroadcast) Message() []byte { return []byte(b.msg) }
+func (b namedBroadcast) Finished()       {}
+
+// TestBroadcastQueueKeepsEveryNode: a node's metadata update must not be
+// lost in memberlist's broadcast queue. Upstream memberlist (v0.5.4 and
+// v0.7.0) resets the queue's id generator when an update empties the queue
+// while replacing the node's previous update, and a later broadcast of the
+// same length then overwrites it (hashicorp/memberlist#263): with nodes
+// named cp-1, cp-2, cp-3 every alive message has the same length, and a
+// node's "I hold the VIP" never left it (TestClusterHealthReturnsEverywhere
+// failed 1 run in 8). go.mod replaces memberlist with grafana/memberlist,
+// which carries the fix; this test fails if that replacement goes.
+func TestBroadcastQueueKeepsEveryNode(t *testing.T) {
+	q := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 3 }, RetransmitMult: 4}
+	q.QueueBroadcast(namedBroadcast{"cp-3", "alive cp-3 v1"})
+	q.QueueBroadcast(namedBroadcast{"cp-3", "alive cp-3 v2"}) // replaces v1, the queue is empty for a moment
+	q.QueueBroadcast(namedBroadcast{"cp-1", "alive cp-1 v1"})
+	q.QueueBroadcast(namedBroadcast{"cp-2", "alive cp-2 v1"})
+	got := map[string]bool{}
+	for _, m := range q.GetBroadcasts(0, 1<<16) {
+		got[string(m)] = true
+	}
+	for _, want := range []string{"alive cp-3 v2", "alive cp-1 v1", "alive cp-2 v1"} {
+		if !got[want] {
+			t.Errorf("broadcast %q lost from the queue; queued %d, sent %v", want, q.NumQueued(), got)
+		}
+	}
+}
