@@ -123,6 +123,9 @@ type Agent struct {
 	self    string // node name
 	metrics *metrics
 	events  *broker
+	// encodeMeta is NodeMeta.Encode; tests make a node speak another
+	// metadata version.
+	encodeMeta func(NodeMeta) ([]byte, error)
 
 	// Channels into the loop.
 	reqs      chan *loopRequest // run on the loop goroutine (Agent.do)
@@ -168,6 +171,8 @@ type loopState struct {
 	lastStatus   string
 	lastPing     time.Time
 	quorumLogged bool
+	lastVerify   time.Time // when held VIPs were last read back
+	verifyNow    bool      // an interface event: read held VIPs back now
 	// quorumRegained is when this node last regained quorum; its view of
 	// the other side is stale for a moment after that.
 	quorumRegained time.Time
@@ -196,11 +201,16 @@ type vipState struct {
 	// Timers.
 	eligibleSince  time.Time // zero while not eligible
 	settling       bool
+	settleStarted  time.Time // when the current settle period began
+	lastEligible   []string  // the eligible list of the last pass
 	handoffStarted time.Time // when this node began handing the VIP off
 	drainStarted   time.Time // when the BGP graceful-shutdown announcement went out
 	retryAt        time.Time // the next claim after a failed announce
 	backoff        time.Duration
-	lastReassert   time.Time
+	// failing: the last announce failed; until retryAt this node tells the
+	// others it cannot carry the VIP, so a peer takes over.
+	failing      bool
+	lastReassert time.Time
 
 	// stopWatch ends the conflict watcher while the VIP is held.
 	stopWatch context.CancelFunc
@@ -245,6 +255,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		now:        opts.Now,
 		self:       cfg.NodeName,
 		events:     newBroker(),
+		encodeMeta: NodeMeta.Encode,
 		reqs:       make(chan *loopRequest),
 		reloadCh:   make(chan struct{}, 1),
 		health:     make(chan healthResult, 16),

@@ -32,6 +32,31 @@ type wire struct {
 	holders map[netip.Addr]map[string]bool
 	drains  map[string]int
 	overlap int // announcements made while another node held the address
+	// claims lists, in order, every node that put an address on the wire
+	// when it did not have it.
+	claims []string
+}
+
+// claimCount is how many claims the wire has seen.
+func (w *wire) claimCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.claims)
+}
+
+// claimsSince returns the claims after the first n.
+func (w *wire) claimsSince(n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.claims[n:]...)
+}
+
+// remove takes node's address off the wire behind its agent's back, as
+// `ip addr del` would.
+func (w *wire) remove(node string, a netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.holders[a], node)
 }
 
 func newWire() *wire {
@@ -61,11 +86,21 @@ func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 	if f.w.holders[a] == nil {
 		f.w.holders[a] = map[string]bool{}
 	}
-	if !f.w.holders[a][f.node] && len(f.w.holders[a]) > 0 {
-		f.w.overlap++
+	if !f.w.holders[a][f.node] {
+		if len(f.w.holders[a]) > 0 {
+			f.w.overlap++
+		}
+		f.w.claims = append(f.w.claims, f.node)
 	}
 	f.w.holders[a][f.node] = true
 	return nil
+}
+
+// Verify reports whether the node's address is still on the wire.
+func (f *fakeAnnouncer) Verify(_ context.Context, a netip.Addr) (bool, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	return f.w.holders[a][f.node], nil
 }
 
 func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
@@ -119,6 +154,10 @@ type testCluster struct {
 	dir   string
 	nodes map[string]*testNode
 	vip   netip.Addr
+	// beforeRun, when set, is called with each agent before it runs.
+	beforeRun func(name string, a *Agent)
+	// vipExtra is appended to the VIP's table (a [vip.health] section).
+	vipExtra string
 }
 
 func freePort(t testing.TB) int {
@@ -183,7 +222,7 @@ handoff_timeout = "3s"
 name = "apiserver"
 address = %q
 interface = "fake0"
-`, name, filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), n.port, strings.Join(peers, ", "), extra, c.vip)
+%s`, name, filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), n.port, strings.Join(peers, ", "), extra, c.vip, c.vipExtra)
 	path := filepath.Join(dir, "vipd.toml")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
@@ -217,6 +256,9 @@ func (c *testCluster) start(name string) {
 	})
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if c.beforeRun != nil {
+		c.beforeRun(name, a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.agent, n.cancel, n.done = a, cancel, make(chan error, 1)
@@ -518,4 +560,132 @@ func TestClusterLinkEvent(t *testing.T) {
 	(*changed)("other0") // not a VIP interface: no effect expected
 	(*changed)("fake0")
 	c.waitHolders(3*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "after the owner's link-down event")
+}
+
+// TestClusterMixedMetadataVersions: during a rolling upgrade one node speaks
+// a later metadata version (unknown flags and fields); every node still
+// decodes it, counts it eligible and elects the same single owner, and a
+// handoff to or from it works.
+func TestClusterMixedMetadataVersions(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	c.beforeRun = func(name string, a *Agent) {
+		if name == "a" {
+			a.encodeMeta = func(m NodeMeta) ([]byte, error) { return metaV2(m), nil }
+		}
+	}
+	owner := c.startSteady()
+	for _, n := range []string{"a", "b", "c"} {
+		c.waitOwner(n, owner)
+		c.waitStatus(n, func(st *apipb.StatusResponse) bool {
+			for _, e := range st.Vips[0].Eligibility {
+				if !e.Eligible {
+					return false
+				}
+			}
+			return len(st.Vips[0].Eligibility) == 3
+		}, "every node eligible")
+	}
+	// Hand the VIP to (or away from) the newer node: withdraw the owner.
+	if _, err := c.client(owner).Withdraw(t.Context(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 10000}); err != nil {
+		t.Fatalf("withdraw %s: %v", owner, err)
+	}
+	h := c.waitHolders(5*time.Second, exactlyOne, "after withdraw")
+	if h[0] == owner {
+		t.Fatalf("withdrawn owner %s still holds", owner)
+	}
+}
+
+// TestClusterRepairsRemovedAddress: the owner's VIP removed behind its back
+// (ip addr del, a network manager) is put back by the owner within a pass
+// or two, without moving the VIP; an interface event makes it immediate.
+func TestClusterRepairsRemovedAddress(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	claims := c.w.claimCount()
+	c.w.remove(owner, c.vip)
+	c.waitHolders(3*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == owner }, "VIP put back by its owner")
+	if got := c.w.claimsSince(claims); len(got) != 1 || got[0] != owner {
+		t.Errorf("claims after the removal: %v, want only the owner's repair", got)
+	}
+	c.waitOwner(owner, owner)
+
+	// With an hour-long idle tick only the interface event can start the
+	// repair.
+	n := c.nodes[owner]
+	changed := n.linkChanged.Load()
+	if changed == nil {
+		t.Fatal("LinkEvents was not started")
+	}
+	n.agent.do(t.Context(), func() { n.agent.opts.IdleTick = time.Hour; n.agent.st.lastVerify = time.Now() })
+	c.w.remove(owner, c.vip)
+	(*changed)("fake0")
+	c.waitHolders(2*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == owner }, "VIP put back after the address event")
+}
+
+// withHealthFile gives every node's VIP a health check that passes while
+// file exists (checked every 100ms, rise 1, fall 1) and rewrites their
+// configurations.
+func (c *testCluster) withHealthFile(file string) {
+	c.t.Helper()
+	c.vipExtra = fmt.Sprintf("[vip.health]\ncommand = [\"test\", \"-f\", %q]\ninterval = \"100ms\"\ntimeout = \"1s\"\nrise = 1\nfall = 1\n", file)
+	for name := range c.nodes {
+		c.nodes[name].cfg = c.config(name, "")
+	}
+}
+
+// waitAllHealthy waits until every node reports itself healthy (or not).
+func (c *testCluster) waitAllHealthy(healthy bool) {
+	c.t.Helper()
+	for name := range c.nodes {
+		c.waitStatus(name, func(st *apipb.StatusResponse) bool {
+			if st.Vips[0].Healthy != healthy {
+				return false
+			}
+			for _, m := range st.Members {
+				if m.Healthy != healthy {
+					return false
+				}
+			}
+			return true
+		}, fmt.Sprintf("every member healthy=%v", healthy))
+	}
+}
+
+// TestClusterHealthReturnsEverywhere: after the bootstrap fallback (no node
+// healthy; one node holds the VIP anyway), every node turns healthy in the
+// same check interval, as every apiserver does when etcd recovers. The
+// holder keeps the VIP and no other node claims it, in each of 50 rounds.
+func TestClusterHealthReturnsEverywhere(t *testing.T) {
+	rounds := 50
+	if testing.Short() {
+		rounds = 5
+	}
+	c := newTestCluster(t, "a", "b", "c")
+	healthFile := filepath.Join(t.TempDir(), "ready")
+	c.withHealthFile(healthFile)
+	holder := c.startSteady()
+	c.waitAllHealthy(false)
+	for round := range rounds {
+		claims := c.w.claimCount()
+		if err := os.WriteFile(healthFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Every node's settle period after the switch is claimSettle; sample
+		// the wire past it.
+		deadline := time.Now().Add(claimSettle + 500*time.Millisecond)
+		for time.Now().Before(deadline) {
+			if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != holder {
+				t.Fatalf("round %d: holders %v, want only %s", round, h, holder)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := c.w.claimsSince(claims); len(got) > 0 {
+			t.Fatalf("round %d: health returned everywhere and %v claimed the VIP held by %s", round, got, holder)
+		}
+		c.waitAllHealthy(true)
+		if err := os.Remove(healthFile); err != nil {
+			t.Fatal(err)
+		}
+		c.waitAllHealthy(false)
+	}
 }

@@ -21,6 +21,9 @@ const claimSettle = time.Second
 // the "dead" holder may well be alive and serving.
 const staleHolderSettle = 3 * time.Second
 
+// maxSettle bounds how long restarts can stretch one settle period.
+const maxSettle = 3 * claimSettle
+
 // action is what the reconcile loop does next for one VIP.
 type action int
 
@@ -90,6 +93,10 @@ type decideInput struct {
 	Contested bool
 	// Bootstrap: the last pass's election used the bootstrap fallback.
 	Bootstrap bool
+	// LastEligible is the eligible list of the last pass; SettleStarted
+	// when the current settle began.
+	LastEligible  []string
+	SettleStarted time.Time
 }
 
 // decision is decide's answer: the action, why, and the memory the next
@@ -104,9 +111,10 @@ type decision struct {
 	HandoffStarted time.Time
 	DrainStarted   time.Time
 	// Settling: this node waits out a settle period before claiming.
-	Settling  bool
-	Contested bool
-	Bootstrap bool
+	Settling      bool
+	SettleStarted time.Time
+	Contested     bool
+	Bootstrap     bool
 }
 
 // decide answers "should this node hold this VIP now, and what does it do
@@ -139,10 +147,30 @@ func decide(in decideInput) decision {
 	d.Contested = othersHold
 
 	eligible := slices.Contains(res.Eligible, in.Self)
+	settle := claimSettle
+	if staleHolder(in.View, in.VIP) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < staleHolderSettle {
+		settle = staleHolderSettle
+	}
+	d.SettleStarted = in.SettleStarted
 	switch {
 	case !eligible || !in.Quorum:
-		d.EligibleSince = time.Time{}
+		d.EligibleSince, d.SettleStarted = time.Time{}, time.Time{}
 	case d.EligibleSince.IsZero():
+		d.EligibleSince, d.SettleStarted = in.Now, in.Now
+	case in.Held:
+	case in.Bootstrap && !res.Bootstrap:
+		// Leaving the bootstrap fallback (health returned somewhere, as
+		// when etcd recovers and every apiserver turns ready at once):
+		// every node that now sees itself healthy would otherwise claim
+		// at once. Settle, so the holder's own recovery and the others'
+		// reach this node first.
+		d.EligibleSince, d.SettleStarted = in.Now, in.Now
+	case in.Now.Sub(d.EligibleSince) < settle && !slices.Equal(in.LastEligible, res.Eligible) &&
+		in.Now.Sub(in.SettleStarted) < maxSettle:
+		// Still settling and the field changed (another node became
+		// eligible or went): start the settle again, so the claim rests
+		// on a view that has been still for a settle period (bounded by
+		// maxSettle, so a flapping peer cannot hold a claim off forever).
 		d.EligibleSince = in.Now
 	}
 
@@ -164,10 +192,6 @@ func decide(in decideInput) decision {
 		// Even a node that sees itself alone waits: at cluster start its
 		// peers may be a moment from joining, and claiming every VIP first
 		// would leave them all on it (preempt is off).
-		settle := claimSettle
-		if staleHolder(in.View, in.VIP) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < staleHolderSettle {
-			settle = staleHolderSettle
-		}
 		if in.Now.Sub(d.EligibleSince) < settle {
 			d.Settling = true
 			want = false

@@ -98,6 +98,56 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			name: "leaving the bootstrap fallback (health returned): settle again before claiming",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.Bootstrap = true // the last pass elected by the fallback
+				return in
+			},
+			do:    actNone,
+			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+		},
+		{
+			name: "leaving the bootstrap fallback while holding: keep",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b", unhealthy), node("c", unhealthy)})
+				in.Held, in.Bootstrap = true, true
+				return in
+			},
+			do: actKeep,
+		},
+		{
+			name: "settling and another node became eligible: settle again",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.EligibleSince, in.SettleStarted = t0.Add(-claimSettle/2), t0.Add(-claimSettle/2)
+				in.LastEligible = []string{"a", "x"}
+				return in
+			},
+			do:    actNone,
+			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+		},
+		{
+			name: "settle restarts are bounded: a flapping peer cannot hold a claim off",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.EligibleSince, in.SettleStarted = t0.Add(-claimSettle/2), t0.Add(-maxSettle)
+				in.LastEligible = []string{"a", "x"}
+				return in
+			},
+			do:    actNone,
+			check: func(t *testing.T, d decision) { mustSettle(t, d, t0.Add(-claimSettle/2)) },
+		},
+		{
+			name: "failover: the successor, eligible all along, claims at once although the field changed",
+			in: func() decideInput {
+				in := base([]Member{node("a"), node("b", dead, holds), node("c", unhealthy)})
+				in.LastEligible = []string{"b", "a"}
+				return in
+			},
+			do: actClaim,
+		},
+		{
 			name: "failed announce: waits out the backoff",
 			in: func() decideInput {
 				in := base(selfFirst())

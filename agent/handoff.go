@@ -10,7 +10,7 @@ import (
 // apply carries out decide's decision for one VIP through its announcer and
 // records what happened.
 func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
-	v.eligibleSince, v.settling = d.EligibleSince, d.Settling
+	v.eligibleSince, v.settling, v.settleStarted = d.EligibleSince, d.Settling, d.SettleStarted
 	v.contested, v.bootstrap = d.Contested, d.Bootstrap
 	v.handoffStarted, v.drainStarted = d.HandoffStarted, d.DrainStarted
 	if d.StartedHandoff {
@@ -48,7 +48,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	now := a.now()
 	if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
 		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
-		v.retryAt = now.Add(v.backoff)
+		v.retryAt, v.failing = now.Add(v.backoff), true
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
 		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
 		if werr := a.withdrawAddr(ctx, v); werr != nil {
@@ -56,7 +56,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 		}
 		return
 	}
-	v.held = true
+	v.held, v.failing = true, false
 	v.backoff, v.retryAt = 0, time.Time{}
 	a.startWatch(ctx, v)
 	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.addr, "mode", v.cfg.Mode, "reason", reason)

@@ -28,6 +28,7 @@ func (a *Agent) loop(ctx, work context.Context) {
 		case cf := <-a.conflicts:
 			a.onConflict(work, cf)
 		case <-a.wake:
+			a.st.verifyNow = true
 		case req = <-a.reqs:
 			req.f()
 		case <-a.reloadCh:

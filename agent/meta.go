@@ -10,7 +10,7 @@ import (
 // NodeMeta is what a node tells the others about itself through memberlist
 // node metadata. Every node elects from these, so they must agree.
 //
-// Wire format (version 1), at most 512 bytes:
+// Wire format version 1 (what this release writes), at most 512 bytes:
 //
 //	byte 0      version (1)
 //	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown)
@@ -19,6 +19,23 @@ import (
 //	            VIP's interface is down: never eligible for it)
 //
 // VIPs not listed are unhealthy and not held.
+//
+// Versions 2 and later are self-describing, so this release reads what a
+// newer one writes (during a rolling upgrade of vipd) without knowing its
+// additions:
+//
+//	byte 0      version (2 or more)
+//	byte 1      flags, as in version 1; bits this release does not know are ignored
+//	byte 2      n, the number of VIP entries
+//	byte 3      s, the size of one entry, at least 5
+//	n entries of s bytes: the 5 bytes of version 1 (key, flags; unknown flag
+//	            bits ignored), then s-5 bytes of later fields, ignored
+//	then        fields of later versions, ignored
+//
+// This release writes version 1 so that the previous release, which reads
+// only version 1, still understands it; a later release may write version 2
+// once every node runs this release or newer (docs/operations.md,
+// "Upgrading vipd").
 type NodeMeta struct {
 	// Valid is false for a member whose metadata could not be decoded; such
 	// a member is never eligible.
@@ -88,22 +105,40 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// DecodeMeta parses metadata received from a peer. Garbage gives an error,
-// never a panic.
+// DecodeMeta parses metadata received from a peer: version 1, or a later
+// version's self-describing layout (its unknown flags and fields ignored).
+// Garbage gives an error, never a panic.
 func DecodeMeta(b []byte) (NodeMeta, error) {
 	if len(b) < 2 {
 		return NodeMeta{}, errors.New("metadata too short")
 	}
-	if b[0] != metaVersion {
-		return NodeMeta{}, fmt.Errorf("metadata version %d not understood", b[0])
-	}
-	if (len(b)-2)%5 != 0 {
-		return NodeMeta{}, fmt.Errorf("metadata length %d is not 2+5n", len(b))
+	var entries []byte
+	size := 5
+	switch v := b[0]; {
+	case v == 0:
+		return NodeMeta{}, errors.New("metadata version 0 not understood")
+	case v == metaVersion:
+		if (len(b)-2)%5 != 0 {
+			return NodeMeta{}, fmt.Errorf("metadata length %d is not 2+5n", len(b))
+		}
+		entries = b[2:]
+	default:
+		if len(b) < 4 {
+			return NodeMeta{}, fmt.Errorf("metadata version %d: header too short", v)
+		}
+		n, s := int(b[2]), int(b[3])
+		if s < 5 {
+			return NodeMeta{}, fmt.Errorf("metadata version %d: entry size %d is less than 5", v, s)
+		}
+		if 4+n*s > len(b) {
+			return NodeMeta{}, fmt.Errorf("metadata version %d: %d entries of %d bytes do not fit in %d bytes", v, n, s, len(b))
+		}
+		entries, size = b[4:4+n*s], s
 	}
 	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, VIPs: map[uint32]VIPMeta{}}
-	for p := 2; p < len(b); p += 5 {
-		k := binary.BigEndian.Uint32(b[p:])
-		f := b[p+4]
+	for p := 0; p+size <= len(entries); p += size {
+		k := binary.BigEndian.Uint32(entries[p:])
+		f := entries[p+4]
 		m.VIPs[k] = VIPMeta{Healthy: f&vipFlagHealthy != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0}
 	}
 	return m, nil

@@ -31,6 +31,7 @@ type metrics struct {
 	quorum           prometheus.Gauge
 	withdrawn        prometheus.Gauge
 	announceErrors   *prometheus.CounterVec
+	repairs          *prometheus.CounterVec
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -62,9 +63,11 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "1 when this node is withdrawn (vipctl withdraw)."}),
 		announceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_announce_errors_total",
 			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_vip_repairs_total",
+			Help: "Held VIPs found missing from the network (address removed, route gone) and announced again."}, []string{"vip"}),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
-		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
+		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors, m.repairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})

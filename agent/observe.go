@@ -70,3 +70,52 @@ func (a *Agent) wakeLoop() {
 	default:
 	}
 }
+
+// verifyEvery is how often a held VIP is read back from the world when no
+// event says it changed.
+const verifyEvery = time.Second
+
+// verifyHeld reads back every VIP this node holds (at most once per
+// verifyEvery, and at once after an interface event) and repairs drift: an
+// address removed behind vipd's back (ip addr del, a network manager, ip
+// addr flush) or a route gone from the speaker is announced again, with a
+// new gratuitous ARP / NA burst. A VIP that cannot be put back (the
+// interface is gone, the kernel refuses) is released and this node marks
+// itself unable to carry it until its retry, so a peer takes over.
+func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, event bool) {
+	if !event && now.Sub(a.st.lastVerify) < verifyEvery {
+		return
+	}
+	a.st.lastVerify = now
+	for _, name := range names {
+		v := a.st.vips[name]
+		ver, ok := v.ann.(Verifier)
+		if !ok || !v.held || v.down {
+			continue
+		}
+		vctx, cancel := withTimeout(ctx)
+		present, err := ver.Verify(vctx, v.cfg.addr)
+		cancel()
+		if err != nil {
+			a.log.Warn("verify VIP", "vip", name, "err", err)
+			continue
+		}
+		if present {
+			continue
+		}
+		a.metrics.repairs.WithLabelValues(name).Inc()
+		a.log.Warn("held VIP missing from the network; announcing it again", "vip", name, "address", v.cfg.addr, "interface", v.cfg.Interface)
+		a.events.publish(&apipb.Event{Kind: "drift", Vip: name, Node: a.self, Message: "VIP address or route was removed behind vipd's back; announced again"})
+		actx, cancel := withTimeout(ctx)
+		err = v.ann.Announce(actx, v.cfg.addr)
+		cancel()
+		if err == nil {
+			continue
+		}
+		a.metrics.announceErrors.WithLabelValues(name, "repair").Inc()
+		a.log.Error("cannot put the VIP back; releasing it so a peer takes over", "vip", name, "err", err)
+		a.release(ctx, v, "cannot announce it again: "+err.Error())
+		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
+		v.retryAt, v.failing = now.Add(v.backoff), true
+	}
+}

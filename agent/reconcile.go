@@ -21,6 +21,13 @@ func (a *Agent) reconcile(ctx context.Context) {
 
 	names := a.vipNames()
 	a.observeLinks(names)
+	a.verifyHeld(ctx, names, now, a.st.verifyNow)
+	a.st.verifyNow = false
+	for _, name := range names {
+		if v := a.st.vips[name]; v.failing && !now.Before(v.retryAt) {
+			v.failing = false // eligible again: the next claim is the retry
+		}
+	}
 
 	// One view for the pass: a VIP's election depends only on its own entry
 	// in this node's metadata, which changes only when that VIP is handled.
@@ -37,6 +44,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		v.reason = res.Reason
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
+		v.lastEligible = res.Eligible
 	}
 
 	if !q.ok && q.required {
@@ -50,7 +58,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		a.st.quorumLogged = false
 	}
 
-	if b, err := a.localMeta().Encode(); err == nil {
+	if b, err := a.encodeMeta(a.localMeta()); err == nil {
 		a.members.setMeta(b)
 	} else {
 		a.log.Error("encode metadata", "err", err)
@@ -88,6 +96,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		RetryAt:        v.retryAt,
 		Contested:      v.contested,
 		Bootstrap:      v.bootstrap,
+		LastEligible:   v.lastEligible,
+		SettleStarted:  v.settleStarted,
 	}
 	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == ModeBGP && c.BGP != nil {
 		in.Drain = c.BGP.gracefulShutdown

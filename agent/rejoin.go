@@ -142,20 +142,16 @@ func rejoinTargets(self string, cached []CachedPeer, configured []string, member
 }
 
 // nextPeerCache merges what membership shows into the cache: every node
-// seen, with its latest address, except this one and nodes that left
-// gracefully (they rejoin by themselves from their own cache). Dead nodes
-// stay: they are the ones to rejoin.
+// seen, with its latest address, except this one. Nodes that died or left
+// stay, like etcd members that stopped: they are the ones to rejoin, and
+// they count in the quorum base until `vipctl forget` removes them.
 func nextPeerCache(self string, cached []CachedPeer, members []memberInfo) []CachedPeer {
 	byName := map[string]CachedPeer{}
 	for _, p := range cached {
 		byName[p.Name] = p
 	}
 	for _, m := range members {
-		switch {
-		case m.Name == self:
-		case m.State == StateLeft:
-			delete(byName, m.Name)
-		default:
+		if m.Name != self {
 			byName[m.Name] = CachedPeer{Name: m.Name, Address: m.Address}
 		}
 	}
@@ -175,9 +171,17 @@ type quorum struct {
 	known    int
 }
 
-// hasQuorum reports whether this node sees a majority of the known members
-// (cached peers, members not known to have left, and this node), and whether quorum is required at all
-// (explicitly, or by default once 3 or more members are known).
+// hasQuorum reports whether this node sees a majority of the known members,
+// and whether quorum is required at all (explicitly, or by default once 3
+// or more members are known).
+//
+// The known members are the quorum base: this node, every member seen and
+// every cached peer, including members that died or left gracefully. As
+// with etcd, a stopped member stays in the base until it is removed for good
+// (`vipctl forget NODE` on every node): with 2 of 3 alive there is quorum,
+// with 1 of 3 there is none, so two survivors split by a partition cannot
+// both hold a VIP. A new member (a control-plane node joining) enters the
+// base when it joins.
 func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *bool) quorum {
 	knownSet := map[string]bool{self: true}
 	for _, p := range cached {
@@ -185,9 +189,7 @@ func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *
 	}
 	aliveSet := map[string]bool{self: true}
 	for _, m := range members {
-		if m.State != StateLeft {
-			knownSet[m.Name] = true
-		}
+		knownSet[m.Name] = true
 		if m.State == StateAlive || m.State == StateSuspect {
 			aliveSet[m.Name] = true
 		}

@@ -47,10 +47,10 @@ func TestNextPeerCache(t *testing.T) {
 		{Name: "cp-1", Address: "192.0.2.11:7946", State: StateAlive}, // self
 		{Name: "cp-2", Address: "192.0.2.22:7946", State: StateAlive}, // moved
 		{Name: "cp-3", Address: "192.0.2.13:7946", State: StateDead},  // dead: keep
-		{Name: "cp-4", Address: "192.0.2.14:7946", State: StateLeft},  // left: forget
+		{Name: "cp-4", Address: "192.0.2.14:7946", State: StateLeft},  // left: keep (quorum base)
 	}
 	got := nextPeerCache("cp-1", cached, members)
-	want := []CachedPeer{{"cp-2", "192.0.2.22:7946"}, {"cp-3", "192.0.2.13:7946"}}
+	want := []CachedPeer{{"cp-2", "192.0.2.22:7946"}, {"cp-3", "192.0.2.13:7946"}, {"cp-4", "192.0.2.14:7946"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("nextPeerCache = %v, want %v", got, want)
 	}
@@ -82,7 +82,8 @@ func TestQuorum(t *testing.T) {
 		{"isolated but quorum disabled", cache3, nil, &no, true, false, 1, 3},
 		{"two known, required explicitly, isolated", []CachedPeer{{"b", ""}}, nil, &yes, false, true, 1, 2},
 		{"dead members still count as known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateDead}, {Name: "d", State: StateDead}}, nil, false, true, 2, 4},
-		{"left members are not known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, nil, true, false, 2, 2},
+		{"left members stay known (etcd-like): 2 of 3 is quorum", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, nil, true, true, 2, 3},
+		{"a left member and a partition: 1 of 3 is no quorum", nil, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateLeft}}, nil, false, true, 1, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,7 +63,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.keyring = kr
 	}
-	meta, err := a.localMeta().Encode()
+	meta, err := a.encodeMeta(a.localMeta())
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 	// The final metadata (leaving, holding nothing) must reach the others
 	// before the leave message, or they record this node as dead instead
 	// of left.
-	if b, err := a.localMeta().Encode(); err == nil {
+	if b, err := a.encodeMeta(a.localMeta()); err == nil {
 		a.members.advertiseFinal(b, time.Second)
 	}
 	if err := a.members.leave(2 * time.Second); err != nil {
@@ -210,7 +210,8 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 func (a *Agent) localMeta() NodeMeta {
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
-		vm := VIPMeta{Healthy: v.healthy && !v.down, Held: v.held, Down: v.down}
+		down := v.down || v.failing
+		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}
 		if vm.Healthy || vm.Held || vm.Down {
 			m.VIPs[vipKey(v.cfg.Name)] = vm
 		}

@@ -2,8 +2,11 @@ package agent
 
 import (
 	"bytes"
+	"encoding/binary"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,8 +49,62 @@ func TestMetaFitsMaxVIPs(t *testing.T) {
 	}
 }
 
+// metaV2 encodes m the way a later version (2) might: with flag bits and
+// per-VIP fields this release does not know, and trailing fields.
+func metaV2(m NodeMeta) []byte {
+	b := []byte{2, 0xf0, byte(len(m.VIPs)), 8} // unknown node flags 0xf0; 8-byte entries
+	if m.Withdrawn {
+		b[1] |= metaFlagWithdraw
+	}
+	if m.Leaving {
+		b[1] |= metaFlagLeaving
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
+		v := m.VIPs[k]
+		f := byte(0xe0) // unknown VIP flags
+		if v.Healthy {
+			f |= vipFlagHealthy
+		}
+		if v.Held {
+			f |= vipFlagHeld
+		}
+		if v.Down {
+			f |= vipFlagDown
+		}
+		b = binary.BigEndian.AppendUint32(b, k)
+		b = append(b, f, 0xaa, 0xbb, 0xcc) // three bytes of a later per-VIP field
+	}
+	return append(b, []byte("later fields")...)
+}
+
+// TestDecodeMetaNewerVersion: metadata of a later version decodes to its
+// known fields; unknown flags, per-VIP fields and trailing fields are
+// ignored.
+func TestDecodeMetaNewerVersion(t *testing.T) {
+	want := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{
+		vipKey("a"): {Healthy: true}, vipKey("b"): {Held: true, Healthy: true}, vipKey("c"): {Down: true},
+	}}
+	got, err := DecodeMeta(metaV2(want))
+	if err != nil {
+		t.Fatalf("decode version 2: %v", err)
+	}
+	if !got.Valid || got.Withdrawn != want.Withdrawn || got.Leaving || !maps.Equal(got.VIPs, want.VIPs) {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	for name, b := range map[string][]byte{
+		"header cut":           {2, 0, 1},
+		"entries overrun":      {2, 0, 3, 5, 0, 0, 0, 1, 1},
+		"entry shorter than 5": {7, 0, 1, 4, 0, 0, 0, 1},
+		"version 0":            {0, 0},
+	} {
+		if m, err := DecodeMeta(b); err == nil || m.Valid {
+			t.Errorf("%s: DecodeMeta(%x) = %+v, %v; want an error", name, b, m, err)
+		}
+	}
+}
+
 func TestDecodeMetaGarbage(t *testing.T) {
-	for _, b := range [][]byte{nil, {1}, {2, 0}, {1, 0, 1, 2, 3}, bytes.Repeat([]byte{0xff}, 40)} {
+	for _, b := range [][]byte{nil, {1}, {1, 0, 1, 2, 3}, {2, 0}, bytes.Repeat([]byte{0xff}, 40)} {
 		if m, err := DecodeMeta(b); err == nil || m.Valid {
 			t.Errorf("DecodeMeta(%x) = %+v, %v; want error and invalid", b, m, err)
 		}

@@ -301,6 +301,13 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
+// Verify is Held with a context: whether what Announce put on the
+// interface is still there. A caller that trusts the kernel over its memory
+// calls it periodically and announces again when it reports false.
+func (a *Announcer) Verify(_ context.Context, addr netip.Addr) (bool, error) {
+	return a.Held(addr)
+}
+
 // Held reports whether addr's host prefix (/32 or /128) is configured on the
 // interface; the same IP with another prefix length does not count. A missing
 // interface holds nothing and is not an error.

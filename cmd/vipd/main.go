@@ -102,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version, Backends: newBackends, LinkUp: linkUp, LinkEvents: l2.WatchLinks})
+	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version, Backends: newBackends, LinkUp: l2.LinkUp, LinkEvents: watchInterfaces})
 	if err != nil {
 		lg.Error("vipd", "err", err)
 		return 1
