@@ -31,9 +31,14 @@ declare -A ST_XFAIL_REASON=() # step id -> why it is expected to fail (the daemo
 st_now() { echo "${EPOCHREALTIME/./}" | cut -c1-13; } # ms since the epoch
 st_secs() { printf '%d.%01d' $(($1 / 1000)) $(($1 % 1000 / 100)); } # ms -> "1.2"
 
-# st_skip REASON: the test cannot run here; say why and succeed.
+# st_skip REASON: the test cannot run here; say why and succeed (fail when
+# VIPD_SYSTEMD_TEST_REQUIRE=1).
 st_skip() {
 	echo "SKIP systemd-test: $*"
+	if [ "${VIPD_SYSTEMD_TEST_REQUIRE:-0}" = 1 ]; then
+		echo "systemd-test: VIPD_SYSTEMD_TEST_REQUIRE=1: a skip is a failure"
+		exit 1
+	fi
 	exit 0
 }
 

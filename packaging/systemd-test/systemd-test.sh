@@ -31,6 +31,8 @@
 #
 # Usage: systemd-test.sh [--no-build]   (--no-build: use dist/ as it is)
 # Environment: LAB_KEEP=1 keeps the temp dir (console logs, step output);
+# VIPD_SYSTEMD_TEST_REQUIRE=1 turns a SKIP into a failure (for a CI host known
+# to boot containers);
 # VIPD_SYSTEMD_TEST_SKIP_3N=1 leaves out the three-container scenario;
 # VIPD_SYSTEMD_TEST_TRACE=1 traces every step (set -x) into its output.
 set -euo pipefail
@@ -256,7 +258,7 @@ step_2e() {
 	echo "$dropin"
 	ct c1 mkdir -p /etc/systemd/system/vipd.service.d
 	echo "$dropin" | ct c1 sh -c 'cat > /etc/systemd/system/vipd.service.d/root.conf'
-	trap 'ct c1 rm -f /etc/systemd/system/vipd.service.d/root.conf; ct c1 systemctl daemon-reload; ct c1 systemctl reset-failed vipd.service; ct c1 systemctl restart vipd.service' EXIT
+	trap 'ct c1 rm -f /etc/systemd/system/vipd.service.d/root.conf; ct c1 systemctl daemon-reload; ct c1 systemctl reset-failed vipd.service 2>/dev/null; ct c1 systemctl restart vipd.service' EXIT
 	ct c1 systemctl daemon-reload
 	ct c1 systemctl restart vipd.service || fail "vipd does not start under the documented root drop-in"
 	pid=$(prop c1 MainPID)
@@ -284,7 +286,7 @@ step_3a() {
 	done
 	wd1=$(prop c1 WatchdogTimestampMonotonic)
 	[ "$(prop c1 NRestarts)" = "$n0" ] || fail "NRestarts went from $n0 to $(prop c1 NRestarts)"
-	! journal_since "$LAB_DIR/3a.cursor" | grep -i watchdog || fail "the journal mentions the watchdog"
+	! journal_since "$LAB_DIR/3a.cursor" | grep 'Watchdog timeout' || fail "systemd's watchdog fired"
 	# WatchdogTimestamp moves on every WATCHDOG=1: the pings do arrive.
 	[ "$wd1" -gt "$wd0" ] || fail "no WATCHDOG=1 received in $((2 * w + 1))s (WatchdogTimestampMonotonic stayed $wd0)"
 	echo "info: WatchdogSec=${w}s; $((2 * w + 1))s without a restart; last ping $(((wd1 - wd0) / 1000)) ms after the first"
@@ -508,7 +510,6 @@ step_8c() {
 	local pid t0 gone="" state=""
 	trap 'ct c1 systemctl stop vipd.service; ip -n "$LAB_PREFIX-c1" addr del "$VIP/32" dev eth0 2>/dev/null || true' EXIT
 	ct c1 chown vipd:vipd /etc/vipd/cluster.key
-	ct c1 systemctl reset-failed vipd.service || true
 	running_with_vip
 	# The key goes back to root (a rotation done as root), then vipd crashes.
 	ct c1 chown root:root /etc/vipd/cluster.key
@@ -525,7 +526,8 @@ step_8c() {
 		sleep 0.05
 	done
 	echo "info: ExecStopPost: $(prop c1 ExecStopPost)"
-	journal_since "$LAB_DIR/8c.cursor" | grep -E ' vipd\[[0-9]+\]: ' | tail -4 | sed 's/^/info:   /' || true
+	journal_since "$LAB_DIR/8c.cursor" >"$LAB_DIR/8c.journal"
+	grep -E ' vipd\[[0-9]+\]: ' "$LAB_DIR/8c.journal" | tail -4 | sed 's/^/info:   /' || true
 	[ -n "$gone" ] || fail "the VIP stayed on eth0 5s after vipd was killed, while vipd cannot restart"
 	echo "info: VIP removed $(st_secs "$gone")s after kill -9, unit $state at that moment"
 	case $state in stop*/* | auto-restart/* | dead/* | failed/*) ;; *) fail "the VIP went while the unit was $state" ;; esac
