@@ -22,7 +22,8 @@
 #      the VIP off with no failed probe from a client namespace
 #
 # Steps waiting for a daemon change are listed in ST_XFAIL_REASON below; see
-# st_step in lib.sh for how XFAIL and XPASS are reported.
+# st_step in lib.sh for how XFAIL and XPASS are reported (selftest.sh checks
+# that reporter first).
 #
 # Needs root, systemd-nspawn (systemd-container), debootstrap, go. Without
 # root, or where nspawn cannot boot a container, it prints SKIP and the reason
@@ -59,6 +60,13 @@ C1_IP=192.0.2.11
 PEER_IP=192.0.2.12
 T_START=$(st_now)
 
+# The reporter first: a broken one could turn failures into passes.
+if ! selftest=$(packaging/systemd-test/selftest.sh 2>&1); then
+	echo "$selftest"
+	echo "systemd-test: the step reporter's self-test failed"
+	exit 1
+fi
+echo "${selftest##*$'\n'}"
 [ "$(id -u)" = 0 ] || st_skip "needs root (systemd-nspawn, network namespaces, mounts)"
 for tool in systemd-nspawn debootstrap nsenter ip go flock; do
 	command -v "$tool" >/dev/null || st_skip "$tool not found (apt-get install systemd-container debootstrap iproute2)"
