@@ -257,11 +257,19 @@ step_2d() {
 	grep -q 'group vipd' "$LAB_DIR/2d.out" || fail "the error does not name group vipd"
 	! grep -q 'is it running' "$LAB_DIR/2d.out" || fail "the error asks whether vipd is running"
 }
+# docs_dropin REGEX: the first ```ini block of docs/install.md that starts
+# with "# systemctl edit vipd" and matches REGEX (the tests use the drop-ins
+# exactly as documented).
+docs_dropin() {
+	awk -v re="$1" '/^```ini$/ { inb = 1; buf = ""; next }
+		inb && /^```$/ { if (buf ~ /^# systemctl edit vipd/ && buf ~ re) { printf "%s", buf; exit } inb = 0; next }
+		inb { buf = buf $0 "\n" }' docs/install.md
+}
 # The root drop-in exactly as docs/install.md documents it.
 step_2e() {
 	local dropin uid pid
-	dropin=$(awk '/^```ini$/ { inb = 1; buf = ""; next } inb && /^```$/ { if (buf ~ /# systemctl edit vipd/) { printf "%s", buf; exit } inb = 0; next } inb { buf = buf $0 "\n" }' docs/install.md)
-	[ -n "$dropin" ] || fail "no \`\`\`ini block with '# systemctl edit vipd' in docs/install.md"
+	dropin=$(docs_dropin '\nUser=\n')
+	[ -n "$dropin" ] || fail "no \`\`\`ini block with '# systemctl edit vipd' and 'User=' in docs/install.md"
 	echo "drop-in from docs/install.md:"
 	echo "$dropin"
 	ct c1 mkdir -p /etc/systemd/system/vipd.service.d
@@ -276,6 +284,29 @@ step_2e() {
 	ct c1 runuser -u alice -- vipctl status | grep '^apiserver ' >/dev/null ||
 		fail "under the root drop-in, alice (group vipd) cannot use vipctl"
 	echo "info: as root, /run/vipd is $(ct c1 stat -c '%U:%G %a' /run/vipd), the socket $(ct c1 stat -c '%U:%G %a' /run/vipd/vipd.sock)"
+}
+
+# api.socket_group = "ops" with the drop-in docs/install.md documents for it.
+step_2f() {
+	local dropin
+	dropin=$(docs_dropin 'SupplementaryGroups=')
+	[ -n "$dropin" ] || fail "no \`\`\`ini block with '# systemctl edit vipd' and 'SupplementaryGroups=' in docs/install.md"
+	echo "drop-in from docs/install.md:"
+	echo "$dropin"
+	ct c1 sh -c 'getent group ops >/dev/null || groupadd ops; getent passwd carol >/dev/null || useradd --no-create-home -G ops carol'
+	ct c1 mkdir -p /etc/systemd/system/vipd.service.d
+	echo "$dropin" | ct c1 sh -c 'cat > /etc/systemd/system/vipd.service.d/group.conf'
+	ct c1 cp /etc/vipd/vipd.toml /root/vipd.toml.2f
+	trap 'ct c1 rm -f /etc/systemd/system/vipd.service.d/group.conf; ct c1 cp /root/vipd.toml.2f /etc/vipd/vipd.toml; ct c1 systemctl daemon-reload; ct c1 systemctl reset-failed vipd.service 2>/dev/null; ct c1 systemctl restart vipd.service' EXIT
+	c1_config "" "$(printf '\n[api]\nsocket_group = "ops"')"
+	ct c1 systemctl daemon-reload
+	ct c1 systemctl restart vipd.service || fail "vipd does not start with api.socket_group = \"ops\" and the documented drop-in"
+	ct c1 ls -ld /run/vipd /run/vipd/vipd.sock
+	[ "$(ct c1 stat -c %G /run/vipd/vipd.sock)" = ops ] || fail "the socket's group is not ops"
+	ct c1 runuser -u carol -- vipctl status | grep '^apiserver ' >/dev/null ||
+		fail "carol (group ops) cannot use vipctl with api.socket_group = \"ops\""
+	! ct c1 runuser -u alice -- vipctl status >/dev/null 2>&1 || fail "alice (group vipd, not ops) can still use vipctl"
+	echo "info: /run/vipd is $(ct c1 stat -c '%U:%G %a' /run/vipd), the socket $(ct c1 stat -c '%U:%G %a' /run/vipd/vipd.sock)"
 }
 
 # --- 3: the watchdog ----------------------------------------------------------
@@ -618,6 +649,7 @@ st_step 2b "vipctl status works as root" step_2b
 st_step 2c "vipctl status works as a member of group vipd" step_2c
 st_step 2d "vipctl as a user outside group vipd: permission denied, add the user to group vipd" step_2d
 st_step 2e "under the root drop-in of docs/install.md, group vipd still reaches the socket" step_2e
+st_step 2f "api.socket_group = \"ops\" with the drop-in of docs/install.md: group ops reaches the socket" step_2f
 st_step 3a "the watchdog is fed and does not fire over 2 x WatchdogSec" step_3a
 st_step 3b "a SIGSTOPped vipd: watchdog kill, ExecStopPost removes the VIP, restart" step_3b
 st_step 4a "kill -9: ExecStopPost removes the VIP before the restart" step_4
