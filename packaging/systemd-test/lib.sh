@@ -131,6 +131,7 @@ st_ct_start() {
 	mkdir -p "$d/upper" "$d/work" "$d/root"
 	mount -t overlay "st-$name" -o "lowerdir=$ST_ROOTFS,upperdir=$d/upper,workdir=$d/work" "$d/root" || return 1
 	ST_MOUNTS+=("$d/root")
+	# shellcheck disable=SC2034 # read by systemd-test.sh
 	ST_ROOT[$name]=$d/root
 	echo "$name" >"$d/root/etc/hostname"
 	# --network-namespace-path instead of --private-network: the namespace is

@@ -6,9 +6,10 @@
 # unit step by step, each reported as one line PASS/FAIL/XFAIL/XPASS ID:
 #
 #   1  dpkg -i: user, group, config mode, unit not started, its executables;
-#      systemctl start returns after READY=1; StatusText
+#      systemctl start returns after READY=1; StatusText; systemd-analyze
+#      security of the running unit
 #   2  the VIP on the interface; vipctl as root, as a member of group vipd, as
-#      an outsider; the root drop-in of docs/install.md
+#      an outsider; the root and api.socket_group drop-ins of docs/install.md
 #   3  the watchdog stays quiet over 2 x WatchdogSec; a SIGSTOPped vipd is
 #      killed by it, ExecStopPost removes the VIP, systemd restarts vipd
 #   4  kill -9: the VIP is removed before the restart and comes back
@@ -130,8 +131,9 @@ secs() {
 	*) fail "timespan $1: not handled" ;;
 	esac
 }
-# c1_config [EXTRA_TOML]: c1's single-node config, written as an admin edits
-# it (the file keeps its owner, group and mode).
+# c1_config [VIP_TOML [CLUSTER_TOML]]: c1's single-node config, written as an
+# admin edits it (the file keeps its owner, group and mode); VIP_TOML goes at
+# the end of the [[vip]] table, CLUSTER_TOML at the end of [cluster].
 c1_config() {
 	ct c1 sh -c 'cat > /etc/vipd/vipd.toml' <<-TOML
 		node_name = "c1"
@@ -230,6 +232,13 @@ step_1f() {
 	status_is() { [ "$(prop c1 StatusText)" = "holding apiserver" ]; }
 	st_wait 10 status_is || fail "StatusText is '$(prop c1 StatusText)', want 'holding apiserver'"
 	echo "info: StatusText=$(prop c1 StatusText)"
+}
+
+step_1g() {
+	# Online, against the running service (package-test rates the unit file offline).
+	ct c1 systemd-analyze security --threshold=30 vipd.service >"$LAB_DIR/1g.out" 2>&1 ||
+		{ tail -25 "$LAB_DIR/1g.out"; fail "systemd-analyze security rates vipd.service above 3.0"; }
+	echo "info: $(grep 'Overall exposure level' "$LAB_DIR/1g.out" | sed 's/^[^A-Za-z]*//')"
 }
 
 # --- 2: the VIP, vipctl and who may use it ----------------------------------
@@ -644,6 +653,7 @@ st_step 1c "dpkg -i neither enables nor starts vipd" step_1c
 st_step 1d "every executable the unit runs is installed with the package's Depends" step_1d
 st_step 1e "systemctl start returns with vipd active (running), after READY=1" step_1e
 st_step 1f "StatusText says what vipd holds" step_1f
+st_step 1g "systemd-analyze security of the running unit: exposure at most 3.0" step_1g
 st_step 2a "the VIP is on eth0 and answers on the LAN" step_2a
 st_step 2b "vipctl status works as root" step_2b
 st_step 2c "vipctl status works as a member of group vipd" step_2c
@@ -661,7 +671,7 @@ st_step 6b "systemctl reload with a health check keeps the VIP (a healthy peer w
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
 st_step 7c "dpkg -P keeps the vipd user and group (docs/install.md)" step_7c
-st_step 8- "reinstall; a root-owned 0600 /etc/vipd/cluster.key in the config" step_8_setup
+st_step 8 "reinstall; a root-owned 0600 /etc/vipd/cluster.key in the config" step_8_setup
 st_step 8a "vipd --check as root warns that user vipd cannot read the key" step_8a
 st_step 8b "the failed start is one journal line naming the fix (chown vipd)" step_8b
 st_step 8c "a crash while the key is unreadable: ExecStopPost still removes the VIP" step_8c
