@@ -3,6 +3,9 @@
 #   make packages       static binaries + dist/vipd_*.deb and dist/vipd-*.rpm
 #   make package-test   (root, Debian) build, inspect, install, check, purge:
 #                       packaging/test-packages.sh
+#   make systemd-test   (root) the .deb under a real systemd: boots a cached
+#                       Debian rootfs in systemd-nspawn and checks the unit
+#                       step by step: packaging/systemd-test/systemd-test.sh
 #
 # nfpm is installed with `go install` into .tools/ (nothing else is downloaded).
 # Variables: PKG_ARCH (GOARCH, default the host's), PKG_RELEASE, PKG_MAINTAINER;
@@ -26,7 +29,7 @@ RPM_ARCH       := $(or $(filter-out amd64 arm64,$(PKG_ARCH)),$(if $(filter amd64
 PKG_DEB        := $(PKG_DIST)/vipd_$(PKG_VERSION)-$(PKG_RELEASE)_$(PKG_ARCH).deb
 PKG_RPM        := $(PKG_DIST)/vipd-$(PKG_VERSION)-$(PKG_RELEASE).$(RPM_ARCH).rpm
 
-.PHONY: packages package-bins package-test
+.PHONY: packages package-bins package-test systemd-test
 
 $(NFPM):
 	mkdir -p $(NFPM_DIR)
@@ -59,3 +62,6 @@ packages: vipd.toml.example $(NFPM) package-bins
 
 package-test:
 	packaging/test-packages.sh
+
+systemd-test:
+	packaging/systemd-test/systemd-test.sh

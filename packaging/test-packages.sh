@@ -111,6 +111,7 @@ check "deb: /etc/vipd/vipd.toml is 0640" grep -qx -- "-rw-r----- /etc/vipd/vipd.
 check "deb: /etc/vipd/vipd.toml is a conffile" sh -c "dpkg-deb -I '$deb' conffiles | grep -qx /etc/vipd/vipd.toml"
 check "deb: version $PKG_VERSION-$PKG_RELEASE" test "$(dpkg-deb -f "$deb" Version)" = "$PKG_VERSION-$PKG_RELEASE"
 check "deb: depends on passwd (useradd)" sh -c "dpkg-deb -f '$deb' Depends | grep -qw passwd"
+check "deb: depends on procps (/bin/kill for ExecReload)" sh -c "dpkg-deb -f '$deb' Depends | grep -qw procps"
 check "deb: postinst creates the vipd group" sh -c "dpkg-deb -I '$deb' postinst | grep -q 'groupadd --system vipd'"
 check "deb: prerm stops the unit" sh -c "dpkg-deb -I '$deb' prerm | grep -q 'systemctl disable --now vipd'"
 check "deb: postrm present" dpkg-deb -I "$deb" postrm
