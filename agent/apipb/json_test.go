@@ -2,6 +2,9 @@ package apipb
 
 import (
 	"encoding/json"
+	"os"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +72,57 @@ func TestStatusJSONRoundTrip(t *testing.T) {
 	if !ok || len(v.Eligibility) != 1 || v.Eligibility[0].Since == nil || !v.Eligibility[0].Since.Equal(since) || v.Eligibility[0].Reason != "withdrawn" {
 		t.Errorf("round trip lost the eligibility: %+v", v)
 	}
+}
+
+// TestStatusJSONDocumented: every field of the stable JSON has a row in
+// docs/operations.md, and the table names no field the JSON lacks.
+func TestStatusJSONDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc)
+	start := strings.Index(sec, "### `vipctl status --json`")
+	if start < 0 {
+		t.Fatal("no status --json section in docs/operations.md")
+	}
+	sec = sec[start:]
+	if end := strings.Index(sec[1:], "\n## "); end > 0 {
+		sec = sec[:end]
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_.\\[\\]]+)` \\|").FindAllStringSubmatch(sec, -1) {
+		documented[m[1]] = true
+	}
+	fields := jsonFields(reflect.TypeOf(StatusJSON{}), "")
+	for _, f := range fields {
+		if !documented[f] {
+			t.Errorf("docs/operations.md does not document %s", f)
+		}
+		delete(documented, f)
+	}
+	for f := range documented {
+		t.Errorf("docs/operations.md documents %s, which the JSON does not have", f)
+	}
+}
+
+// jsonFields lists the paths of t's JSON fields: "vips[]", "vips[].name",
+// "vips[].holders".
+func jsonFields(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("json"), ",")[0]
+		path := prefix + name
+		ft := f.Type
+		if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
+			path += "[]" // a list of objects; a list of strings is documented by its name
+			ft = ft.Elem()
+		}
+		out = append(out, path)
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) {
+			out = append(out, jsonFields(ft, path+".")...)
+		}
+	}
+	return out
 }

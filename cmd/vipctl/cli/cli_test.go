@@ -455,3 +455,20 @@ func TestCompletion(t *testing.T) {
 func credential(uid, gid uint32, groups []uint32) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 }
+
+// TestLinksNoDaemonCode: vipctl stays a small client: it links the API and
+// cobra, not the daemon's membership, BGP, metrics or announce code.
+func TestLinksNoDaemonCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/vipd/vipd/cmd/vipctl").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, bad := range []string{"github.com/hashicorp/memberlist", "github.com/osrg/gobgp", "github.com/prometheus/",
+			"github.com/vipd/vipd/agent", "github.com/vipd/vipd/l2", "github.com/vipd/vipd/bgp", "github.com/cpuguy83/go-md2man"} {
+			if strings.HasPrefix(pkg, bad) && pkg != "github.com/vipd/vipd/agent/apipb" {
+				t.Errorf("vipctl links %s", pkg)
+			}
+		}
+	}
+}
