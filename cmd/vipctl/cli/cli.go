@@ -121,7 +121,7 @@ func (e *env) command(version string) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s: %v\nSee '%s --help'.", cmd.CommandPath(), err, cmd.CommandPath())}
 	})
-	root.PersistentFlags().StringVar(&e.socket, "socket", apipb.DefaultSocket, "vipd API socket")
+	root.PersistentFlags().StringVar(&e.socket, "socket", apipb.DefaultSocket, "the `PATH` of vipd's API socket")
 	root.MarkPersistentFlagFilename("socket", "sock")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(e.statusCmd(), e.withdrawCmd(), e.restoreCmd(), e.forgetCmd(), e.eventsCmd(), e.completionCmd(root))
