@@ -31,6 +31,11 @@ type metrics struct {
 	quorum           prometheus.Gauge
 	withdrawn        prometheus.Gauge
 	announceErrors   *prometheus.CounterVec
+	// vipHolders, vipInfo and withdrawnSince feed the alert rules in
+	// packaging/prometheus/vipd-alerts.yml.
+	vipHolders     *prometheus.GaugeVec
+	vipInfo        *prometheus.GaugeVec
+	withdrawnSince prometheus.Gauge
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -62,9 +67,16 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "1 when this node is withdrawn (vipctl withdraw)."}),
 		announceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_announce_errors_total",
 			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
+		vipHolders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_holders",
+			Help: "Alive or suspect members (this node included) that report holding the VIP, as this node sees them."}, []string{"vip"}),
+		vipInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_info",
+			Help: "Always 1: a configured VIP with its address, mode and announce setting."}, []string{"vip", "address", "mode", "announce"}),
+		withdrawnSince: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_withdrawn_since_timestamp_seconds",
+			Help: "Unix time this node was withdrawn (the withdraw flag's time); 0 when not withdrawn."}),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
+		m.vipHolders, m.vipInfo, m.withdrawnSince,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
