@@ -66,11 +66,11 @@ func defaultDate(epoch string, now time.Time) (string, error) {
 	return time.Unix(n, 0).UTC().Format("2006-01-02"), nil
 }
 
-// pages are the man pages: source markdown and output name.
-var pages = []struct{ src, out string }{
-	{"vipd.8.md", "vipd.8"},
-	{"vipctl.8.md", "vipctl.8"},
-	{"vipd.toml.5.md", "vipd.toml.5"},
+// page is a man page: its markdown source and output name.
+type page struct{ src, out string }
+
+func pages() []page {
+	return []page{{"vipd.8.md", "vipd.8"}, {"vipctl.8.md", "vipctl.8"}, {"vipd.toml.5.md", "vipd.toml.5"}}
 }
 
 func generate(o options) error {
@@ -80,7 +80,7 @@ func generate(o options) error {
 			return err
 		}
 	}
-	for _, p := range pages {
+	for _, p := range pages() {
 		md, err := os.ReadFile(filepath.Join(o.src, p.src))
 		if err != nil {
 			return err
@@ -93,7 +93,12 @@ func generate(o options) error {
 			return err
 		}
 	}
-	for shell, name := range map[string]string{"bash": "vipctl.bash", "zsh": "_vipctl", "fish": "vipctl.fish"} {
+	files := map[string]string{"bash": "vipctl.bash", "zsh": "_vipctl", "fish": "vipctl.fish"}
+	for _, shell := range cli.Shells() {
+		name, ok := files[shell]
+		if !ok {
+			return fmt.Errorf("no completion file name for shell %s", shell)
+		}
 		var b bytes.Buffer
 		if err := cli.WriteCompletion(root, shell, &b); err != nil {
 			return err

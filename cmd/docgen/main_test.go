@@ -163,7 +163,7 @@ func TestPagesRender(t *testing.T) {
 	if _, err := exec.LookPath("man"); err != nil {
 		t.Skip("man not installed")
 	}
-	for _, p := range pages {
+	for _, p := range pages() {
 		path := filepath.Join(out, "man", p.out)
 		cmd := exec.Command("man", "--warnings", "-l", path)
 		cmd.Env = append(os.Environ(), "MANWIDTH=80", "MANPAGER=cat", "PAGER=cat")
@@ -210,7 +210,7 @@ func TestCompletionFiles(t *testing.T) {
 // bytes (packages are reproducible).
 func TestReproducible(t *testing.T) {
 	a, b := gen(t), gen(t)
-	for _, p := range pages {
+	for _, p := range pages() {
 		x, _ := os.ReadFile(filepath.Join(a, "man", p.out))
 		y, _ := os.ReadFile(filepath.Join(b, "man", p.out))
 		if len(x) == 0 || !bytes.Equal(x, y) {

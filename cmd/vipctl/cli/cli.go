@@ -244,7 +244,7 @@ one JSON object per line.`,
 }
 
 // Shells lists the shells `vipctl completion` writes scripts for.
-var Shells = []string{"bash", "zsh", "fish"}
+func Shells() []string { return []string{"bash", "zsh", "fish"} }
 
 // WriteCompletion writes root's completion script for shell to w.
 func WriteCompletion(root *cobra.Command, shell string, w io.Writer) error {
@@ -256,7 +256,7 @@ func WriteCompletion(root *cobra.Command, shell string, w io.Writer) error {
 	case "fish":
 		return root.GenFishCompletion(w, true)
 	}
-	return fmt.Errorf("no completion for shell %q (want one of %s)", shell, strings.Join(Shells, ", "))
+	return fmt.Errorf("no completion for shell %q (want one of %s)", shell, strings.Join(Shells(), ", "))
 }
 
 func (e *env) completionCmd(root *cobra.Command) *cobra.Command {
@@ -268,10 +268,10 @@ them (/usr/share/bash-completion/completions/vipctl, the zsh vendor or
 site-functions directory, /usr/share/fish/vendor_completions.d/vipctl.fish);
 to load it by hand: source <(vipctl completion bash). "vipctl forget" completes
 the dead and left members of the running vipd.`,
-		ValidArgs: Shells,
+		ValidArgs: Shells(),
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || !slices.Contains(Shells, args[0]) {
-				return &exitError{code: ExitUsage, msg: fmt.Sprintf("vipctl completion: name one shell: %s", strings.Join(Shells, ", "))}
+			if len(args) != 1 || !slices.Contains(Shells(), args[0]) {
+				return &exitError{code: ExitUsage, msg: fmt.Sprintf("vipctl completion: name one shell: %s", strings.Join(Shells(), ", "))}
 			}
 			return nil
 		},

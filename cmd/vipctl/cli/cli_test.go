@@ -368,7 +368,7 @@ func TestWithdrawSaysWhy(t *testing.T) {
 }
 
 func TestRestoreForgetEvents(t *testing.T) {
-	f := &fakeVipd{events: []*apipb.Event{{UnixNano: testNow.UnixNano(), Kind: "ownership", Vip: "apiserver", From: "cp-1", To: "cp-2", Reason: "r"}}}
+	f := &fakeVipd{events: []*apipb.Event{{UnixNano: testNow().UnixNano(), Kind: "ownership", Vip: "apiserver", From: "cp-1", To: "cp-2", Reason: "r"}}}
 	sock := serve(t, f)
 	if code, stdout, _ := vipctl(t, "--socket", sock, "restore"); code != ExitOK || !strings.Contains(stdout, "restored") {
 		t.Errorf("restore: exit %d %q", code, stdout)
@@ -433,7 +433,7 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("forget completes alive member %s", n)
 		}
 	}
-	for _, sh := range Shells {
+	for _, sh := range Shells() {
 		code, stdout, _ := vipctl(t, "completion", sh)
 		if code != ExitOK || !strings.Contains(stdout, "vipctl") {
 			t.Errorf("completion %s: exit %d", sh, code)

@@ -118,13 +118,13 @@ func serveAt(t *testing.T, f *fakeVipd, sock string) {
 }
 
 // testNow is the clock of in-process runs: times print in UTC.
-var testNow = time.Date(2026, 5, 4, 12, 5, 0, 0, time.UTC)
+func testNow() time.Time { return time.Date(2026, 5, 4, 12, 5, 0, 0, time.UTC) }
 
 // vipctl runs vipctl in-process and returns its exit code and output.
 func vipctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: func() time.Time { return testNow }, loc: time.UTC}
+	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: testNow, loc: time.UTC}
 	code := e.run(args, "test")
 	return code, stdout.String(), stderr.String()
 }
