@@ -4,6 +4,8 @@
 #   make test      all tests; network-namespace tests run when root (VIPD_NETNS_TESTS=1 is set here)
 #   make bench     (root) failover gaps and footprint, written to docs/benchmarks.md
 #   make packages  static binaries + .deb and .rpm in dist/
+#   make man       man pages and vipctl's shell completions in dist/gen/
+#   make alerts-test  promtool check/test of packaging/prometheus/ (also run by go test when promtool is installed)
 
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -12,7 +14,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet fmt fuzz demo bench proto clean packages
+.PHONY: all build test unit netns-test vet fmt fuzz demo bench proto clean packages man alerts-test
 
 all: build
 
@@ -58,6 +60,21 @@ demo: build
 
 bench: build
 	lab/bench.sh
+
+# man writes vipd(8), vipctl(8) and vipd.toml(5) (from docs/man, vipctl's
+# command tree and docs/configuration.md) and vipctl's bash, zsh and fish
+# completions into $(GEN_DIR); the packages install them. The pages carry
+# the date of the last commit, so a rebuild gives the same bytes.
+GEN_DIR  := dist/gen
+DOC_DATE ?= $(shell git log -1 --format=%cs 2>/dev/null || date -u +%F)
+man:
+	$(GO) run ./cmd/docgen -src docs/man -out $(GEN_DIR) -version '$(VERSION)' -date '$(DOC_DATE)'
+
+# alerts-test checks the alert rules and runs their unit tests (promtool
+# comes with the Debian package prometheus).
+PROMTOOL ?= promtool
+alerts-test:
+	cd packaging/prometheus && $(PROMTOOL) check rules vipd-alerts.yml && $(PROMTOOL) test rules vipd-alerts_test.yml
 
 # proto regenerates the committed gRPC code from agent/apipb/vipd.proto.
 proto:

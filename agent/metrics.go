@@ -32,6 +32,11 @@ type metrics struct {
 	withdrawn        prometheus.Gauge
 	announceErrors   *prometheus.CounterVec
 	repairs          *prometheus.CounterVec
+	// vipHolders, vipInfo and withdrawnSince feed the alert rules in
+	// packaging/prometheus/vipd-alerts.yml.
+	vipHolders     *prometheus.GaugeVec
+	vipInfo        *prometheus.GaugeVec
+	withdrawnSince prometheus.Gauge
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -65,9 +70,16 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_vip_repairs_total",
 			Help: "Held VIPs found missing from the network (address removed, route gone) and announced again."}, []string{"vip"}),
+		vipHolders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_holders",
+			Help: "Alive or suspect members (this node included) that report holding the VIP, as this node sees them."}, []string{"vip"}),
+		vipInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_info",
+			Help: "Always 1: a configured VIP with its address, mode and announce setting."}, []string{"vip", "address", "mode", "announce"}),
+		withdrawnSince: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_withdrawn_since_timestamp_seconds",
+			Help: "Unix time this node was withdrawn (the withdraw flag's time); 0 when not withdrawn."}),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
-		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors, m.repairs,
+		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
+		m.repairs, m.vipHolders, m.vipInfo, m.withdrawnSince,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})

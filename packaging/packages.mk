@@ -13,6 +13,7 @@
 # in a form dpkg and rpm accept: v1.2.3 -> 1.2.3, abc123 -> 0.0.0~abc123.
 # PKG_PREBUILT_BIN=DIR packages DIR/vipd and DIR/vipctl instead of building
 # them (they must still be static and version-stamped; package-test checks).
+# Man pages and completions come from `make man` (gzipped into the stage dir).
 
 NFPM_VERSION   := v2.45.2
 NFPM_DIR       := $(CURDIR)/.tools/nfpm-$(NFPM_VERSION)
@@ -47,13 +48,15 @@ else
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) $(GO) build $(GOFLAGS_BUILD) -o $(PKG_BIN_DIR)/vipctl ./cmd/vipctl
 endif
 
-packages: vipd.toml.example $(NFPM) package-bins
+packages: vipd.toml.example $(NFPM) package-bins man
 	rm -rf $(PKG_STAGE_DIR) $(PKG_DEB) $(PKG_RPM)
-	mkdir -p $(PKG_STAGE_DIR)/doc
+	mkdir -p $(PKG_STAGE_DIR)/doc $(PKG_STAGE_DIR)/man
 	cp docs/*.md $(PKG_STAGE_DIR)/doc/
+	for f in $(GEN_DIR)/man/*; do gzip -n -9 -c "$$f" > $(PKG_STAGE_DIR)/man/$$(basename "$$f").gz; done
 	if [ -f README.md ]; then cp README.md $(PKG_STAGE_DIR)/doc/; fi
 	export PKG_ARCH='$(PKG_ARCH)' PKG_VERSION='$(PKG_VERSION)' PKG_RELEASE='$(PKG_RELEASE)' \
-		PKG_MAINTAINER='$(PKG_MAINTAINER)' PKG_BIN_DIR='$(PKG_BIN_DIR)' PKG_STAGE_DIR='$(PKG_STAGE_DIR)' && \
+		PKG_MAINTAINER='$(PKG_MAINTAINER)' PKG_BIN_DIR='$(PKG_BIN_DIR)' PKG_STAGE_DIR='$(PKG_STAGE_DIR)' \
+		PKG_GEN_DIR='$(CURDIR)/$(GEN_DIR)' && \
 	$(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(PKG_DEB) && \
 	$(NFPM) package --config packaging/nfpm.yaml --packager rpm --target $(PKG_RPM)
 	printf 'VERSION=%s\nPKG_VERSION=%s\nPKG_RELEASE=%s\nPKG_BIN_DIR=%s\nPKG_DEB=%s\nPKG_RPM=%s\n' \

@@ -94,6 +94,13 @@ expected=(
 	/usr/share/vipd/hooks/kubeadm-pre-reset
 	/usr/share/vipd/hooks/rke2-upgrade
 	/usr/share/vipd/hooks/capi-pre-drain
+	/usr/share/man/man8/vipd.8.gz
+	/usr/share/man/man8/vipctl.8.gz
+	/usr/share/man/man5/vipd.toml.5.gz
+	/usr/share/bash-completion/completions/vipctl
+	/usr/share/fish/vendor_completions.d/vipctl.fish
+	/usr/share/vipd/prometheus/vipd-alerts.yml
+	/usr/share/vipd/grafana/vipd-dashboard.json
 )
 executables=(/usr/bin/vipd /usr/bin/vipctl /usr/share/vipd/hooks/vipd-drain /usr/share/vipd/hooks/vipd-undrain
 	/usr/share/vipd/hooks/kubeadm-pre-reset /usr/share/vipd/hooks/rke2-upgrade /usr/share/vipd/hooks/capi-pre-drain)
@@ -115,6 +122,8 @@ check "deb: depends on procps (/bin/kill for ExecReload)" sh -c "dpkg-deb -f '$d
 check "deb: postinst creates the vipd group" sh -c "dpkg-deb -I '$deb' postinst | grep -q 'groupadd --system vipd'"
 check "deb: prerm stops the unit" sh -c "dpkg-deb -I '$deb' prerm | grep -q 'systemctl disable --now vipd'"
 check "deb: postrm present" dpkg-deb -I "$deb" postrm
+check "deb: zsh completion in vendor-completions" grep -qx -- "-rw-r--r-- /usr/share/zsh/vendor-completions/_vipctl" "$work/deb.list"
+check "deb: man pages are 0644" grep -qx -- "-rw-r--r-- /usr/share/man/man5/vipd.toml.5.gz" "$work/deb.list"
 
 echo "== .rpm contents"
 rpm -qlp "$rpm" 2>/dev/null >"$work/rpm.list"
@@ -123,6 +132,7 @@ for p in "${expected[@]}"; do
 done
 rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILENAMES}\n]' "$rpm" 2>/dev/null >"$work/rpm.flags"
 check "rpm: /etc/vipd/vipd.toml is %config(noreplace)" grep -qE '^[a-z]*c[a-z]*n[a-z]* -rw-r----- /etc/vipd/vipd.toml$' "$work/rpm.flags"
+check "rpm: zsh completion in site-functions" grep -qx /usr/share/zsh/site-functions/_vipctl "$work/rpm.list"
 check "rpm: version $PKG_VERSION-$PKG_RELEASE" test "$(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$rpm" 2>/dev/null)" = "$PKG_VERSION-$PKG_RELEASE"
 check "rpm: %post creates the vipd group" sh -c "rpm -qp --scripts '$rpm' 2>/dev/null | grep -q 'groupadd --system vipd'"
 for p in "${executables[@]}"; do
@@ -192,6 +202,13 @@ else
 	check "vipd --check as the vipd user (as ExecStartPre runs)" runuser -u vipd -- /usr/bin/vipd --check --config /etc/vipd/vipd.toml
 	check "installed unit: systemd-analyze verify is clean" verify_clean /usr/lib/systemd/system/vipd.service
 	check "installed hook runs" /usr/share/vipd/hooks/vipd-drain --help
+	if command -v man >/dev/null; then
+		for page in "8 vipd" "8 vipctl" "5 vipd.toml"; do
+			# shellcheck disable=SC2086
+			check "man $page finds the installed page" sh -c "man -w $page | grep -q ^/usr/share/man/"
+		done
+	fi
+	check "bash loads the vipctl completion" bash -c '. /usr/share/bash-completion/completions/vipctl && complete -p vipctl'
 	echo "# local edit by test-packages.sh" >>/etc/vipd/vipd.toml
 	check "dpkg -i again (reinstall)" dpkg -i "$deb"
 	check "conffile edit kept on reinstall" grep -qx "# local edit by test-packages.sh" /etc/vipd/vipd.toml

@@ -18,6 +18,22 @@ type StatusJSON struct {
 	Members   []MemberJSON  `json:"members"`
 	VIPs      []VIPJSON     `json:"vips"`
 	BGPPeers  []BGPPeerJSON `json:"bgp_peers"`
+	// KnownMembers and AliveMembers are the quorum base and how many of it
+	// this node sees alive, itself included (0 and 0: not reported).
+	KnownMembers int32     `json:"known_members"`
+	AliveMembers int32     `json:"alive_members"`
+	Fence        FenceJSON `json:"fence"`
+}
+
+// FenceJSON is this node's lease on holding VIPs.
+type FenceJSON struct {
+	// State is "off" (quorum not required), "held" or "expired"; "" when
+	// not reported.
+	State string `json:"state"`
+	// EvidenceAgeMs is the time since a majority last confirmed seeing this
+	// node, -1 for never.
+	EvidenceAgeMs  int64 `json:"evidence_age_ms"`
+	ReleaseAfterMs int64 `json:"release_after_ms"`
 }
 
 // MemberJSON is one cluster member.
@@ -40,6 +56,23 @@ type VIPJSON struct {
 	Holders []string `json:"holders"`
 	Healthy bool     `json:"healthy"`
 	Reason  string   `json:"reason"`
+	// HealthDetail is this node's last health verdict in words.
+	HealthDetail string `json:"health_detail"`
+	// Eligibility has one entry per member: whether it may own the VIP
+	// now, and why not.
+	Eligibility []EligibilityJSON `json:"eligibility"`
+}
+
+// EligibilityJSON is one member's eligibility for a VIP.
+type EligibilityJSON struct {
+	Node     string `json:"node"`
+	Eligible bool   `json:"eligible"`
+	// Reason is why the node is not eligible ("" when it is): withdrawn,
+	// unhealthy, interface down, leaving, dead, left, no quorum, metadata
+	// unreadable.
+	Reason string `json:"reason"`
+	// Since is when the node's state last changed; nil when unknown.
+	Since *time.Time `json:"since"`
 }
 
 // BGPPeerJSON is one BGP session.
@@ -50,6 +83,11 @@ type BGPPeerJSON struct {
 	UptimeSeconds int64  `json:"uptime_seconds"`
 	Received      uint64 `json:"received"`
 	Advertised    uint64 `json:"advertised"`
+	Accepted      uint64 `json:"accepted"`
+	MaxPrefixes   uint32 `json:"max_prefixes"`
+	// BFDState is "" when BFD is off, else down, init, up or admin_down.
+	BFDState      string `json:"bfd_state"`
+	BFDDiagnostic string `json:"bfd_diagnostic"`
 }
 
 // EventJSON is one line of `vipctl events --json`.
@@ -70,6 +108,10 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		Node: st.GetNode(), Version: st.GetVersion(), Withdrawn: st.GetWithdrawn(),
 		Healthy: st.GetHealthy(), Quorum: st.GetQuorum(),
 		Members: []MemberJSON{}, VIPs: []VIPJSON{}, BGPPeers: []BGPPeerJSON{},
+		KnownMembers: st.GetKnownMembers(), AliveMembers: st.GetAliveMembers(),
+	}
+	if f := st.GetFence(); f != nil {
+		out.Fence = FenceJSON{f.GetState(), f.GetEvidenceAgeMs(), f.GetReleaseAfterMs()}
 	}
 	for _, m := range st.GetMembers() {
 		out.Members = append(out.Members, MemberJSON{m.GetName(), m.GetAddress(), m.GetState(), m.GetWithdrawn(), m.GetHealthy(), m.GetSelf()})
@@ -79,10 +121,21 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		if holders == nil {
 			holders = []string{}
 		}
-		out.VIPs = append(out.VIPs, VIPJSON{v.GetName(), v.GetAddress(), v.GetMode(), v.GetOwner(), v.GetHeld(), holders, v.GetHealthy(), v.GetReason()})
+		elig := []EligibilityJSON{}
+		for _, e := range v.GetEligibility() {
+			ej := EligibilityJSON{Node: e.GetNode(), Eligible: e.GetEligible(), Reason: e.GetReason()}
+			if n := e.GetSinceUnixNano(); n > 0 {
+				t := time.Unix(0, n).UTC()
+				ej.Since = &t
+			}
+			elig = append(elig, ej)
+		}
+		out.VIPs = append(out.VIPs, VIPJSON{v.GetName(), v.GetAddress(), v.GetMode(), v.GetOwner(), v.GetHeld(), holders,
+			v.GetHealthy(), v.GetReason(), v.GetHealthDetail(), elig})
 	}
 	for _, p := range st.GetBgpPeers() {
-		out.BGPPeers = append(out.BGPPeers, BGPPeerJSON{p.GetAddress(), p.GetAsn(), p.GetState(), p.GetUptimeSeconds(), p.GetReceived(), p.GetAdvertised()})
+		out.BGPPeers = append(out.BGPPeers, BGPPeerJSON{p.GetAddress(), p.GetAsn(), p.GetState(), p.GetUptimeSeconds(),
+			p.GetReceived(), p.GetAdvertised(), p.GetAccepted(), p.GetMaxPrefixes(), p.GetBfdState(), p.GetBfdDiagnostic()})
 	}
 	return out
 }

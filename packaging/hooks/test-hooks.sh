@@ -78,22 +78,31 @@ notlogged() {
 # vipd-drain
 expect "drain: bad argument is a usage error" 2 "$hooks/vipd-drain" --bogus
 expect "drain: vipctl missing" 3 env VIPCTL=no-such-vipctl "$hooks/vipd-drain"
-expect "drain: no socket means vipd not reachable" 4 "$hooks/vipd-drain"
-notlogged "drain: no socket, no withdraw" "withdraw"
-expect "drain: no socket allowed by --allow-not-running" 0 "$hooks/vipd-drain" --allow-not-running
+expect "drain: not running (vipctl 5) means vipd not reachable" 4 env FAKE_STATUS_RC=5 "$hooks/vipd-drain"
 notlogged "drain: not running, no withdraw" "withdraw"
-touch "$sock"
-expect "drain: status fails" 4 env FAKE_STATUS_RC=1 "$hooks/vipd-drain"
+expect "drain: not running allowed by --allow-not-running" 0 env FAKE_STATUS_RC=5 "$hooks/vipd-drain" --allow-not-running
+notlogged "drain: not running, allowed, no withdraw" "withdraw"
+# No socket file in sight ($sock does not exist) must not pass for "not
+# running" either: a directory the user may not search hides the socket.
+expect "drain: permission denied (vipctl 6) fails despite --allow-not-running" 11 env FAKE_STATUS_RC=6 "$hooks/vipd-drain" --allow-not-running
+notlogged "drain: permission denied, no withdraw" "withdraw"
+expect "drain: permission denied (vipctl 6)" 11 env FAKE_STATUS_RC=6 "$hooks/vipd-drain"
+expect "drain: other status error fails despite --allow-not-running" 4 env FAKE_STATUS_RC=1 "$hooks/vipd-drain" --allow-not-running
 notlogged "drain: status fails, no withdraw" "withdraw"
+expect "drain: status fails" 4 env FAKE_STATUS_RC=1 "$hooks/vipd-drain"
 expect "drain: withdraw times out (vipctl 4)" 5 env FAKE_WITHDRAW_RC=4 "$hooks/vipd-drain"
 expect "drain: withdraw refused, no eligible node (vipctl 3)" 5 env FAKE_WITHDRAW_RC=3 "$hooks/vipd-drain"
 expect "drain: vipd unreachable during withdraw (vipctl 5)" 4 env FAKE_WITHDRAW_RC=5 "$hooks/vipd-drain"
-expect "drain: other vipctl error" 5 env FAKE_WITHDRAW_RC=1 "$hooks/vipd-drain"
+expect "drain: withdraw denied by vipd (vipctl 6)" 11 env FAKE_WITHDRAW_RC=6 "$hooks/vipd-drain"
+expect "drain: other vipctl error (flag not saved)" 5 env FAKE_WITHDRAW_RC=1 "$hooks/vipd-drain"
 expect "drain: handed off" 0 "$hooks/vipd-drain"
 logged "drain: waits with default timeout" "vipctl --socket $sock withdraw --wait --timeout 30s"
 notlogged "drain: no --force by default" "--force"
+notlogged "drain: no --no-persist by default" "--no-persist"
 expect "drain: timeout and force passed on" 0 "$hooks/vipd-drain" --timeout 10s --force
 logged "drain: timeout and force in call" "withdraw --wait --timeout 10s --force"
+expect "drain: --no-persist passed on" 0 "$hooks/vipd-drain" --no-persist
+logged "drain: --no-persist in call" "withdraw --wait --timeout 30s --no-persist"
 
 # vipd-undrain
 expect "undrain: restores" 0 "$hooks/vipd-undrain"
@@ -104,6 +113,10 @@ expect "undrain: ready then restore" 0 "$hooks/vipd-undrain" --wait-ready true
 logged "undrain: restore after ready" "restore"
 expect "undrain: restore fails" 8 env FAKE_RESTORE_RC=1 "$hooks/vipd-undrain"
 expect "undrain: bad timeout" 2 "$hooks/vipd-undrain" --ready-timeout soon
+expect "undrain: not running (vipctl 5)" 4 env FAKE_STATUS_RC=5 "$hooks/vipd-undrain"
+expect "undrain: permission denied (vipctl 6)" 11 env FAKE_STATUS_RC=6 "$hooks/vipd-undrain"
+notlogged "undrain: permission denied, no restore" "restore"
+expect "undrain: restore denied by vipd (vipctl 6)" 11 env FAKE_RESTORE_RC=6 "$hooks/vipd-undrain"
 
 # kubeadm-pre-reset
 marker=$work/reset-ran
@@ -114,6 +127,9 @@ if [ -e "$marker" ]; then pass=$((pass + 1)); echo "ok   kubeadm: reset ran"; el
 logged "kubeadm: drain options passed on" "withdraw --wait --timeout 5s"
 expect "kubeadm: command fails" 6 "$hooks/kubeadm-pre-reset" -- false
 expect "kubeadm: withdraw only" 0 "$hooks/kubeadm-pre-reset"
+rm -f "$marker"
+expect "kubeadm: permission denied, command not run" 11 env FAKE_STATUS_RC=6 "$hooks/kubeadm-pre-reset" -- touch "$marker"
+if [ ! -e "$marker" ]; then pass=$((pass + 1)); echo "ok   kubeadm: reset not run when denied"; else fail=$((fail + 1)); echo "FAIL kubeadm: reset ran although permission was denied"; fi
 
 # rke2-upgrade
 expect "rke2: run drains, upgrades, restores" 0 env VIPD_READY_CMD=true "$hooks/rke2-upgrade" run -- sh -c "echo upgrade >>$log"
@@ -142,6 +158,8 @@ notlogged "capi: machine not being deleted left alone" "cp-b"
 notlogged "capi: machine without hook left alone" "192.0.2.30"
 expect "capi: drain fails on node" 5 env FAKE_SSH_RC=5 "$hooks/capi-pre-drain" --all
 notlogged "capi: failed drain keeps annotation" "annotate"
+expect "capi: permission denied on node" 11 env FAKE_SSH_RC=11 "$hooks/capi-pre-drain" --all
+notlogged "capi: permission denied keeps annotation" "annotate"
 expect "capi: node unreachable" 9 env FAKE_SSH_RC=255 "$hooks/capi-pre-drain" --all
 notlogged "capi: unreachable keeps annotation" "annotate"
 expect "capi: unreachable allowed" 0 env FAKE_SSH_RC=255 "$hooks/capi-pre-drain" --all --allow-unreachable
