@@ -107,6 +107,10 @@ type Options struct {
 	// LinkUp reports whether an L2 VIP's interface is up with carrier.
 	// [every link is up]
 	LinkUp func(iface string) bool
+	// RemoveAddresses removes addresses a previous run recorded as added
+	// (state_dir/addresses.json) at start, so a VIP removed from the
+	// configuration while vipd was down does not stay. [none]
+	RemoveAddresses func(ctx context.Context, ts []CleanupTarget) error
 	// LinkEvents calls changed with an interface's name whenever the
 	// kernel reports a change to it (link or address), until ctx ends; the
 	// loop then reads the world at once instead of at its next tick. [none:
@@ -160,12 +164,18 @@ type Agent struct {
 // loopState is the agent's mutable state. Only the loop goroutine reads or
 // writes it (other goroutines send the loop events or closures).
 type loopState struct {
-	cfg          *Config
-	vips         map[string]*vipState
-	withdrawn    bool
-	shuttingDown bool
-	waiters      []*withdrawWaiter
-	checks       *healthChecks
+	cfg       *Config
+	vips      map[string]*vipState
+	withdrawn bool
+	// withdrawnSince is when the withdraw flag was set (its file's time
+	// after a restart).
+	withdrawnSince time.Time
+	shuttingDown   bool
+	waiters        []*withdrawWaiter
+	checks         *healthChecks
+	// recorded are the addresses this node added and has not removed,
+	// saved in state_dir for vipd cleanup.
+	recorded map[string]CleanupTarget
 
 	ready        bool
 	lastStatus   string
@@ -262,7 +272,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		conflicts:  make(chan conflict, 16),
 		wake:       make(chan struct{}, 1),
 		rejoinKick: make(chan struct{}, 1),
-		st:         loopState{cfg: cfg, vips: map[string]*vipState{}},
+		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
 	}
 	a.peers.Store(&cfg.Cluster.peerAddrs)
 	a.metrics = newMetrics(a.bgpPeerMetrics)

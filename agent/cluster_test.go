@@ -383,6 +383,13 @@ func TestClusterElectsOneHolderAndHandsOffOnWithdraw(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("withdraw on last eligible node: err %v, want FailedPrecondition", err)
 	}
+	// The refusal says why no other node can take over.
+	msg := status.Convert(err).Message()
+	for _, n := range []string{owner, next} {
+		if !strings.Contains(msg, n+": withdrawn") {
+			t.Errorf("refusal %q does not say %s is withdrawn", msg, n)
+		}
+	}
 	if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != last {
 		t.Errorf("refused withdraw changed holders: %v", h)
 	}

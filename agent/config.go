@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"os/user"
 	"regexp"
 	"sort"
 	"strconv"
@@ -104,8 +106,15 @@ type ClusterConfig struct {
 	// known members release its VIPs. [true with 3 or more known members]
 	RequireQuorum *bool `toml:"require_quorum"`
 	// KeyFile holds a base64 16, 24 or 32 byte key; when set, membership
-	// traffic is encrypted with AES-GCM. [off]
+	// traffic is encrypted and authenticated with AES-GCM: only hosts with
+	// the key take part. Strongly recommended (vipd --check warns without
+	// it). [off]
 	KeyFile string `toml:"key_file"`
+	// AllowedNetworks are the networks (CIDR, or a single address) whose
+	// hosts may take part in membership: packets from elsewhere are dropped
+	// and members elsewhere are not admitted. [with key_file: any address;
+	// without: this node's bind_address and the configured peers' addresses]
+	AllowedNetworks []string `toml:"allowed_networks"`
 	// HandoffTimeout bounds the make-before-break handoff on SIGTERM and
 	// on withdraw: the VIP is kept until a successor holds it or this
 	// passes. [10s]
@@ -115,6 +124,7 @@ type ClusterConfig struct {
 	handoffTimeout time.Duration
 	bindAddr       netip.Addr
 	peerAddrs      []string
+	allowed        []netip.Prefix // parsed allowed_networks
 }
 
 // VIPConfig is one virtual IP.
@@ -376,6 +386,17 @@ func (v *validator) unknownKey(k toml.Key) {
 	}
 }
 
+// durationAtLeast is duration with a lower bound: intervals that are too
+// short would burn CPU or flap.
+func (v *validator) durationAtLeast(path, s string, def, least time.Duration) time.Duration {
+	d := v.duration(path, s, def)
+	if d < least {
+		v.at(path, "%s must be at least %s, got %q", path[strings.LastIndex(path, ".")+1:], least, s)
+		return def
+	}
+	return d
+}
+
 // duration parses a duration value; empty gives def.
 func (v *validator) duration(path, s string, def time.Duration) time.Duration {
 	if s == "" {
@@ -396,6 +417,8 @@ func (v *validator) duration(path, s string, def time.Duration) time.Duration {
 func (v *validator) check(c *Config) {
 	if c.NodeName == "" {
 		v.at("node_name", "node_name is empty and the hostname is unknown")
+	} else if !ValidNodeName(c.NodeName) {
+		v.at("node_name", "node_name %q: use letters, digits, '-', '_' and '.' (at most 253, starting with a letter or digit)", c.NodeName)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -426,10 +449,21 @@ func (v *validator) check(c *Config) {
 func (v *validator) checkCluster(cl *ClusterConfig) {
 	if cl.BindAddress == "" {
 		v.at("cluster", "cluster.bind_address is required")
-	} else if a, err := netip.ParseAddr(cl.BindAddress); err != nil {
+	} else if a, err := netip.ParseAddr(cl.BindAddress); err != nil || a.Zone() != "" {
 		v.at("cluster.bind_address", "invalid address %q", cl.BindAddress)
+	} else if a = a.Unmap(); a.IsUnspecified() || a.IsMulticast() {
+		v.at("cluster.bind_address", "bind_address %s is not an address other nodes can reach: use this node's address on the cluster network (it is also what peers are told to call)", a)
 	} else {
 		cl.bindAddr = a
+	}
+	cl.allowed = nil
+	for i, n := range cl.AllowedNetworks {
+		p, err := parseNetwork(n)
+		if err != nil {
+			v.at("cluster.allowed_networks", "allowed_networks[%d]: %v", i, err)
+			continue
+		}
+		cl.allowed = append(cl.allowed, p)
 	}
 	if cl.BindPort < 1 || cl.BindPort > 65535 {
 		v.at("cluster.bind_port", "bind_port must be 1-65535, got %d", cl.BindPort)
@@ -447,8 +481,8 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 			cl.peerAddrs = append(cl.peerAddrs, hp)
 		}
 	}
-	cl.rejoinInterval = v.duration("cluster.rejoin_interval", cl.RejoinInterval, DefaultRejoinInterval)
-	cl.handoffTimeout = v.duration("cluster.handoff_timeout", cl.HandoffTimeout, DefaultHandoffTimeout)
+	cl.rejoinInterval = v.durationAtLeast("cluster.rejoin_interval", cl.RejoinInterval, DefaultRejoinInterval, time.Second)
+	cl.handoffTimeout = v.durationAtLeast("cluster.handoff_timeout", cl.HandoffTimeout, DefaultHandoffTimeout, 100*time.Millisecond)
 	switch cl.FailureDetection {
 	case "lan", "fast":
 	default:
@@ -461,6 +495,20 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 			v.at("cluster.key_file", "%v", err)
 		}
 	}
+}
+
+// parseNetwork reads "192.0.2.0/24" or a single address ("192.0.2.11",
+// taken as /32 or /128).
+func parseNetwork(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("invalid network %q (want CIDR such as \"192.0.2.0/24\" or an address)", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // peerAddress normalises "ip", "ip:port", "[v6]:port", "host" or
@@ -485,6 +533,41 @@ func peerAddress(s string, defPort int) (string, error) {
 		return "", fmt.Errorf("invalid address %q", s)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// ValidNodeName reports whether s can name a node: what a hostname or a
+// Kubernetes node name can be (letters, digits, '-', '_', '.', starting with
+// a letter or digit, at most 253). Names received from the network are held
+// to the same rule, so none can carry control characters into logs and
+// vipctl's output.
+func ValidNodeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '-' || r == '_' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// peerWithAddr returns the index of the configured peer whose address is a.
+func peerWithAddr(peers []string, defPort int, a netip.Addr) (int, bool) {
+	for i, p := range peers {
+		hp, err := peerAddress(p, defPort)
+		if err != nil {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(hp)
+		if pa, err := netip.ParseAddr(host); err == nil && pa.Unmap() == a {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // validHostname accepts DNS names, but not things that look like a mistyped
@@ -544,8 +627,15 @@ func (v *validator) checkVIPs(c *Config) {
 				v.at(p+".address", "address %s is also used by vip[%d]", a, j)
 			}
 			addrs[a] = i
-			if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+			switch {
+			case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback():
 				v.at(p+".address", "address %s cannot be a VIP", a)
+			case a == c.Cluster.bindAddr:
+				v.at(p+".address", "vip %q: address %s is this node's cluster.bind_address; a VIP needs an address no host uses", vip.Name, a)
+			default:
+				if j, ok := peerWithAddr(c.Cluster.Peers, c.Cluster.BindPort, a); ok {
+					v.at(p+".address", "vip %q: address %s is the address of cluster.peers[%d]; a VIP needs an address no host uses", vip.Name, a, j)
+				}
 			}
 		}
 		switch vip.Mode {
@@ -594,8 +684,8 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 	case h.Command[0] == "":
 		v.at(p+".command", "health command has an empty program name")
 	}
-	h.interval = v.duration(p+".interval", h.Interval, DefaultHealthInterval)
-	h.timeout = v.duration(p+".timeout", h.Timeout, DefaultHealthTimeout)
+	h.interval = v.durationAtLeast(p+".interval", h.Interval, DefaultHealthInterval, 100*time.Millisecond)
+	h.timeout = v.durationAtLeast(p+".timeout", h.Timeout, DefaultHealthTimeout, 10*time.Millisecond)
 	if h.Rise < 1 {
 		v.at(p+".rise", "rise must be at least 1, got %d", h.Rise)
 	}
@@ -665,7 +755,7 @@ func (v *validator) checkBGP(b *BGPConfig, cl *ClusterConfig) {
 		if pr.PasswordFile != "" {
 			pw, err := readSecretFile(pr.PasswordFile)
 			if err != nil {
-				v.at(p+".password_file", "%v", err)
+				v.at(p+".password_file", "password_file %v", err)
 			}
 			pr.password = pw
 		}
@@ -687,24 +777,40 @@ func validCommunity(s string) bool {
 }
 
 // readSecretFile reads a password or key file, refusing one that group or
-// others can read.
+// others can read. Its errors name the file and say what to do.
 func readSecretFile(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
+		return "", secretFileError(path, err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("secret file %s has mode %04o; it must not be accessible by group or others (chmod 600)", path, fi.Mode().Perm())
+		return "", fmt.Errorf("%s has mode %04o; it must not be accessible by group or others (chmod 600)", path, fi.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
+		return "", secretFileError(path, err)
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
-		return "", fmt.Errorf("secret file %s is empty", path)
+		return "", fmt.Errorf("%s is empty", path)
 	}
 	return s, nil
+}
+
+// secretFileError explains a secret file that cannot be read: vipd runs as
+// its own user (User=vipd in the unit), which needs to own a 0600 file.
+func secretFileError(path string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		u := "the service user"
+		if cu, uerr := user.Current(); uerr == nil {
+			u = cu.Username
+		}
+		return fmt.Errorf("%s: permission denied for user %s: chown %s %s (it must stay mode 0600)", path, u, u, path)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 // logLevel is log_level as a slog level.

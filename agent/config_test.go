@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,9 +64,29 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	}
 }
 
+// TestParseExampleConfig: the example validates once its key file exists
+// (it names /etc/vipd/cluster.key, which the test points at a key of its
+// own), and without it the problem says how to make one.
 func TestParseExampleConfig(t *testing.T) {
-	if _, err := Load("../vipd.toml.example"); err != nil {
+	b, err := os.ReadFile("../vipd.toml.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(key, []byte(newKey(t)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), `key_file = "/etc/vipd/cluster.key"`, fmt.Sprintf("key_file = %q", key), 1)
+	if text == string(b) {
+		t.Fatal("the example no longer sets key_file = \"/etc/vipd/cluster.key\"")
+	}
+	if _, err := Parse("vipd.toml.example", []byte(text)); err != nil {
 		t.Fatalf("vipd.toml.example does not validate: %v", err)
+	}
+	missing := strings.Replace(text, key, filepath.Join(t.TempDir(), "cluster.key"), 1)
+	_, err = Parse("vipd.toml.example", []byte(missing))
+	if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") {
+		t.Errorf("missing key file: %v; want how to generate one", err)
 	}
 }
 
@@ -135,7 +156,22 @@ func TestParseBadConfigs(t *testing.T) {
 		{
 			name: "bad bgp: asn 0, bad peer address, short hold time, missing password file",
 			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 0\n[[bgp.peer]]\naddress = \"192.0.2.256\"\nasn = 64512\nhold_time = \"1s\"\npassword_file = \"/nonexistent/vipd-test.pass\"\ncommunities = [\"64512:70000\"]\n[[vip]]\nname=\"a\"\naddress=\"203.0.113.10\"\nmode=\"bgp\"\n",
-			want: []string{`4:1: bgp.asn is required`, `6:1: invalid peer address "192.0.2.256"`, `8:1: hold_time must be at least 3s`, `9:1: secret file`, `10:1: invalid community "64512:70000"`},
+			want: []string{`4:1: bgp.asn is required`, `6:1: invalid peer address "192.0.2.256"`, `8:1: hold_time must be at least 3s`, `9:1: password_file /nonexistent/vipd-test.pass: file does not exist`, `10:1: invalid community "64512:70000"`},
+		},
+		{
+			name: "VIP equal to this node's bind address or to a peer's address",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12:7946\", \"192.0.2.13\"]\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.11\"\ninterface=\"eth0\"\n[[vip]]\nname=\"b\"\naddress=\"192.0.2.13\"\ninterface=\"eth0\"\n",
+			want: []string{`6:1: vip "a": address 192.0.2.11 is this node's cluster.bind_address; a VIP needs an address no host uses`, `10:1: vip "b": address 192.0.2.13 is the address of cluster.peers[1]`},
+		},
+		{
+			name: "unspecified bind address, bad node name, bad allowed network",
+			toml: "node_name = \"cp-1\\nINFO fake\"\n[cluster]\nbind_address = \"0.0.0.0\"\nallowed_networks = [\"192.0.2.0/24\", \"lan\"]\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
+			want: []string{`1:1: node_name "cp-1\nINFO fake": use letters, digits`, `3:1: bind_address 0.0.0.0 is not an address other nodes can reach`, `4:1: allowed_networks[1]: invalid network "lan"`},
+		},
+		{
+			name: "intervals too short to be sane",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nrejoin_interval = \"10ms\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[vip.health]\ncommand = [\"true\"]\ninterval = \"1ns\"\ntimeout = \"1ns\"\n",
+			want: []string{`3:1: rejoin_interval must be at least 1s, got "10ms"`, `10:1: interval must be at least 100ms, got "1ns"`, `11:1: timeout must be at least 10ms, got "1ns"`},
 		},
 		{
 			name: "announce all needs bgp",

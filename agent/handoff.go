@@ -46,6 +46,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	now := a.now()
+	a.record(v, true) // before the address exists, so a crash right after leaves it covered
 	if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
 		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
 		v.retryAt, v.failing = now.Add(v.backoff), true
@@ -53,6 +54,8 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
 		if werr := a.withdrawAddr(ctx, v); werr != nil {
 			a.log.Error("undo failed announce", "vip", v.cfg.Name, "err", werr)
+		} else {
+			a.record(v, false)
 		}
 		return
 	}
@@ -73,6 +76,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 		return
 	}
 	v.held, v.handoffStarted, v.drainStarted = false, time.Time{}, time.Time{}
+	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason})
 }
@@ -83,4 +87,27 @@ func (a *Agent) withdrawAddr(ctx context.Context, v *vipState) error {
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	return v.ann.Withdraw(actx, v.cfg.addr)
+}
+
+// record notes (added) or forgets a VIP address this node put on the host,
+// in state_dir/addresses.json, for vipd cleanup. A failure to save is
+// logged: cleanup still covers the configured VIPs.
+func (a *Agent) record(v *vipState, added bool) {
+	t := CleanupTarget{VIP: v.cfg.Name, Interface: v.cfg.Interface, Addr: v.cfg.addr}
+	old, had := a.st.recorded[v.cfg.Name]
+	switch {
+	case added && had && old == t, !added && !had:
+		return
+	case added:
+		a.st.recorded[v.cfg.Name] = t
+	default:
+		delete(a.st.recorded, v.cfg.Name)
+	}
+	ts := make([]CleanupTarget, 0, len(a.st.recorded))
+	for _, t := range a.st.recorded {
+		ts = append(ts, t)
+	}
+	if err := saveRecorded(a.st.cfg.StateDir, ts); err != nil {
+		a.log.Warn("record VIP addresses for cleanup", "err", err)
+	}
 }

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
@@ -68,8 +70,11 @@ func rotateKeyring(kr *memberlist.Keyring, path string) (changed bool, err error
 // readKeys parses key_file.
 func readKeys(path string) ([][]byte, error) {
 	s, err := readSecretFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cluster key_file %w: generate a key once (head -c 32 /dev/urandom | base64 > %s), copy it to every node, chown vipd:vipd and chmod 0600 it", err, path)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cluster key_file: %w", err)
+		return nil, fmt.Errorf("cluster key_file %w", err)
 	}
 	var keys [][]byte
 	for i, line := range strings.Split(s, "\n") {

@@ -7,10 +7,14 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/netip"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -46,6 +50,12 @@ type membership struct {
 	publish chan struct{} // capacity 1: metadata needs re-advertising
 	pubMu   sync.Mutex    // held while advertising
 	final   bool          // advertiseFinal ran: advertise nothing more
+
+	// allowed are the networks whose members are admitted (nil: any);
+	// replaced on reload.
+	allowed atomic.Pointer[[]netip.Prefix]
+	// rejected counts members refused admission, by reason.
+	rejected func(reason string)
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
@@ -67,6 +77,12 @@ func memberlistConfig(c *Config) *memberlist.Config {
 		mc.TCPTimeout = 2 * time.Second
 	}
 	mc.Name = c.NodeName
+	// Packets from outside the admitted networks are dropped before they
+	// are read (memberlist reads this at start; a reload changes
+	// admission through NotifyAlive, the packet filter after a restart).
+	for _, p := range admissionNetworks(c) {
+		mc.CIDRsAllowed = append(mc.CIDRsAllowed, net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())})
+	}
 	mc.BindAddr = c.Cluster.bindAddr.String()
 	mc.BindPort = c.Cluster.BindPort
 	mc.AdvertiseAddr = c.Cluster.bindAddr.String()
@@ -81,19 +97,24 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	return mc
 }
 
-func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time) (*membership, error) {
+func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time, rejected func(string)) (*membership, error) {
 	m := &membership{
-		self:    c.NodeName,
-		log:     lg,
-		now:     now,
-		meta:    meta,
-		nodes:   map[string]memberInfo{},
-		changed: make(chan struct{}, 1),
-		publish: make(chan struct{}, 1),
+		rejected: rejected,
+		self:     c.NodeName,
+		log:      lg,
+		now:      now,
+		meta:     meta,
+		nodes:    map[string]memberInfo{},
+		changed:  make(chan struct{}, 1),
+		publish:  make(chan struct{}, 1),
 	}
+	nets := admissionNetworks(c)
+	m.allowed.Store(&nets)
 	mc := memberlistConfig(c)
 	mc.Delegate = m
 	mc.Events = m
+	mc.Alive = m
+	mc.Merge = m
 	mc.Logger = log.New(newSlogWriter(lg.With("component", "memberlist"), time.Now), "", 0)
 	if keyring != nil {
 		mc.Keyring = keyring
@@ -106,6 +127,103 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 	}
 	m.list = ml
 	return m, nil
+}
+
+// probeBind tries the membership port (TCP and UDP) on addr and releases
+// it: its errors carry the syscall error (EADDRNOTAVAIL, EADDRINUSE) that
+// memberlist's own only names in text.
+func probeBind(addr netip.Addr, port int) error {
+	ap := netip.AddrPortFrom(addr, uint16(port)).String()
+	l, err := net.Listen("tcp", ap)
+	if err != nil {
+		return fmt.Errorf("membership port %s: %w", ap, err)
+	}
+	l.Close()
+	u, err := net.ListenPacket("udp", ap)
+	if err != nil {
+		return fmt.Errorf("membership port %s: %w", ap, err)
+	}
+	u.Close()
+	return nil
+}
+
+// admissionNetworks are the networks whose hosts may take part in
+// membership: cluster.allowed_networks when set; otherwise any address when a
+// key_file authenticates members, and without one only this node's bind
+// address and the configured peers' addresses (host names resolved now).
+func admissionNetworks(c *Config) []netip.Prefix {
+	host := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()) }
+	if len(c.Cluster.allowed) > 0 {
+		return append(slices.Clone(c.Cluster.allowed), host(c.Cluster.bindAddr))
+	}
+	if c.Cluster.KeyFile != "" {
+		return nil
+	}
+	out := []netip.Prefix{host(c.Cluster.bindAddr)}
+	for _, hp := range c.Cluster.peerAddrs {
+		h, _, err := net.SplitHostPort(hp)
+		if err != nil {
+			continue
+		}
+		if a, err := netip.ParseAddr(h); err == nil {
+			out = append(out, host(a))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+		cancel()
+		for _, a := range ips {
+			out = append(out, host(a))
+		}
+		_ = err // an unresolvable peer is not admitted; the rejoin loop logs it
+	}
+	return out
+}
+
+// setAllowed replaces the admitted networks (reload).
+func (m *membership) setAllowed(nets []netip.Prefix) { m.allowed.Store(&nets) }
+
+// admit decides whether a node may take part in membership: a valid name
+// (so no name carries control characters into logs and status), an address
+// in the admitted networks, and metadata that decodes. Members refused here
+// never reach the membership table, the quorum base or the peer cache.
+func (m *membership) admit(n *memberlist.Node) error {
+	if n.Name == m.self {
+		return nil
+	}
+	if !ValidNodeName(n.Name) {
+		m.rejected("name")
+		return fmt.Errorf("invalid node name %q", n.Name)
+	}
+	a, ok := netip.AddrFromSlice(n.Addr)
+	if !ok {
+		m.rejected("address")
+		return fmt.Errorf("node %s: invalid address", n.Name)
+	}
+	if nets := *m.allowed.Load(); len(nets) > 0 && !slices.ContainsFunc(nets, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+		m.rejected("network")
+		return fmt.Errorf("node %s at %s: not in cluster.allowed_networks (default without key_file: the configured peers)", n.Name, a.Unmap())
+	}
+	if _, err := DecodeMeta(n.Meta); err != nil {
+		m.rejected("metadata")
+		return fmt.Errorf("node %s: metadata not understood: %w", n.Name, err)
+	}
+	return nil
+}
+
+// NotifyAlive implements memberlist.AliveDelegate: an alive message about a
+// node that admit refuses is ignored.
+func (m *membership) NotifyAlive(n *memberlist.Node) error { return m.admit(n) }
+
+// NotifyMerge implements memberlist.MergeDelegate: a push/pull exchange
+// (join) that would bring in a node admit refuses is cancelled.
+func (m *membership) NotifyMerge(peers []*memberlist.Node) error {
+	for _, n := range peers {
+		if err := m.admit(n); err != nil {
+			return fmt.Errorf("merge refused: %w", err)
+		}
+	}
+	return nil
 }
 
 // setMeta changes the metadata this node advertises; the publisher
@@ -283,15 +401,17 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 	m.signal()
 }
 
-// sendFailureEvery is how often one kind of memberlist send failure is
+// sendFailureEvery is how often one kind of memberlist warning or error is
 // logged: while a link is down memberlist fails to send gossip and probes
-// several times a second.
+// several times a second, and a host sending garbage to the membership port
+// makes one error per packet.
 const sendFailureEvery = 10 * time.Second
 
 // slogWriter adapts memberlist's log lines ("[WARN] memberlist: ...") to
-// slog levels. Send failures ("Failed to send gossip to ...: ... network is
-// unreachable") are logged at WARN, each kind at most once per
-// sendFailureEvery, with the number of lines left out since.
+// slog levels. Warnings and errors are logged each kind (logKind) at most
+// once per sendFailureEvery, with the number of lines left out since; send
+// failures ("Failed to send gossip to ...: ... network is unreachable") at
+// WARN.
 type slogWriter struct {
 	lg  *slog.Logger
 	now func() time.Time
@@ -315,20 +435,47 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	s = strings.TrimPrefix(s, "memberlist: ")
-	if kind, ok := sendFailureKind(s); ok && level >= slog.LevelWarn {
-		n, logNow := w.throttle(kind)
-		if !logNow {
-			return len(p), nil
-		}
-		if n > 0 {
-			w.lg.Warn(s, "suppressed", n)
-		} else {
-			w.lg.Warn(s)
-		}
+	if level < slog.LevelWarn {
+		w.lg.Log(context.Background(), level, s)
 		return len(p), nil
 	}
-	w.lg.Log(context.Background(), level, s)
+	kind, sendFailure := sendFailureKind(s)
+	if sendFailure {
+		level = slog.LevelWarn
+	} else {
+		kind = logKind(s)
+	}
+	n, logNow := w.throttle(kind)
+	if !logNow {
+		return len(p), nil
+	}
+	if n > 0 {
+		w.lg.Log(context.Background(), level, s, "suppressed", n)
+	} else {
+		w.lg.Log(context.Background(), level, s)
+	}
 	return len(p), nil
+}
+
+// quoted and number match what varies in memberlist's messages: a quoted
+// node name, a number (an address, a port, a message type).
+var (
+	quoted = regexp.MustCompile(`'[^']*'`)
+	number = regexp.MustCompile(`[0-9]+`)
+)
+
+// logKind is what a warning or error is about, without what varies (the
+// peer, the address, the detail): "Failed to decode ping request" for
+// "Failed to decode ping request: msgpack ... from=203.0.113.9:7946", so a
+// flood of garbage packets logs one line per kind every sendFailureEvery.
+func logKind(s string) string {
+	if i := strings.Index(s, ": "); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.Index(s, " from="); i >= 0 {
+		s = s[:i]
+	}
+	return number.ReplaceAllString(quoted.ReplaceAllString(s, "'*'"), "N")
 }
 
 // sendFailureKind returns "Failed to send gossip" for "Failed to send

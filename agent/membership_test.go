@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -45,7 +46,8 @@ func TestMemberlistConfig(t *testing.T) {
 
 // TestSlogWriterSendFailures: memberlist's send failures (a flood while a
 // link is down) are logged at WARN, once per kind per sendFailureEvery with
-// the count left out; other lines keep their level and are never dropped.
+// the count left out; other errors keep their level and are throttled the
+// same way; info lines are never dropped.
 func TestSlogWriterSendFailures(t *testing.T) {
 	var buf bytes.Buffer
 	lg := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -92,8 +94,36 @@ func TestSlogWriterSendFailures(t *testing.T) {
 	if n := count("level=WARN msg=\"Failed to send"); n != 3 {
 		t.Errorf("send failures at WARN: %d lines, want 3:\n%s", n, buf.String())
 	}
-	if n := count("level=ERROR msg=\"Push/Pull with n2 failed"); n != 5 {
-		t.Errorf("other errors: %d lines at ERROR, want all 5", n)
+	if n := count("level=ERROR msg=\"Push/Pull with n2 failed"); n != 1 {
+		t.Errorf("other errors: %d lines at ERROR, want 1 per %v", n, sendFailureEvery)
+	}
+}
+
+// TestSlogWriterGarbageFlood: a host sending 10,000 garbage packets to the
+// membership port (each an error from memberlist, with the sender's address
+// in it) produces a bounded number of log lines.
+func TestSlogWriterGarbageFlood(t *testing.T) {
+	var buf bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	now := time.Unix(1000, 0)
+	w := newSlogWriter(lg, func() time.Time { return now })
+	kinds := []string{
+		"[ERR] memberlist: Failed to decode ping request: msgpack decode error [pos %d]: invalid code from=203.0.113.9:%d",
+		"[ERR] memberlist: failed to receive: No installed keys could decrypt the message from=203.0.113.9:%d",
+		"[WARN] memberlist: ignoring alive message for 'stranger-%d': node stranger at 203.0.113.9: not in cluster.allowed_networks",
+		"[ERR] memberlist: Received invalid msgType (%d) from=203.0.113.9:7946",
+	}
+	for i := range 10000 {
+		w.Write(fmt.Appendf(nil, kinds[i%len(kinds)]+"\n", i, i))
+		now = now.Add(time.Millisecond) // 10 s in all
+	}
+	w.Write([]byte("[INFO] memberlist: Suspect n2 has failed, no acks received\n"))
+	lines := strings.Count(buf.String(), "\n")
+	if lines > 2*len(kinds)+1 {
+		t.Errorf("10,000 garbage packets made %d log lines, want at most %d:\n%s", lines, 2*len(kinds)+1, buf.String())
+	}
+	if !strings.Contains(buf.String(), "Suspect n2 has failed") {
+		t.Errorf("an info line was dropped")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,11 +33,13 @@ type metrics struct {
 	withdrawn        prometheus.Gauge
 	announceErrors   *prometheus.CounterVec
 	repairs          *prometheus.CounterVec
+	rejected         *prometheus.CounterVec
 	// vipHolders, vipInfo and withdrawnSince feed the alert rules in
 	// packaging/prometheus/vipd-alerts.yml.
 	vipHolders     *prometheus.GaugeVec
 	vipInfo        *prometheus.GaugeVec
 	withdrawnSince prometheus.Gauge
+	knownVIPs      []string // VIPs with series, for removal after a reload
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -70,6 +73,8 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_vip_repairs_total",
 			Help: "Held VIPs found missing from the network (address removed, route gone) and announced again."}, []string{"vip"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_membership_rejected_total",
+			Help: "Nodes refused admission to membership (invalid name, address outside cluster.allowed_networks, metadata not understood), by reason."}, []string{"reason"}),
 		vipHolders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_holders",
 			Help: "Alive or suspect members (this node included) that report holding the VIP, as this node sees them."}, []string{"vip"}),
 		vipInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_info",
@@ -79,7 +84,7 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
-		m.repairs, m.vipHolders, m.vipInfo, m.withdrawnSince,
+		m.repairs, m.rejected, m.vipHolders, m.vipInfo, m.withdrawnSince,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
@@ -129,6 +134,10 @@ func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
 // serve serves /metrics on addr until ctx ends.
 func (m *metrics) serve(ctx context.Context, addr string, wg *sync.WaitGroup, onErr func(error)) error {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		_, port, _ := net.SplitHostPort(addr)
+		return fmt.Errorf("api.metrics_address %s is in use by another process: find it with 'ss -ltnp sport = :%s', stop it, or set api.metrics_address", addr, port)
+	}
 	if err != nil {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
@@ -153,12 +162,19 @@ func (m *metrics) serve(ctx context.Context, addr string, wg *sync.WaitGroup, on
 }
 
 // updateMetrics sets the gauges from the loop's state after a pass.
-func (a *Agent) updateMetrics(members []memberInfo, quorum bool) {
+func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) {
 	m := a.metrics
 	for name, v := range a.st.vips {
 		m.held.WithLabelValues(name).Set(b2f(v.held))
 		m.owner.WithLabelValues(name).Set(b2f(v.owner == a.self))
 		m.healthUp.WithLabelValues(name).Set(b2f(v.healthy))
+		holders := 0
+		for _, mb := range view {
+			if mb.State <= StateSuspect && mb.Meta.VIP(vipKey(name)).Held {
+				holders++
+			}
+		}
+		m.vipHolders.WithLabelValues(name).Set(float64(holders))
 	}
 	counts := map[MemberState]int{StateAlive: 1} // this node
 	for _, mb := range members {
@@ -171,6 +187,29 @@ func (a *Agent) updateMetrics(members []memberInfo, quorum bool) {
 	}
 	m.quorum.Set(b2f(quorum))
 	m.withdrawn.Set(b2f(a.st.withdrawn))
+	since := 0.0
+	if a.st.withdrawn && !a.st.withdrawnSince.IsZero() {
+		since = float64(a.st.withdrawnSince.UnixNano()) / 1e9
+	}
+	m.withdrawnSince.Set(since)
+}
+
+// setVIPInfo publishes vipd_vip_info for the configured VIPs, removing
+// the series of VIPs no longer configured.
+func (a *Agent) setVIPInfo() {
+	a.metrics.vipInfo.Reset()
+	for name, v := range a.st.vips {
+		a.metrics.vipInfo.WithLabelValues(name, v.cfg.addr.String(), v.cfg.Mode, v.cfg.Announce).Set(1)
+	}
+	for _, name := range a.metrics.knownVIPs {
+		if _, ok := a.st.vips[name]; !ok {
+			a.metrics.held.DeleteLabelValues(name)
+			a.metrics.owner.DeleteLabelValues(name)
+			a.metrics.healthUp.DeleteLabelValues(name)
+			a.metrics.vipHolders.DeleteLabelValues(name)
+		}
+	}
+	a.metrics.knownVIPs = a.vipNames()
 }
 
 func b2f(b bool) float64 {

@@ -63,7 +63,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	} else {
 		a.log.Error("encode metadata", "err", err)
 	}
-	a.updateMetrics(members, q.ok)
+	a.updateMetrics(members, view, q.ok)
 	a.updateCache(members)
 	a.checkWaiters(view, now)
 	a.notifyStatus()

@@ -50,6 +50,7 @@ func (a *Agent) reload(ctx context.Context) {
 	}
 	a.st.cfg = c
 	a.peers.Store(&c.Cluster.peerAddrs)
+	a.members.setAllowed(admissionNetworks(c))
 	if a.opts.LogLevel != nil {
 		a.opts.LogLevel.Set(c.logLevel())
 	}

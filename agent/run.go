@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,7 +21,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("create state_dir: %w", err)
 	}
 	ws := loadWithdraw(c.StateDir)
-	a.st.withdrawn = ws.Withdrawn
+	a.st.withdrawn, a.st.withdrawnSince = ws.Withdrawn, ws.Since
 	if ws.Corrupt != nil {
 		a.log.Error("withdraw flag unreadable; staying withdrawn until vipctl restore", "err", ws.Corrupt)
 	} else if ws.Withdrawn {
@@ -49,11 +51,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	// Leftovers from a crash or an earlier owner: no VIP is held until
-	// this node has joined and won an election.
+	// this node has joined and won an election. That covers the addresses
+	// a previous run recorded too, in case the configuration changed.
+	if rec, err := loadRecorded(c.StateDir); err != nil {
+		a.log.Warn("recorded VIP addresses", "err", err)
+	} else if len(rec) > 0 && a.opts.RemoveAddresses != nil {
+		if err := a.opts.RemoveAddresses(bg, rec); err != nil {
+			a.log.Warn("remove recorded VIP addresses", "err", err)
+		}
+	}
 	for _, v := range a.st.vips {
 		if err := a.withdrawAddr(bg, v); err != nil {
 			a.log.Warn("remove leftover VIP address", "vip", v.cfg.Name, "err", err)
 		}
+	}
+	if err := saveRecorded(c.StateDir, nil); err != nil {
+		a.log.Warn("record VIP addresses for cleanup", "err", err)
 	}
 
 	if c.Cluster.KeyFile != "" {
@@ -67,9 +80,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ml, err := newMembership(c, a.log, meta, a.keyring, a.now)
+	ml, err := a.startMembership(ctx, meta)
 	if err != nil {
 		return err
+	}
+	if ml == nil {
+		return nil // stopped while waiting for the bind address
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
@@ -107,6 +123,55 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Shutdown: make-before-break handoff, then leave.
 	a.shutdown(bg)
 	return nil
+}
+
+// bindRetry is how often start-up tries the bind address again while it is
+// not configured yet.
+const bindRetry = 250 * time.Millisecond
+
+// startMembership starts memberlist on cluster.bind_address. At boot the
+// address may not be configured yet (network-online.target can be reached
+// before DHCP or a network manager adds it): vipd then waits for it, saying
+// so in its STATUS, instead of failing and running into systemd's start
+// limit. It returns nil, nil when ctx ends while waiting.
+func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, error) {
+	c := a.st.cfg
+	waiting := false
+	t := time.NewTicker(bindRetry)
+	defer t.Stop()
+	for {
+		// memberlist reports bind errors as text; try the port first to
+		// tell "not configured yet" from "in use".
+		err := probeBind(c.Cluster.bindAddr, c.Cluster.BindPort)
+		var ml *membership
+		if err == nil {
+			ml, err = newMembership(c, a.log, meta, a.keyring, a.now, func(reason string) {
+				a.metrics.rejected.WithLabelValues(reason).Inc()
+			})
+		}
+		switch {
+		case err == nil:
+			if waiting {
+				a.log.Info("cluster.bind_address is configured now", "address", c.Cluster.bindAddr)
+			}
+			return ml, nil
+		case errors.Is(err, syscall.EADDRINUSE):
+			return nil, fmt.Errorf("membership port %d on %s is in use by another process: find it with 'ss -ltnup sport = :%d', stop it, or set cluster.bind_port", c.Cluster.BindPort, c.Cluster.bindAddr, c.Cluster.BindPort)
+		case !errors.Is(err, syscall.EADDRNOTAVAIL):
+			return nil, err
+		}
+		if !waiting {
+			waiting = true
+			msg := fmt.Sprintf("waiting for cluster.bind_address %s to be configured on an interface", c.Cluster.bindAddr)
+			a.log.Warn(msg)
+			a.opts.Notify("STATUS=" + msg)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-t.C:
+		}
+	}
 }
 
 // shutdown hands every held VIP off (make-before-break), then leaves the
@@ -196,6 +261,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 		}
 	}
 	a.st.vips = next
+	a.setVIPInfo()
 	ifaces := map[string]bool{}
 	for _, v := range next {
 		if v.cfg.Mode == ModeL2 {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -188,5 +189,25 @@ func TestCorruptWithdrawFlagFailsSafe(t *testing.T) {
 	}
 	if s := loadWithdraw(dir2); !s.Withdrawn || s.Corrupt == nil {
 		t.Errorf("unreadable flag: %+v; want withdrawn with an error", s)
+	}
+}
+
+func mkfifo(path string) error { return syscall.Mkfifo(path, 0o600) }
+
+// TestPeerCacheDropsInvalidEntries: entries that no admitted member could
+// have produced (empty or garbage names and addresses) are not loaded, so
+// they count neither towards quorum nor as rejoin targets.
+func TestPeerCacheDropsInvalidEntries(t *testing.T) {
+	dir := t.TempDir()
+	text := `{"version":1,"peers":[{"name":"cp-2","address":"192.0.2.12:7946"},{"name":"","address":"192.0.2.13:7946"},{"name":"cp-4","address":"not-an-addr"},{"name":"x\nINFO","address":"192.0.2.14:7946"},{"name":"cp-5","address":""}]}`
+	if err := os.WriteFile(filepath.Join(dir, peersFile), []byte(text), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	peers, err := loadPeerCache(dir)
+	if err == nil {
+		t.Errorf("invalid entries dropped silently")
+	}
+	if len(peers) != 1 || peers[0].Name != "cp-2" {
+		t.Errorf("loaded %v, want only cp-2", peers)
 	}
 }

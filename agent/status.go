@@ -198,7 +198,7 @@ func (s *statusSnapshot) reasons(vip string) string {
 			} else {
 				p += e.Reason
 				if e.SinceUnixNano != 0 {
-					p += " (since " + time.Unix(0, e.SinceUnixNano).Format(time.TimeOnly) + ")"
+					p += " since " + time.Unix(0, e.SinceUnixNano).Format(time.TimeOnly)
 				}
 			}
 			parts = append(parts, p)

@@ -17,6 +17,7 @@ import (
 type withdrawWaiter struct {
 	vips     []string
 	force    bool // done once released here, even if no node takes over
+	timeout  time.Duration
 	deadline time.Time
 	reply    chan error
 }
@@ -53,8 +54,7 @@ func (a *Agent) withdraw(req withdrawRequest) (*withdrawWaiter, *apipb.WithdrawR
 	sort.Strings(stranded)
 	if len(stranded) > 0 && !req.force {
 		return nil, nil, status.Errorf(codes.FailedPrecondition,
-			"refusing to withdraw: no other node is eligible for %s (%s); use --force to drop the VIP anyway",
-			strings.Join(stranded, ", "), a.reasons(stranded))
+			"refusing to withdraw: no other eligible node for %s; use --force to drop the VIP anyway", a.reasons(stranded))
 	}
 	resp := &apipb.WithdrawResponse{Message: "withdrawn", Persisted: true}
 	if err := saveWithdraw(a.st.cfg.StateDir, true); err != nil {
@@ -69,22 +69,26 @@ func (a *Agent) withdraw(req withdrawRequest) (*withdrawWaiter, *apipb.WithdrawR
 		a.log.Info("withdrawn by vipctl", "held", held, "persisted", resp.Persisted)
 		a.events.publish(&apipb.Event{Kind: "withdraw", Node: a.self, Message: "withdrawn"})
 	}
+	if !a.st.withdrawn {
+		a.st.withdrawnSince = a.now()
+	}
 	a.st.withdrawn = true
 	if !req.wait {
 		return nil, resp, nil
 	}
 	// The loop's next pass (right after this request) starts the handoff
 	// and answers the waiter once every VIP is held elsewhere.
-	w := &withdrawWaiter{vips: held, force: req.force, deadline: a.now().Add(req.timeout), reply: make(chan error, 1)}
+	w := &withdrawWaiter{vips: held, force: req.force, timeout: req.timeout, deadline: a.now().Add(req.timeout), reply: make(chan error, 1)}
 	a.st.waiters = append(a.st.waiters, w)
 	return w, resp, nil
 }
 
-// reasons says, for each of vips, why no other node can take it.
+// reasons says, for each of vips, why the other nodes cannot take it:
+// "apiserver: cp-2: unhealthy since 12:03:10; cp-3: withdrawn".
 func (a *Agent) reasons(vips []string) string {
 	s := a.snapshot.Load()
 	if s == nil {
-		return "membership not known yet"
+		return strings.Join(vips, ", ") + ": membership not known yet"
 	}
 	var parts []string
 	for _, v := range vips {
@@ -103,7 +107,7 @@ func (a *Agent) restore() error {
 		a.log.Info("restored by vipctl")
 		a.events.publish(&apipb.Event{Kind: "withdraw", Node: a.self, Message: "restored"})
 	}
-	a.st.withdrawn = false
+	a.st.withdrawn, a.st.withdrawnSince = false, time.Time{}
 	return nil
 }
 
@@ -126,8 +130,8 @@ func (a *Agent) checkWaiters(view []Member, now time.Time) {
 		case len(pending) == 0:
 			w.reply <- nil
 		case !now.Before(w.deadline):
-			w.reply <- status.Errorf(codes.DeadlineExceeded, "timed out: %s not yet held by another node (%s)",
-				strings.Join(pending, ", "), a.reasons(pending))
+			w.reply <- status.Errorf(codes.DeadlineExceeded, "timed out after %s: %s not yet held by another node: %s",
+				w.timeout, strings.Join(pending, ", "), a.reasons(pending))
 		default:
 			keep = append(keep, w)
 		}

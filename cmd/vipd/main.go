@@ -25,10 +25,14 @@ const usage = `vipd keeps a cluster's control-plane virtual IP reachable.
 
 Usage:
   vipd [--config PATH]            run the daemon
-  vipd [--config PATH] --check    validate the configuration and exit
-  vipd cleanup [--config PATH]    remove every configured VIP address from this
-                                  host (systemd runs it as ExecStopPost, so a
-                                  crashed agent leaves nothing behind)
+  vipd [--config PATH] --check    validate the configuration and this host
+                                  (interfaces, key file access) and exit
+  vipd cleanup [--config PATH]    remove every VIP address vipd may have left on
+                                  this host: those the configuration names and
+                                  those recorded in state_dir (systemd runs it
+                                  as ExecStopPost, so a crashed agent leaves
+                                  nothing behind); needs no secrets and works
+                                  with a broken configuration file
   vipd --version
 
 Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
@@ -77,32 +81,52 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "vipd", version)
 		return 0
 	}
+	if cmd == "cleanup" {
+		// Before Load: cleanup must work whatever state the file and the
+		// secrets it names are in.
+		lg := slog.New(slog.NewTextHandler(stderr, nil))
+		if err := cleanup(lg, *configPath); err != nil {
+			lg.Error("vipd cleanup", "err", err)
+			return 1
+		}
+		return 0
+	}
 	cfg, err := agent.Load(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	warnings, hostErrs := agent.CheckHost(cfg, agent.HostEnv{})
 	if *check {
+		for _, w := range append(warnings, hostErrs...) {
+			fmt.Fprintln(stderr, "warning:", w.Error())
+		}
 		fmt.Fprintln(stdout, "configuration OK")
 		return 0
 	}
-	if cmd == "cleanup" {
-		if err := cleanup(cfg); err != nil {
-			fmt.Fprintln(stderr, "vipd cleanup:", err)
-			return 1
+	if len(hostErrs) > 0 {
+		for _, e := range hostErrs {
+			fmt.Fprintln(stderr, e.Error())
 		}
-		return 0
+		return 1
 	}
 	procs := limitProcs(os.Getenv)
-	var level slog.Level
+	level := new(slog.LevelVar)
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	lg := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.NodeName)
 	slog.SetDefault(lg)
 	lg.Info("starting", "version", version, "gomaxprocs", procs)
+	for _, w := range warnings {
+		lg.Warn(w.Msg)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	a, err := agent.New(cfg, agent.Options{Logger: lg, Version: version, Backends: newBackends, LinkUp: l2.LinkUp, LinkEvents: watchInterfaces})
+	a, err := agent.New(cfg, agent.Options{
+		Logger: lg, LogLevel: level, Version: version,
+		Backends: newBackends, RemoveAddresses: removeAddresses(lg),
+		LinkUp: l2.LinkUp, LinkEvents: watchInterfaces,
+	})
 	if err != nil {
 		lg.Error("vipd", "err", err)
 		return 1
@@ -122,7 +146,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	if err := a.Run(ctx); err != nil {
-		lg.Error("vipd stopped", "err", err)
+		// One plain line: it says what to do, and is what systemd's
+		// journal shows for the failed start.
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0

@@ -49,11 +49,6 @@ cd "$ROOT"
 # The expected-to-fail list: step id -> the daemon change it waits for. Remove
 # an entry when that change lands (the step then reports XPASS until you do).
 ST_XFAIL_REASON=(
-	[2d]="vipctl reports EACCES on the socket as 'cannot reach vipd: is it running?'; waits for vipctl to say permission denied and name group vipd"
-	[6b]="a reload restarts the health checks, whose first result is unhealthy, so a healthy peer takes the VIP; waits for the reload fix of the convergence issue"
-	[8a]="vipd --check as root reads the key itself and prints 'configuration OK'; waits for --check to warn when user vipd cannot read a secret file"
-	[8b]="ExecStartPre and ExecStopPost each log 'permission denied' and neither names the fix; waits for one line saying chown vipd"
-	[8c]="vipd cleanup loads the whole config, secret files included, and gives up on the unreadable key; waits for cleanup to need only the VIP list"
 )
 
 VIP=192.0.2.10

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// HostEnv is what CheckHost reads from the host besides the configuration.
+// The zero value reads the real host.
+type HostEnv struct {
+	// ServiceUser is the user vipd runs as under systemd (the unit's
+	// User=). Secret files, state_dir and the socket directory are checked
+	// for that user when CheckHost runs as root. [vipd]
+	ServiceUser string
+	// Interfaces lists the host's interfaces and their addresses.
+	// [net.Interfaces]
+	Interfaces func() ([]HostInterface, error)
+	// Euid is the effective user id. [os.Geteuid]
+	Euid func() int
+}
+
+// HostInterface is one interface of the host.
+type HostInterface struct {
+	Name     string
+	Prefixes []netip.Prefix
+}
+
+// CheckHost checks the configuration against this host: what `vipd --check`
+// warns about and what stops `vipd` at start. Warnings are things that work
+// but are unsafe or will surprise (no key_file; a VIP outside the subnets of
+// its interface; a secret file, state_dir or socket directory the service
+// user cannot use). Errors are what make the daemon unable to do its job
+// here: an L2 interface that does not exist. --check reports both as
+// warnings (it may run before the interface exists); start fails on errors.
+func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
+	if env.ServiceUser == "" {
+		env.ServiceUser = "vipd"
+	}
+	if env.Interfaces == nil {
+		env.Interfaces = hostInterfaces
+	}
+	if env.Euid == nil {
+		env.Euid = os.Geteuid
+	}
+	v := &validator{path: c.Path, keys: indexKeys(nil)}
+	if data, err := os.ReadFile(c.Path); err == nil {
+		v.keys = indexKeys(data)
+	}
+	if c.Cluster.KeyFile == "" {
+		v.at("cluster", "cluster.key_file is not set: membership traffic is neither encrypted nor authenticated, and only cluster.allowed_networks (default: the configured peers) keeps other hosts from joining and swaying quorum; generate a key (head -c 32 /dev/urandom | base64), copy it to every node and set key_file")
+	}
+	ifaces, ierr := env.Interfaces()
+	byName := map[string]HostInterface{}
+	for _, ifi := range ifaces {
+		byName[ifi.Name] = ifi
+	}
+	for i, vip := range c.VIPs {
+		if vip.Mode != ModeL2 || ierr != nil {
+			continue
+		}
+		p := fmt.Sprintf("vip[%d].interface", i)
+		ifi, ok := byName[vip.Interface]
+		if !ok {
+			before := len(v.problems)
+			v.at(p, "vip %q: interface %q does not exist on this host (ip -br link lists the interfaces)", vip.Name, vip.Interface)
+			errors = append(errors, v.problems[before:]...)
+			v.problems = v.problems[:before]
+			continue
+		}
+		inSubnet := false
+		for _, pf := range ifi.Prefixes {
+			if pf.Contains(vip.addr) && pf.Bits() < pf.Addr().BitLen() {
+				inSubnet = true
+			}
+		}
+		if !inSubnet && len(ifi.Prefixes) > 0 {
+			v.at(fmt.Sprintf("vip[%d].address", i), "vip %q: address %s is outside every subnet on %s (%v): hosts on that link will not ARP for it directly, so it is reachable only through a route", vip.Name, vip.addr, vip.Interface, ifi.Prefixes)
+		}
+	}
+	if env.Euid() == 0 {
+		if u, err := user.Lookup(env.ServiceUser); err == nil {
+			checkAccess(v, u, c)
+		}
+	}
+	return v.problems, errors
+}
+
+// checkAccess warns about files and directories the service user cannot
+// use: --check as root reads them fine, and then the service fails.
+func checkAccess(v *validator, u *user.User, c *Config) {
+	uid, _ := strconv.Atoi(u.Uid)
+	gids := map[int]bool{}
+	if gs, err := u.GroupIds(); err == nil {
+		for _, g := range gs {
+			if n, err := strconv.Atoi(g); err == nil {
+				gids[n] = true
+			}
+		}
+	}
+	if n, err := strconv.Atoi(u.Gid); err == nil {
+		gids[n] = true
+	}
+	secret := func(key, path string) {
+		if path != "" && !canAccess(path, uid, gids, 4) {
+			v.at(key, "%s %s: user %s cannot read it, so vipd will not start under systemd (User=%s): chown %s %s (it must stay mode 0600)", key[strings.LastIndex(key, ".")+1:], path, u.Username, u.Username, u.Username, path)
+		}
+	}
+	secret("cluster.key_file", c.Cluster.KeyFile)
+	if c.BGP != nil {
+		for i, p := range c.BGP.Peers {
+			secret(fmt.Sprintf("bgp.peer[%d].password_file", i), p.PasswordFile)
+		}
+	}
+	// systemd creates and hands the default directories to the service
+	// user (StateDirectory=, RuntimeDirectory=); others are the admin's.
+	dir := func(key, path, managed string) {
+		if path == managed {
+			return
+		}
+		if _, err := os.Stat(path); err == nil && !canAccess(path, uid, gids, 3) {
+			v.at(key, "%s %s: user %s cannot write to it: chown %s %s", key[strings.LastIndex(key, ".")+1:], path, u.Username, u.Username, path)
+		}
+	}
+	dir("state_dir", c.StateDir, DefaultStateDir)
+	dir("api.socket", filepath.Dir(c.API.Socket), filepath.Dir(DefaultSocket))
+}
+
+// canAccess reports whether a user with uid and groups gids has the
+// permission bits want (4 read, 2 write, 1 execute) on path, by its mode.
+func canAccess(path string, uid int, gids map[int]bool, want os.FileMode) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case uid == 0:
+		return true
+	case int(st.Uid) == uid:
+		return (perm>>6)&want == want
+	case gids[int(st.Gid)]:
+		return (perm>>3)&want == want
+	}
+	return perm&want == want
+}
+
+// hostInterfaces reads the host's interfaces and addresses.
+func hostInterfaces() ([]HostInterface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	out := make([]HostInterface, 0, len(ifs))
+	for _, ifi := range ifs {
+		hi := HostInterface{Name: ifi.Name}
+		addrs, err := ifi.Addrs()
+		if err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(n.IP); ok {
+						ones, _ := n.Mask.Size()
+						hi.Prefixes = append(hi.Prefixes, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+					}
+				}
+			}
+		}
+		out = append(out, hi)
+	}
+	return out, nil
+}
