@@ -630,11 +630,11 @@ func TestClusterRepairsRemovedAddress(t *testing.T) {
 }
 
 // withHealthFile gives every node's VIP a health check that passes while
-// file exists (checked every 100ms, rise 1, fall 1) and rewrites their
+// file exists (checked every 100ms, with rise and fall) and rewrites their
 // configurations.
-func (c *testCluster) withHealthFile(file string) {
+func (c *testCluster) withHealthFile(file string, rise, fall int) {
 	c.t.Helper()
-	c.vipExtra = fmt.Sprintf("[vip.health]\ncommand = [\"test\", \"-f\", %q]\ninterval = \"100ms\"\ntimeout = \"1s\"\nrise = 1\nfall = 1\n", file)
+	c.vipExtra = fmt.Sprintf("[vip.health]\ncommand = [\"test\", \"-f\", %q]\ninterval = \"100ms\"\ntimeout = \"1s\"\nrise = %d\nfall = %d\n", file, rise, fall)
 	for name := range c.nodes {
 		c.nodes[name].cfg = c.config(name, "")
 	}
@@ -669,9 +669,13 @@ func TestClusterHealthReturnsEverywhere(t *testing.T) {
 	}
 	c := newTestCluster(t, "a", "b", "c")
 	healthFile := filepath.Join(t.TempDir(), "ready")
-	c.withHealthFile(healthFile)
+	c.withHealthFile(healthFile, 1, 1)
 	holder := c.startSteady()
 	c.waitAllHealthy(false)
+	c.waitStatus(holder, func(st *apipb.StatusResponse) bool {
+		d := st.Vips[0].HealthDetail
+		return strings.HasPrefix(d, "unhealthy since ") && strings.Contains(d, "exit status 1")
+	}, "health detail: unhealthy since <time>: <why>")
 	for round := range rounds {
 		claims := c.w.claimCount()
 		if err := os.WriteFile(healthFile, nil, 0o644); err != nil {
@@ -694,5 +698,54 @@ func TestClusterHealthReturnsEverywhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.waitAllHealthy(false)
+	}
+}
+
+// TestReloadKeepsHolder: SIGHUP on the owner with a health check (rise 2,
+// so a restarted checker would start unhealthy and hand the VIP off),
+// first with an unchanged file, then with log_level changed: nothing moves.
+func TestReloadKeepsHolder(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	healthFile := filepath.Join(t.TempDir(), "ready")
+	if err := os.WriteFile(healthFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.withHealthFile(healthFile, 2, 3)
+	owner := c.startSteady()
+	c.waitAllHealthy(true)
+	path := c.nodes[owner].cfg.Path
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, edit := range []struct{ what, text string }{
+		{"unchanged file", string(orig)},
+		{"log_level changed", strings.Replace(string(orig), "node_name", "log_level = \"debug\"\nnode_name", 1)},
+	} {
+		if err := os.WriteFile(path, []byte(edit.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		claims := c.w.claimCount()
+		c.nodes[owner].agent.Reload()
+		// A checker restarted unhealthy would hand off within a check or
+		// two (100ms each) plus the successor's claim; watch well past it.
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != owner {
+				t.Fatalf("%s: holders %v after reload, want only %s", edit.what, h, owner)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := c.w.claimsSince(claims); len(got) > 0 {
+			t.Errorf("%s: reload moved the VIP: claims %v", edit.what, got)
+		}
+	}
+	var lvl string
+	a := c.nodes[owner].agent
+	if err := a.do(t.Context(), func() { lvl = a.st.cfg.LogLevel }); err != nil {
+		t.Fatal(err)
+	}
+	if lvl != "debug" {
+		t.Errorf("log_level after reload = %q, want debug", lvl)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"os/user"
-	"regexp"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -258,17 +261,34 @@ func Load(path string) (*Config, error) {
 
 // Parse validates a configuration read from path. On failure the error is a
 // *ConfigError listing every problem with its position.
+//
+// Three steps, so that no message depends on the TOML library's wording: the
+// file is decoded generically (syntax errors come with the library's own
+// position, toml.ParseError), the values are checked against the types of
+// Config's fields (type errors are vipd's, placed at the key), and only
+// then decoded into Config, whose unknown keys MetaData reports.
 func Parse(path string, data []byte) (*Config, error) {
 	v := &validator{path: path, keys: indexKeys(data)}
-	var c Config
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
-	if err != nil {
+	var generic map[string]any
+	if _, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&generic); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			v.problems = append(v.problems, Problem{path, pe.Position.Line, pe.Position.Col, pe.Message})
 		} else {
-			v.decodeError(err)
+			v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
 		}
+		return nil, v.err()
+	}
+	v.checkTypes(generic, reflect.TypeOf(Config{}), "")
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	var c Config
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		// The types were checked above; what is left (a value out of range
+		// for its field) is reported as the library says it.
+		v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
 		return nil, v.err()
 	}
 	for _, k := range md.Undecoded() {
@@ -350,30 +370,6 @@ func (v *validator) at(path, format string, args ...any) {
 	v.problems = append(v.problems, Problem{v.path, p.Line, p.Col, fmt.Sprintf(format, args...)})
 }
 
-// decodeTypeErr matches the decoder's type errors, which carry the key but
-// not a column: `toml: line 3 (last key "cluster.bind_port"): ...`.
-var decodeTypeErr = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "([^"]*)"\): (.*)$`)
-
-func (v *validator) decodeError(err error) {
-	m := decodeTypeErr.FindStringSubmatch(err.Error())
-	if m == nil {
-		v.problems = append(v.problems, Problem{Path: v.path, Msg: err.Error()})
-		return
-	}
-	key, msg := m[2], m[3]
-	// The decoder names array elements without their index; place the
-	// error at the first key of that name.
-	if places := v.keys.plain[key]; len(places) > 0 {
-		key = places[0]
-	}
-	p, ok := v.keys.lookup(key)
-	if !ok && m[1] != "" {
-		p.Line, _ = strconv.Atoi(m[1])
-		p.Col = 1
-	}
-	v.problems = append(v.problems, Problem{v.path, p.Line, p.Col, fmt.Sprintf("%s: %s", stripIndexes(key), msg)})
-}
-
 func (v *validator) unknownKey(k toml.Key) {
 	plain := strings.Join(k, ".")
 	places := v.keys.plain[plain]
@@ -384,6 +380,104 @@ func (v *validator) unknownKey(k toml.Key) {
 	for _, path := range places {
 		v.at(path, "unknown key %q", plain)
 	}
+}
+
+// checkTypes checks the generically decoded table data against the fields
+// of struct type t (by their toml tags), recursing into tables and arrays.
+// Keys with no field are left to MetaData.Undecoded.
+func (v *validator) checkTypes(data map[string]any, t reflect.Type, prefix string) {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); tag != "" && tag != "-" {
+			fields[tag] = f.Type
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(data)) {
+		ft, ok := fields[key]
+		if !ok {
+			continue
+		}
+		path := key
+		if prefix != "" {
+			path = prefix + "." + key
+		}
+		v.checkValue(data[key], ft, path)
+	}
+}
+
+// checkValue checks one value against the field type ft.
+func (v *validator) checkValue(val any, ft reflect.Type, path string) {
+	for ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	bad := func(want string) {
+		v.at(path, "%s: must be %s, got %s", stripIndexes(path), want, tomlKind(val))
+	}
+	switch ft.Kind() {
+	case reflect.String:
+		if _, ok := val.(string); !ok {
+			bad("a string")
+		}
+	case reflect.Bool:
+		if _, ok := val.(bool); !ok {
+			bad("true or false")
+		}
+	case reflect.Int, reflect.Int64, reflect.Uint32:
+		n, ok := val.(int64)
+		switch {
+		case !ok:
+			bad("an integer")
+		case ft.Kind() == reflect.Uint32 && (n < 0 || n > math.MaxUint32):
+			v.at(path, "%s: %d is out of range (0 to %d)", stripIndexes(path), n, uint32(math.MaxUint32))
+		}
+	case reflect.Slice:
+		var items []any
+		switch a := val.(type) {
+		case []any:
+			items = a
+		case []map[string]any:
+			for _, m := range a {
+				items = append(items, m)
+			}
+		default:
+			if ft.Elem().Kind() == reflect.Struct {
+				bad("an array of tables ([[" + stripIndexes(path) + "]])")
+			} else {
+				bad("an array")
+			}
+			return
+		}
+		for i, it := range items {
+			v.checkValue(it, ft.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.Struct:
+		m, ok := val.(map[string]any)
+		if !ok {
+			bad("a table")
+			return
+		}
+		v.checkTypes(m, ft, path)
+	}
+}
+
+// tomlKind names a generically decoded TOML value, with the value when short.
+func tomlKind(val any) string {
+	switch x := val.(type) {
+	case string:
+		return fmt.Sprintf("a string (%q)", truncate(x, 40))
+	case int64:
+		return fmt.Sprintf("an integer (%d)", x)
+	case float64:
+		return fmt.Sprintf("a float (%v)", x)
+	case bool:
+		return fmt.Sprintf("a boolean (%v)", x)
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", val)
 }
 
 // durationAtLeast is duration with a lower bound: intervals that are too

@@ -134,9 +134,14 @@ func TestParseBadConfigs(t *testing.T) {
 			want: []string{`3:1: failure_detection must be "lan" or "fast"`, `7:1: mode must be "l2" or "bgp"`},
 		},
 		{
-			name: "wrong type",
-			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nbind_port = \"7946\"\n",
-			want: []string{`3:1: cluster.bind_port: incompatible types`},
+			name: "wrong types, every one placed at its key",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nbind_port = \"7946\"\npeers = \"192.0.2.12\"\n[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\npreempt = \"yes\"\n[[vip]]\nname = 7\n[bgp]\nasn = 4294967296\n",
+			want: []string{`3:1: cluster.bind_port: must be an integer, got a string ("7946")`, `4:1: cluster.peers: must be an array, got a string`, `9:1: vip.preempt: must be true or false, got a string ("yes")`, `11:1: vip.name: must be a string, got an integer (7)`, `13:1: bgp.asn: 4294967296 is out of range`},
+		},
+		{
+			name: "a table where an array of tables belongs",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[vip]\nname = \"a\"\n",
+			want: []string{`3:1: vip: must be an array of tables ([[vip]]), got a table`},
 		},
 		{
 			name: "syntax error",

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,15 +78,45 @@ func FuzzDecodeMeta(f *testing.F) {
 	})
 }
 
-// FuzzKeyIndex: the position scanner survives any text.
+// FuzzKeyIndex checks the position scanner against the TOML library: for
+// any file the library parses, every key the library found is placed by the
+// scanner (a key inside an inline table at its enclosing key) at a line that
+// holds that key (its last part, bare or quoted) or the header of its table.
+// Text the library rejects must not crash it.
 func FuzzKeyIndex(f *testing.F) {
 	f.Add([]byte(goodConfig))
 	f.Add([]byte("[[a.b]]\n[a.b.c]\n'x.y'.z = 1\n\"\"\"\n"))
+	f.Add([]byte("a = 1\n[t]\n  b = \"\"\"\nx = 2\n\"\"\"\nc = [\n 1,\n]\n[[arr]]\ne = 1\n[[arr]]\n'e' = 2\n"))
+	if b, err := os.ReadFile("../vipd.toml.example"); err == nil {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ki := indexKeys(data)
-		for path := range ki.pos {
-			if _, ok := ki.lookup(path); !ok {
-				t.Fatalf("indexed path %q not found", path)
+		var generic map[string]any
+		md, err := toml.Decode(string(data), &generic)
+		if err != nil {
+			return
+		}
+		lines := strings.Split(string(data), "\n")
+		for _, k := range md.Keys() {
+			plain := strings.Join(k, ".")
+			var places []string
+			for n := len(k); n > 0 && len(places) == 0; n-- {
+				places = ki.plain[strings.Join(k[:n], ".")]
+			}
+			if len(places) == 0 {
+				t.Fatalf("key %q parsed by the library is not indexed (indexed: %v)", plain, slices.Sorted(maps.Keys(ki.plain)))
+			}
+			last := k[len(k)-1]
+			for _, path := range places {
+				p := ki.pos[path]
+				if p.Line < 1 || p.Line > len(lines) || p.Col < 1 || p.Col > len(lines[p.Line-1])+1 {
+					t.Fatalf("key %q placed at %d:%d, outside the text", path, p.Line, p.Col)
+				}
+				text := lines[p.Line-1][p.Col-1:]
+				if !strings.HasPrefix(text, "[") && !strings.Contains(text, last) {
+					t.Fatalf("key %q placed at %d:%d, where the line is %q", path, p.Line, p.Col, lines[p.Line-1])
+				}
 			}
 		}
 	})

@@ -1,13 +1,26 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,4 +172,135 @@ func TestSharedHealthCheck(t *testing.T) {
 	if calls.Load() == 0 {
 		t.Fatal("probe never ran")
 	}
+}
+
+// testCA makes a CA and a serving certificate issued by it for dnsNames
+// only (no IP SAN: like a kubeadm apiserver certificate checked at
+// 127.0.0.1), and returns the CA's PEM and the server's certificate.
+func testCA(t *testing.T, dnsNames ...string) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: dnsNames, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestHTTPSProbeServerName: the kubeadm apiserver's certificate carries
+// "kubernetes" but not 127.0.0.1. Checked at https://127.0.0.1 against the
+// cluster CA it fails with the x509 reason; with tls_server_name =
+// "kubernetes" it passes. A ca_file that does not exist yet (vipd starts
+// before kubeadm writes it) fails the check until it appears.
+func TestHTTPSProbeServerName(t *testing.T) {
+	caPEM, cert := testCA(t, "kubernetes", "kubernetes.default.svc")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	url := srv.URL + "/readyz" // https://127.0.0.1:PORT
+
+	// Without the CA yet: the check fails and says why, then passes once
+	// the file exists.
+	probe, err := newProbe(&HealthConfig{URL: url, CAFile: caFile, TLSServerName: "kubernetes", interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(context.Background()); err == nil || !strings.Contains(err.Error(), "ca_file") {
+		t.Errorf("check before ca_file exists: %v, want an error naming ca_file", err)
+	}
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(context.Background()); err != nil {
+		t.Errorf("with tls_server_name = kubernetes: %v", err)
+	}
+
+	noName, err := newProbe(&HealthConfig{URL: url, CAFile: caFile, interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := noName(context.Background()); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("without tls_server_name: %v, want the certificate to be refused for 127.0.0.1", err)
+	}
+	wrongName, _ := newProbe(&HealthConfig{URL: url, CAFile: caFile, TLSServerName: "etcd", interval: time.Second})
+	if err := wrongName(context.Background()); err == nil {
+		t.Errorf("tls_server_name = etcd passed against a certificate for kubernetes")
+	}
+}
+
+// TestHealthFailureLogged: a failing check is logged at WARN with its
+// reason, at most once per healthFailureLogEvery (with the count left out).
+func TestHealthFailureLogged(t *testing.T) {
+	var buf syncBuf
+	lg := slog.New(slog.NewTextHandler(&buf, nil))
+	now := time.Unix(1000, 0)
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	probe := func(context.Context) error {
+		clock.Add(int64(time.Second))
+		return errors.New("x509: certificate is valid for kubernetes, not 127.0.0.1")
+	}
+	out := make(chan healthResult, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		checkRun{id: 1, vips: []string{"a"}, cfg: &HealthConfig{Rise: 1, Fall: 1, interval: time.Millisecond, timeout: time.Second},
+			probe: probe, out: out, log: lg, metrics: newMetrics(nil),
+			now: func() time.Time { return time.Unix(0, clock.Load()) }}.run(ctx)
+	}()
+	for clock.Load() < now.Add(65*time.Second).UnixNano() {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	logged := strings.Count(buf.String(), "level=WARN msg=\"health check failed\"")
+	if logged < 2 || logged > 4 {
+		t.Errorf("65 failing checks over 65 s logged %d WARN lines, want one per %v:\n%s", logged, healthFailureLogEvery, buf.String())
+	}
+	if !strings.Contains(buf.String(), "not 127.0.0.1") || !strings.Contains(buf.String(), "suppressed=") {
+		t.Errorf("the warning lacks the reason or the count left out:\n%s", buf.String())
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for a logger and a test reading it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

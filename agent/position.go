@@ -14,10 +14,14 @@ type keyPos struct {
 // elements with their index, for example "vip[1].address" or
 // "bgp.peer[0].asn"; tables are recorded too ("vip[1]", "api").
 //
-// The TOML decoder keeps positions private, so this is a small line scanner
-// for the subset of TOML a vipd config uses: table headers, arrays of
-// tables, key = value lines (bare, quoted and dotted keys) and multi-line
-// strings and arrays, whose continuation lines it skips.
+// The TOML library reports positions for syntax errors (toml.ParseError)
+// but keeps the positions of keys private, so vipd's own problems (type
+// errors, semantic checks) are placed by this small line scanner: table
+// headers, arrays of tables, key = value lines (bare, quoted and dotted
+// keys) and multi-line strings and arrays, whose continuation lines it
+// skips; a key inside an inline table is placed at its enclosing key.
+// FuzzKeyIndex checks it against the library: every key the library parses
+// is placed at a line that holds it.
 type keyIndex struct {
 	pos map[string]keyPos
 	// plain lists indexed paths by their index-free spelling
