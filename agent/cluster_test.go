@@ -540,9 +540,13 @@ func TestClusterInterfaceDown(t *testing.T) {
 		t.Errorf("link-down handoff overlapped %d times; want release before the successor claims", c.w.overlap)
 	}
 	c.nodes[owner].linkDown.Store(false)
-	time.Sleep(2 * time.Second) // longer than claimSettle
-	if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
-		t.Errorf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
+	// Watch past the returning node's settle: it must never take it back.
+	deadline := time.Now().Add(claimSettle + time.Second)
+	for time.Now().Before(deadline) {
+		if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
+			t.Fatalf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

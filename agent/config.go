@@ -82,7 +82,7 @@ type APIConfig struct {
 	// [/run/vipd/vipd.sock]
 	Socket string `toml:"socket"`
 	// SocketGroup owns the socket; members may read status, and run
-	// withdraw/restore. [vipd if that group exists, else root's group]
+	// withdraw/restore. [vipd if that group exists, else none: root only]
 	SocketGroup string `toml:"socket_group"`
 	// MetricsAddress serves Prometheus metrics on /metrics when set; it
 	// must be a loopback address with a port. [off]

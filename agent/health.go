@@ -309,11 +309,9 @@ func (h *healthChecks) stop() {
 // onHealth records a health verdict.
 func (a *Agent) onHealth(r healthResult) {
 	v := a.st.vips[r.VIP]
-	if v == nil || !a.st.checks.current(r) || v.healthy == r.Healthy {
+	if v == nil || !a.st.checks.current(r) {
 		return
 	}
-	v.healthy = r.Healthy
-	v.healthSince = a.now()
 	msg := "healthy"
 	if !r.Healthy {
 		msg = "unhealthy"
@@ -321,6 +319,14 @@ func (a *Agent) onHealth(r healthResult) {
 			msg += ": " + r.Err.Error()
 		}
 	}
+	if v.healthy == r.Healthy {
+		if v.healthDetail == "" { // the first verdict, unchanged: record why
+			v.healthDetail, v.healthSince = msg, a.now()
+		}
+		return
+	}
+	v.healthy = r.Healthy
+	v.healthSince = a.now()
 	v.healthDetail = msg
 	lvl := slog.LevelInfo
 	if !r.Healthy {

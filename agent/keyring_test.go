@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,8 +105,11 @@ func TestClusterEncryption(t *testing.T) {
 	}
 	c.waitMember("a", "b", StateAlive)
 	c.waitMember("b", "a", StateAlive)
-	// c keeps trying (rejoin every second) and never gets in.
-	time.Sleep(3 * time.Second)
+	// c keeps trying (rejoin every second) and never gets in: wait until it
+	// has tried twice.
+	waitFor(t, 10*time.Second, "c tried to rejoin twice", func() bool {
+		return testutil.ToFloat64(c.nodes["c"].agent.metrics.rejoinAttempts) >= 2
+	})
 	for _, n := range []string{"a", "b"} {
 		st, err := c.client(n).Status(t.Context(), &apipb.StatusRequest{})
 		if err != nil {
@@ -123,7 +127,13 @@ func TestClusterEncryption(t *testing.T) {
 			writeKeyFile(t, keyPath(n), keys...)
 			c.nodes[n].agent.Reload()
 		}
-		time.Sleep(500 * time.Millisecond)
+		for _, n := range []string{"a", "b"} {
+			kr := c.nodes[n].agent.keyring
+			waitFor(t, 5*time.Second, n+" rotated its keys", func() bool {
+				primary, _ := base64.StdEncoding.DecodeString(keys[0])
+				return len(kr.GetKeys()) == len(keys) && bytes.Equal(kr.GetPrimaryKey(), primary)
+			})
+		}
 		c.waitMember("a", "b", StateAlive)
 	}
 	// Now c's key is the cluster's: its rejoin gets it in.
