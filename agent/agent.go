@@ -143,6 +143,7 @@ type Agent struct {
 	members  *membership
 	backends Backends
 	keyring  *memberlist.Keyring // nil without encryption
+	lease    *leaseRunner
 
 	// Shared with the goroutines around the loop.
 	cache      peerCache
@@ -176,6 +177,9 @@ type loopState struct {
 	// recorded are the addresses this node added and has not removed,
 	// saved in state_dir for vipd cleanup.
 	recorded map[string]CleanupTarget
+	// lease is the lease's state at the last pass: this node's fence and
+	// the members gone on positive evidence.
+	lease leaseState
 
 	ready        bool
 	lastStatus   string

@@ -75,6 +75,9 @@ type decideInput struct {
 	QuorumRegained time.Time
 	// Planned: this node is withdrawn or shutting down.
 	Planned bool
+	// Fenced: this node's lease has no recent majority evidence (lease.go):
+	// it may not hold the VIP (unless AnnounceAll).
+	Fenced bool
 	// Drain is how long a planned departure announces the BGP route with
 	// GRACEFUL_SHUTDOWN first (0: no drain for this VIP).
 	Drain time.Duration
@@ -123,6 +126,8 @@ type decision struct {
 // The rules, in order:
 //   - a VIP on a dead interface is released at once (nobody can reach it
 //     there, and the successor cannot tell this node it holds it);
+//   - a fenced node (no recent majority evidence, lease.go) releases at
+//     once and claims nothing, except announce = "all" VIPs;
 //   - without quorum a held VIP is released at once;
 //   - this node wants the VIP when it is the elected owner (or, with
 //     announce = "all", when it is eligible) and it has quorum;
@@ -146,7 +151,8 @@ func decide(in decideInput) decision {
 	othersHold := heldElsewhere(in.Self, in.VIP, in.View)
 	d.Contested = othersHold
 
-	eligible := slices.Contains(res.Eligible, in.Self)
+	fenced := in.Fenced && !in.AnnounceAll
+	eligible := slices.Contains(res.Eligible, in.Self) && !fenced
 	settle := claimSettle
 	if staleHolder(in.View, in.VIP) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < staleHolderSettle {
 		settle = staleHolderSettle
@@ -177,6 +183,14 @@ func decide(in decideInput) decision {
 	if in.Down {
 		if in.Held {
 			return d.release("interface " + in.DownIface + " is down")
+		}
+		return d
+	}
+	if fenced {
+		// No majority confirmed hearing this node: the others may take the
+		// VIP over at any moment. Release at once, before they can.
+		if in.Held {
+			return d.release("fenced: no majority of the known members confirmed hearing this node")
 		}
 		return d
 	}

@@ -148,6 +148,39 @@ func TestDecide(t *testing.T) {
 			do: actClaim,
 		},
 		{
+			name: "fenced while holding: release at once (the others may claim soon)",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b"), node("c")})
+				in.Held, in.Fenced = true, true
+				return in
+			},
+			do:     actRelease,
+			reason: "fenced",
+		},
+		{
+			name: "fenced: never claims, not even as the elected owner",
+			in: func() decideInput {
+				in := base(selfFirst())
+				in.Fenced = true
+				return in
+			},
+			do: actNone,
+			check: func(t *testing.T, d decision) {
+				if !d.EligibleSince.IsZero() {
+					t.Errorf("a fenced node counts itself eligible")
+				}
+			},
+		},
+		{
+			name: "fenced: announce=all VIPs are not fenced",
+			in: func() decideInput {
+				in := base([]Member{node("a", holds), node("b", holds), node("c")})
+				in.AnnounceAll, in.Held, in.Fenced = true, true, true
+				return in
+			},
+			do: actKeep,
+		},
+		{
 			name: "failed announce: waits out the backoff",
 			in: func() decideInput {
 				in := base(selfFirst())

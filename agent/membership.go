@@ -56,23 +56,23 @@ type membership struct {
 	allowed atomic.Pointer[[]netip.Prefix]
 	// rejected counts members refused admission, by reason.
 	rejected func(reason string)
+	// onMessage handles user messages (the lease's heartbeats).
+	onMessage atomic.Pointer[func([]byte)]
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
 func memberlistConfig(c *Config) *memberlist.Config {
+	// Failure detection that matters for the VIP is the lease's
+	// (lease.go: heartbeats every 50 ms, a holder fenced within 300 ms, a
+	// member taken for gone within 400 ms on positive evidence).
+	// memberlist keeps its LAN defaults (a probe a second, a suspicion of
+	// several seconds with Lifeguard), robust on loaded hosts and lossy
+	// links: it declares members dead for membership's bookkeeping (status,
+	// rejoin), not for failover. "fast" gossips metadata every 100 ms, so a
+	// handoff's "I hold it now" travels in a round or two.
 	mc := memberlist.DefaultLANConfig()
 	if c.Cluster.FailureDetection == "fast" {
-		// About 1 s from a node's failure to its death on a quiet LAN: a
-		// probe every 200 ms (100 ms for the direct ack, the rest for
-		// indirect probes), then a fixed suspicion of 2 probe intervals
-		// (SuspicionMult 2 asks for no Lifeguard confirmations, which
-		// would start the timer at its maximum). "lan" keeps memberlist's
-		// defaults for loaded hosts and lossy links.
-		mc.ProbeInterval = 200 * time.Millisecond
-		mc.ProbeTimeout = 100 * time.Millisecond
-		mc.SuspicionMult = 2
-		mc.SuspicionMaxTimeoutMult = 2
-		mc.GossipInterval = 200 * time.Millisecond
+		mc.GossipInterval = 100 * time.Millisecond
 		mc.PushPullInterval = 10 * time.Second
 		mc.TCPTimeout = 2 * time.Second
 	}
@@ -340,8 +340,29 @@ func (m *membership) NodeMeta(limit int) []byte {
 	return append([]byte(nil), m.meta...)
 }
 
-// NotifyMsg implements memberlist.Delegate.
-func (m *membership) NotifyMsg([]byte) {}
+// NotifyMsg implements memberlist.Delegate: user messages are the lease's
+// heartbeats.
+func (m *membership) NotifyMsg(b []byte) {
+	if f := m.onMessage.Load(); f != nil {
+		(*f)(b)
+	}
+}
+
+// setOnMessage sets the handler of user messages (the lease's heartbeats).
+func (m *membership) setOnMessage(f func([]byte)) { m.onMessage.Store(&f) }
+
+// sendAll sends b to every alive member but this node as a best-effort
+// packet (encrypted like all membership traffic when key_file is set).
+func (m *membership) sendAll(b []byte) {
+	for _, n := range m.list.Members() {
+		if n.Name == m.self {
+			continue
+		}
+		if err := m.list.SendBestEffort(n, b); err != nil {
+			m.log.Debug("heartbeat", "peer", n.Name, "err", err)
+		}
+	}
+}
 
 // GetBroadcasts implements memberlist.Delegate.
 func (m *membership) GetBroadcasts(overhead, limit int) [][]byte { return nil }

@@ -11,18 +11,20 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// TestMemberlistConfig: "fast" tightens failure detection, "lan" keeps
-// memberlist's defaults, and neither compresses (LZW's per-packet table was
-// most of an idle node's garbage and saves nothing on our small messages).
+// TestMemberlistConfig: memberlist keeps its robust LAN failure detection
+// in both modes (the lease does fast detection), "fast" gossips metadata
+// every 100ms, and neither compresses (LZW's per-packet table was most of an
+// idle node's garbage and saves nothing on our small messages).
 func TestMemberlistConfig(t *testing.T) {
 	lan := memberlist.DefaultLANConfig()
 	for _, tt := range []struct {
 		detection string
 		probe     time.Duration
 		suspicion int
+		gossip    time.Duration
 	}{
-		{"fast", 200 * time.Millisecond, 2},
-		{"lan", lan.ProbeInterval, lan.SuspicionMult},
+		{"fast", lan.ProbeInterval, lan.SuspicionMult, 100 * time.Millisecond},
+		{"lan", lan.ProbeInterval, lan.SuspicionMult, lan.GossipInterval},
 	} {
 		t.Run(tt.detection, func(t *testing.T) {
 			src := strings.Replace(goodConfig, `rejoin_interval = "10s"`, `rejoin_interval = "10s"`+"\nfailure_detection = \""+tt.detection+"\"", 1)
@@ -34,8 +36,8 @@ func TestMemberlistConfig(t *testing.T) {
 			if mc.EnableCompression {
 				t.Error("compression is on")
 			}
-			if mc.ProbeInterval != tt.probe || mc.SuspicionMult != tt.suspicion {
-				t.Errorf("probe interval %v, suspicion mult %d; want %v, %d", mc.ProbeInterval, mc.SuspicionMult, tt.probe, tt.suspicion)
+			if mc.ProbeInterval != tt.probe || mc.SuspicionMult != tt.suspicion || mc.GossipInterval != tt.gossip {
+				t.Errorf("probe interval %v, suspicion mult %d, gossip %v; want %v, %d, %v", mc.ProbeInterval, mc.SuspicionMult, mc.GossipInterval, tt.probe, tt.suspicion, tt.gossip)
 			}
 			if mc.Name != "cp-1" || mc.BindAddr != "192.0.2.11" || mc.AdvertiseAddr != "192.0.2.11" {
 				t.Errorf("name %q bind %q advertise %q", mc.Name, mc.BindAddr, mc.AdvertiseAddr)

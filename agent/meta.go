@@ -13,7 +13,8 @@ import (
 // Wire format version 1 (what this release writes), at most 512 bytes:
 //
 //	byte 0      version (1)
-//	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown)
+//	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown),
+//	            bit 2 fenced (no majority hears this node: it holds nothing)
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
 //	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
 //	            VIP's interface is down: never eligible for it)
@@ -44,7 +45,11 @@ type NodeMeta struct {
 	// Leaving is set by a node shutting down gracefully, so its departure
 	// is reported as left rather than dead.
 	Leaving bool
-	VIPs    map[uint32]VIPMeta
+	// Fenced: no majority of the known members confirmed hearing this node
+	// recently (the lease); it holds no VIP and marks them down too, which
+	// older versions understand.
+	Fenced bool
+	VIPs   map[uint32]VIPMeta
 }
 
 // VIPMeta is a node's state for one VIP.
@@ -60,6 +65,7 @@ const (
 	metaVersion      = 1
 	metaFlagWithdraw = 1 << 0
 	metaFlagLeaving  = 1 << 1
+	metaFlagFenced   = 1 << 2
 	vipFlagHealthy   = 1 << 0
 	vipFlagHeld      = 1 << 1
 	vipFlagDown      = 1 << 2
@@ -78,6 +84,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	}
 	if m.Leaving {
 		b[1] |= metaFlagLeaving
+	}
+	if m.Fenced {
+		b[1] |= metaFlagFenced
 	}
 	keys := make([]uint32, 0, len(m.VIPs))
 	for k := range m.VIPs {
@@ -135,7 +144,7 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		}
 		entries, size = b[4:4+n*s], s
 	}
-	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, VIPs: map[uint32]VIPMeta{}}
+	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0, VIPs: map[uint32]VIPMeta{}}
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]

@@ -34,6 +34,8 @@ type metrics struct {
 	announceErrors   *prometheus.CounterVec
 	repairs          *prometheus.CounterVec
 	rejected         *prometheus.CounterVec
+	fenced           prometheus.Gauge
+	fenceAge         prometheus.Gauge
 	// vipHolders, vipInfo and withdrawnSince feed the alert rules in
 	// packaging/prometheus/vipd-alerts.yml.
 	vipHolders     *prometheus.GaugeVec
@@ -73,6 +75,10 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Failed announce or withdraw operations."}, []string{"vip", "op"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_vip_repairs_total",
 			Help: "Held VIPs found missing from the network (address removed, route gone) and announced again."}, []string{"vip"}),
+		fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_fenced",
+			Help: "1 when this node is fenced: no majority of the known members confirmed hearing it recently, so it holds no VIP."}),
+		fenceAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_fence_evidence_age_seconds",
+			Help: "Time since a majority of the known members last confirmed hearing this node (-1: never; 0 when quorum is not required)."}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_membership_rejected_total",
 			Help: "Nodes refused admission to membership (invalid name, address outside cluster.allowed_networks, metadata not understood), by reason."}, []string{"reason"}),
 		vipHolders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_vip_holders",
@@ -84,7 +90,7 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
-		m.repairs, m.rejected, m.vipHolders, m.vipInfo, m.withdrawnSince,
+		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
@@ -187,6 +193,15 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 	}
 	m.quorum.Set(b2f(quorum))
 	m.withdrawn.Set(b2f(a.st.withdrawn))
+	m.fenced.Set(b2f(a.st.lease.fenced))
+	switch ls := a.st.lease; {
+	case !ls.required:
+		m.fenceAge.Set(0)
+	case ls.evidence.IsZero():
+		m.fenceAge.Set(-1)
+	default:
+		m.fenceAge.Set(a.now().Sub(ls.evidence).Seconds())
+	}
 	since := 0.0
 	if a.st.withdrawn && !a.st.withdrawnSince.IsZero() {
 		since = float64(a.st.withdrawnSince.UnixNano()) / 1e9

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
 )
@@ -18,6 +19,8 @@ func (a *Agent) reconcile(ctx context.Context) {
 	c := a.st.cfg
 	members := a.members.snapshot()
 	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
+	a.lease.setBase(q.base, q.required, members)
+	a.observeLease(a.lease.state())
 
 	names := a.vipNames()
 	a.observeLinks(names)
@@ -86,6 +89,7 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		Known:          q.known,
 		QuorumRegained: a.st.quorumRegained,
 		Planned:        a.st.withdrawn || a.st.shuttingDown,
+		Fenced:         a.st.lease.fenced,
 		HandoffTimeout: c.Cluster.handoffTimeout,
 		Held:           v.held,
 		Down:           v.down,
@@ -116,14 +120,20 @@ func (a *Agent) vipNames() []string {
 }
 
 // view is the election's input: every member, with this node's entry taken
-// from its own current state rather than from gossip.
+// from its own current state rather than from gossip, and members whose
+// lease expired on positive evidence (lease.go) counted as dead before
+// memberlist's slower failure detection says so.
 func (a *Agent) view(members []memberInfo) []Member {
 	out := make([]Member, 0, len(members)+1)
 	for _, m := range members {
 		if m.Name == a.self {
 			continue
 		}
-		out = append(out, Member{Name: m.Name, State: m.State, Meta: m.Meta})
+		st := m.State
+		if a.st.lease.expired[m.Name] && st <= StateSuspect {
+			st = StateDead
+		}
+		out = append(out, Member{Name: m.Name, State: st, Meta: m.Meta})
 	}
 	return append(out, Member{Name: a.self, State: StateAlive, Meta: a.localMeta()})
 }
@@ -133,5 +143,31 @@ func (a *Agent) logQuorumOnce(alive, known int) {
 		a.st.quorumLogged = true
 		a.log.Warn("no quorum: not holding any VIP", "alive", alive, "known", known)
 		a.events.publish(&apipb.Event{Kind: "membership", Node: a.self, Message: fmt.Sprintf("no quorum: %d of %d known members alive", alive, known)})
+	}
+}
+
+// observeLease records the lease's state for the pass, and logs and
+// publishes changes of this node's fence and of the members gone.
+func (a *Agent) observeLease(ls leaseState) {
+	old := a.st.lease
+	a.st.lease = ls
+	if ls.fenced != old.fenced {
+		if ls.fenced {
+			age := "never"
+			if !ls.evidence.IsZero() {
+				age = a.now().Sub(ls.evidence).Round(time.Millisecond).String()
+			}
+			a.log.Warn("fenced: no majority of the known members confirmed hearing this node recently; holding no VIP", "evidence_age", age)
+			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fenced: no majority evidence for " + age})
+		} else {
+			a.log.Info("fence held again: a majority hears this node")
+			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
+		}
+	}
+	for n := range ls.expired {
+		if !old.expired[n] {
+			a.log.Info("member gone (lease expired)", "member", n)
+			a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
+		}
 	}
 }

@@ -169,6 +169,7 @@ type quorum struct {
 	required bool
 	alive    int
 	known    int
+	base     []string // the known members' names, sorted, this node included
 }
 
 // hasQuorum reports whether this node sees a majority of the known members,
@@ -195,6 +196,10 @@ func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *
 		}
 	}
 	q := quorum{known: len(knownSet), alive: len(aliveSet)}
+	for n := range knownSet {
+		q.base = append(q.base, n)
+	}
+	sort.Strings(q.base)
 	q.required = q.known >= 3
 	if require != nil {
 		q.required = *require

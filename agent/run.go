@@ -89,9 +89,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
+	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.now, ml.sendAll, a.wakeLoop)
+	ml.setOnMessage(a.lease.receive)
+	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
-	a.publishSnapshot(members, a.view(members), hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum))
+	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
+	a.lease.setBase(q.base, q.required, members)
+	a.st.lease = a.lease.state()
+	a.publishSnapshot(members, a.view(members), q)
 
 	api, err := a.serveAPI(bg)
 	if err != nil {
@@ -274,9 +280,10 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 
 // localMeta is what this node advertises now.
 func (a *Agent) localMeta() NodeMeta {
-	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, VIPs: map[uint32]VIPMeta{}}
+	fenced := a.st.lease.fenced
+	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
-		down := v.down || v.failing
+		down := v.down || v.failing || (fenced && v.cfg.Announce != "all")
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}
 		if vm.Healthy || vm.Held || vm.Down {
 			m.VIPs[vipKey(v.cfg.Name)] = vm

@@ -25,6 +25,7 @@ type statusSnapshot struct {
 	members   []memberInfo
 	view      []Member
 	vips      []vipSnapshot
+	fence     *apipb.FenceStatus
 }
 
 // vipSnapshot is one VIP in a statusSnapshot.
@@ -48,6 +49,7 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 		quorum:    q,
 		members:   members,
 		view:      view,
+		fence:     a.st.lease.fenceStatus(a.lease.tr.cfg, a.now()),
 	}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
@@ -66,6 +68,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 	resp := &apipb.StatusResponse{
 		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.ok, Version: s.version, Healthy: true,
 		KnownMembers: int32(s.quorum.known), AliveMembers: int32(s.quorum.alive),
+		Fence: s.fence,
 	}
 	byName := map[string]memberInfo{}
 	for _, m := range s.members {
@@ -170,6 +173,8 @@ func ineligibleReason(m Member, vip string) string {
 		return "metadata unreadable"
 	case m.Meta.Leaving:
 		return "leaving"
+	case m.Meta.Fenced:
+		return "fenced (no majority hears it)"
 	case m.Meta.Withdrawn:
 		return "withdrawn"
 	case vm.Down:

@@ -1,0 +1,302 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// leaseSim simulates the lease of three nodes exchanging heartbeats, each
+// with its own clock rate, over a network whose links the test controls.
+// Time advances in steps of a millisecond of real time.
+type leaseSim struct {
+	cfg    leaseConfig
+	names  []string
+	rate   map[string]float64 // local seconds per real second
+	tr     map[string]*leaseTracker
+	next   map[string]time.Duration // real time of the next heartbeat
+	delay  time.Duration
+	drop   func(from, to string, now time.Duration) bool
+	queue  []simMsg
+	now    time.Duration // real time since start
+	epoch  time.Time
+	jitter *rand.Rand
+}
+
+type simMsg struct {
+	at time.Duration
+	to string
+	hb heartbeat
+}
+
+func newLeaseSim(cfg leaseConfig, rates map[string]float64, delay time.Duration) *leaseSim {
+	s := &leaseSim{cfg: cfg, rate: rates, tr: map[string]*leaseTracker{}, next: map[string]time.Duration{},
+		delay: delay, epoch: time.Unix(1_000_000, 0), jitter: rand.New(rand.NewPCG(1, 2))}
+	for n := range rates {
+		s.names = append(s.names, n)
+	}
+	sortStrings(s.names)
+	for i, n := range s.names {
+		s.tr[n] = newLeaseTracker(n, cfg, s.local(n), uint64(i+1))
+		s.next[n] = time.Duration(i) * 7 * time.Millisecond
+	}
+	return s
+}
+
+func sortStrings(s []string) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+// local is node n's clock now.
+func (s *leaseSim) local(n string) time.Time {
+	return s.epoch.Add(time.Duration(float64(s.now) * s.rate[n]))
+}
+
+// step advances real time by a millisecond: heartbeats due are sent, those
+// arriving are received.
+func (s *leaseSim) step() {
+	s.now += time.Millisecond
+	for _, n := range s.names {
+		if s.now < s.next[n] {
+			continue
+		}
+		hb := s.tr[n].beat(s.names, s.local(n))
+		// The next beat, one interval of n's own clock later.
+		s.next[n] = s.now + time.Duration(float64(s.cfg.Interval)/s.rate[n])
+		for _, to := range s.names {
+			if to != n && (s.drop == nil || !s.drop(n, to, s.now)) {
+				s.queue = append(s.queue, simMsg{at: s.now + s.delay, to: to, hb: hb})
+			}
+		}
+	}
+	keep := s.queue[:0]
+	for _, m := range s.queue {
+		if m.at <= s.now {
+			s.tr[m.to].receive(m.hb, s.local(m.to))
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	s.queue = keep
+}
+
+func (s *leaseSim) fenced(n string) bool {
+	ok, _ := s.tr[n].fence(s.names, true, s.local(n))
+	return !ok
+}
+
+func (s *leaseSim) expired(by, who string) bool {
+	return s.tr[by].expired(who, s.names, true, s.local(by))
+}
+
+// holderReaction bounds how long after its fence expires a holder has
+// withdrawn the address: the lease goroutine notices within an interval,
+// the loop's pass and the netlink call follow (generous for a loaded host).
+const holderReaction = 80 * time.Millisecond
+
+// TestLeaseFenceBeforeClaim: the holder x loses membership traffic (both
+// ways, only its outgoing, only its incoming) while clocks run up to 1%
+// fast or slow and packets take up to 5 ms. In every case x's fence expires
+// (and x releases) before either peer may treat x as gone, by at least the
+// holder's reaction time; and when only x's incoming traffic is lost, the
+// peers, who still hear x, never do.
+func TestLeaseFenceBeforeClaim(t *testing.T) {
+	cfg := leaseConfigFor("fast")
+	cut := 2 * time.Second
+	links := map[string]func(from, to string, now time.Duration) bool{
+		"both ways": func(from, to string, now time.Duration) bool { return now >= cut && (from == "x" || to == "x") },
+		"x sends nothing": func(from, to string, now time.Duration) bool {
+			return now >= cut && from == "x"
+		},
+		"x hears nothing": func(from, to string, now time.Duration) bool {
+			return now >= cut && to == "x"
+		},
+	}
+	for linkName, drop := range links {
+		for _, rx := range []float64{0.99, 1, 1.01} {
+			for _, rp := range []float64{0.99, 1, 1.01} {
+				for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
+					name := fmt.Sprintf("%s/x clock %.2f/peer clocks %.2f/delay %v", linkName, rx, rp, delay)
+					t.Run(name, func(t *testing.T) {
+						s := newLeaseSim(cfg, map[string]float64{"x": rx, "w": rp, "y": 2 - rp}, delay)
+						s.drop = drop
+						for s.now < cut {
+							s.step()
+						}
+						if s.fenced("x") {
+							t.Fatalf("x fenced before the cut (at %v)", s.now)
+						}
+						var released, claimed time.Duration
+						for s.now < cut+3*time.Second && (released == 0 || claimed == 0) {
+							s.step()
+							if released == 0 && s.fenced("x") {
+								released = s.now
+							}
+							if claimed == 0 && (s.expired("w", "x") || s.expired("y", "x")) {
+								claimed = s.now
+							}
+						}
+						if released == 0 {
+							t.Fatalf("x never fenced itself after losing its traffic")
+						}
+						if linkName == "x hears nothing" {
+							if claimed != 0 {
+								t.Errorf("peers that still hear x took it for gone at %v", claimed-cut)
+							}
+							return
+						}
+						if claimed == 0 {
+							t.Fatalf("no peer took x for gone within 3 s of the cut")
+						}
+						if released+holderReaction >= claimed {
+							t.Errorf("x released %v after the cut (+%v reaction), a peer took it for gone %v after: overlap", released-cut, holderReaction, claimed-cut)
+						}
+						t.Logf("x released %v after the cut, taken for gone %v after", released-cut, claimed-cut)
+						if claimed-cut > 500*time.Millisecond {
+							t.Errorf("x taken for gone %v after the cut, want under 500ms", claimed-cut)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestLeaseLossTolerated: 30% of the holder's incoming packets lost for 60
+// simulated seconds (seeded, so the run is repeatable): its fence never
+// expires and no peer takes it for gone.
+func TestLeaseLossTolerated(t *testing.T) {
+	s := newLeaseSim(leaseConfigFor("fast"), map[string]float64{"x": 1, "w": 1, "y": 1}, 2*time.Millisecond)
+	rng := rand.New(rand.NewPCG(7, 11))
+	s.drop = func(from, to string, now time.Duration) bool { return to == "x" && rng.Float64() < 0.3 }
+	for s.now < time.Second {
+		s.step()
+	}
+	for s.now < 61*time.Second {
+		s.step()
+		if s.fenced("x") {
+			t.Fatalf("x fenced itself at %v with 30%% loss", s.now)
+		}
+		if s.expired("w", "x") || s.expired("y", "x") {
+			t.Fatalf("x taken for gone at %v with 30%% loss", s.now)
+		}
+	}
+}
+
+// TestLeaseRefusedIsGone: a refused connection to a silent member's
+// membership port (its vipd is gone) is positive evidence at once; a member
+// heard from again is not gone.
+func TestLeaseRefusedIsGone(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := newLeaseTracker("a", leaseConfigFor("fast"), t0, 1)
+	base := []string{"a", "b", "c"}
+	l.receive(heartbeat{From: "b", Seq: 1}, t0.Add(100*time.Millisecond))
+	now := t0.Add(200 * time.Millisecond)
+	if l.expired("b", base, true, now) {
+		t.Fatal("b gone 100ms after its heartbeat, without evidence")
+	}
+	l.refused("b", now)
+	if !l.expired("b", base, true, now) {
+		t.Error("b not gone after its port refused a connection")
+	}
+	l.receive(heartbeat{From: "b", Seq: 2}, now.Add(time.Millisecond))
+	if l.expired("b", base, true, now.Add(time.Millisecond)) {
+		t.Error("b still gone after it was heard again")
+	}
+}
+
+// TestLeaseNewNodeHasNoVote: a node that just started has heard nobody, but
+// it votes only once it has been silent-listening for Claim: a restarting
+// node cannot help expire a live holder.
+func TestLeaseNewNodeHasNoVote(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := leaseConfigFor("fast")
+	l := newLeaseTracker("c", cfg, t0, 1)
+	hb := l.beat([]string{"a", "b", "c"}, t0.Add(cfg.Interval))
+	for _, e := range hb.Entries {
+		if e.Silent {
+			t.Errorf("a node %v after start votes %s silent", cfg.Interval, e.Name)
+		}
+	}
+	hb = l.beat([]string{"a", "b", "c"}, t0.Add(cfg.Claim))
+	for _, e := range hb.Entries {
+		if !e.Silent {
+			t.Errorf("%s not voted silent after %v without a heartbeat", e.Name, cfg.Claim)
+		}
+	}
+}
+
+// TestLeaseWithoutQuorum: with quorum not required there is no fence and
+// this node's own vote is enough (one or two nodes).
+func TestLeaseWithoutQuorum(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := leaseConfigFor("fast")
+	l := newLeaseTracker("a", cfg, t0, 1)
+	base := []string{"a", "b"}
+	if ok, _ := l.fence(base, false, t0.Add(time.Hour)); !ok {
+		t.Error("fenced without quorum required")
+	}
+	if !l.expired("b", base, false, t0.Add(cfg.Claim)) {
+		t.Error("b not gone on this node's own vote in a two-node cluster")
+	}
+	if l.expired("b", base, true, t0.Add(cfg.Claim)) {
+		t.Error("b gone on one vote of two with quorum required")
+	}
+}
+
+func TestHeartbeatRoundTrip(t *testing.T) {
+	in := heartbeat{From: "cp-1", Epoch: 99, Seq: 1 << 40, Entries: []heartbeatEntry{{Name: "cp-2", Epoch: 5, Seq: 7, Silent: true}, {Name: "cp-3", Seq: 0}}}
+	b, err := in.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := decodeHeartbeat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip: %+v -> %+v", in, out)
+	}
+	// A later version's trailing bytes are ignored.
+	if out, err := decodeHeartbeat(append(b, 9, 9, 9)); err != nil || !reflect.DeepEqual(in, out) {
+		t.Errorf("with trailing bytes: %+v, %v", out, err)
+	}
+	for _, bad := range [][]byte{nil, {'H'}, append([]byte{'H', 0}, make([]byte, 17)...), b[:len(b)-3], append([]byte{'X', 1}, make([]byte, 17)...)} {
+		if _, err := decodeHeartbeat(bad); err == nil {
+			t.Errorf("decodeHeartbeat(%x) accepted", bad)
+		}
+	}
+}
+
+// TestLeaseRestartedPeer: a peer that restarts numbers its heartbeats from 1
+// again under a new epoch: it is heard at once, and an ack for this node's
+// previous epoch does not count as evidence.
+func TestLeaseRestartedPeer(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := leaseConfigFor("fast")
+	l := newLeaseTracker("a", cfg, t0, 1)
+	base := []string{"a", "b", "c"}
+	l.receive(heartbeat{From: "b", Epoch: 7, Seq: 500}, t0)
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 1}, t0.Add(cfg.Claim))
+	if l.silentFor("b", t0.Add(cfg.Claim)) != 0 {
+		t.Errorf("a restarted peer's heartbeat (new epoch, seq 1) was ignored")
+	}
+	hb := l.beat(base, t0.Add(cfg.Claim))
+	// b acks this seq, but for another epoch of a: no evidence.
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 2, Entries: []heartbeatEntry{{Name: "a", Epoch: 9, Seq: hb.Seq}}}, t0.Add(cfg.Claim+time.Millisecond))
+	if ok, _ := l.fence(base, true, t0.Add(cfg.Claim+time.Millisecond)); ok {
+		t.Errorf("an ack for another epoch counted as evidence")
+	}
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 3, Entries: []heartbeatEntry{{Name: "a", Epoch: 1, Seq: hb.Seq}}}, t0.Add(cfg.Claim+2*time.Millisecond))
+	if ok, _ := l.fence(base, true, t0.Add(cfg.Claim+2*time.Millisecond)); !ok {
+		t.Errorf("an ack for this epoch did not count as evidence")
+	}
+}
