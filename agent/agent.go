@@ -172,6 +172,9 @@ type loopState struct {
 	// after a restart).
 	withdrawnSince time.Time
 	shuttingDown   bool
+	// decommissioned: this node is being removed for good (vipctl
+	// decommission); its metadata says so until it stops.
+	decommissioned bool
 	waiters        []*withdrawWaiter
 	checks         *healthChecks
 	// recorded are the addresses this node added and has not removed,

@@ -34,8 +34,8 @@ const (
 	DefaultBindPort         = 7946
 	DefaultRejoinInterval   = 30 * time.Second
 	DefaultHandoffTimeout   = 10 * time.Second
-	DefaultHealthInterval   = time.Second
-	DefaultHealthTimeout    = time.Second
+	DefaultHealthInterval   = 250 * time.Millisecond
+	DefaultHealthTimeout    = 500 * time.Millisecond
 	DefaultHealthRise       = 2
 	DefaultHealthFall       = 3
 	DefaultGracefulShutdown = 5 * time.Second
@@ -114,9 +114,11 @@ type ClusterConfig struct {
 	// it). [off]
 	KeyFile string `toml:"key_file"`
 	// AllowedNetworks are the networks (CIDR, or a single address) whose
-	// hosts may take part in membership: packets from elsewhere are dropped
-	// and members elsewhere are not admitted. [with key_file: any address;
-	// without: this node's bind_address and the configured peers' addresses]
+	// hosts may take part in membership: membership packets and
+	// connections from elsewhere are dropped before they are read, and
+	// members elsewhere are not admitted; a reload applies changes. [with
+	// key_file: any address; without: this node's bind_address and the
+	// configured peers' addresses]
 	AllowedNetworks []string `toml:"allowed_networks"`
 	// HandoffTimeout bounds the make-before-break handoff on SIGTERM and
 	// on withdraw: the VIP is kept until a successor holds it or this
@@ -160,9 +162,11 @@ type HealthConfig struct {
 	URL string `toml:"url"`
 	// Command is run (argv, no shell); exit status 0 is healthy.
 	Command []string `toml:"command"`
-	// Interval between checks. [1s]
+	// Interval between checks: with fall 3 an apiserver that stops
+	// answering loses the VIP within about a second. At least 100ms.
+	// [250ms]
 	Interval string `toml:"interval"`
-	// Timeout of one check. [1s]
+	// Timeout of one check. At least 10ms. [500ms]
 	Timeout string `toml:"timeout"`
 	// Rise is how many successes in a row make a node healthy. [2]
 	Rise int `toml:"rise"`

@@ -75,18 +75,25 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 			return nil
 		}, nil
 	}
-	// The client is built at the first check that can read ca_file: at
+	// The client is built at the first check that can read ca_file (at
 	// cluster bootstrap vipd starts before kubeadm writes the CA, and the
-	// check fails (saying why) until it exists.
-	var client *http.Client
+	// check fails, saying why, until it exists) and again when the file
+	// changes (a CA rotation).
+	var (
+		client *http.Client
+		caSeen caStamp
+	)
 	url := h.URL
 	return func(ctx context.Context) error {
-		if client == nil {
+		if stamp := stampOf(h.CAFile); client == nil || stamp != caSeen {
 			c, err := newHTTPClient(h)
 			if err != nil {
 				return fmt.Errorf("health %s: %w", url, err)
 			}
-			client = c
+			if client != nil {
+				client.CloseIdleConnections()
+			}
+			client, caSeen = c, stamp
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -103,6 +110,23 @@ func newProbe(h *HealthConfig) (probeFunc, error) {
 		}
 		return nil
 	}, nil
+}
+
+// caStamp identifies a version of the CA file (zero without one).
+type caStamp struct {
+	size int64
+	mod  time.Time
+}
+
+func stampOf(path string) caStamp {
+	if path == "" {
+		return caStamp{}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return caStamp{}
+	}
+	return caStamp{fi.Size(), fi.ModTime()}
 }
 
 // newHTTPClient builds an HTTP check's client: TLS verified against ca_file
@@ -170,6 +194,7 @@ func (r checkRun) run(ctx context.Context) {
 	first := true
 	var lastLogged time.Time
 	suppressed := 0
+	lastReason := "" // the failure reason last sent while unhealthy
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
 		start := r.now()
@@ -197,8 +222,16 @@ func (r checkRun) run(ctx context.Context) {
 				suppressed++
 			}
 		}
-		if changed || first {
+		reason := ""
+		if err != nil {
+			reason = err.Error()
+		}
+		// Send verdict changes, the first verdict, and, while unhealthy, a
+		// new reason (the CA now exists but the apiserver refuses): status
+		// shows why, not why it was at first.
+		if changed || first || (!rf.healthy && reason != lastReason) {
 			first = false
+			lastReason = reason
 			for _, name := range r.vips {
 				select {
 				case r.out <- healthResult{Checker: r.id, VIP: name, Healthy: rf.healthy, Err: err}:
@@ -320,8 +353,11 @@ func (a *Agent) onHealth(r healthResult) {
 		}
 	}
 	if v.healthy == r.Healthy {
-		if v.healthDetail == "" { // the first verdict, unchanged: record why
+		switch {
+		case v.healthDetail == "": // the first verdict, unchanged: record why
 			v.healthDetail, v.healthSince = msg, a.now()
+		case msg != v.healthDetail: // still unhealthy, for another reason
+			v.healthDetail = msg
 		}
 		return
 	}

@@ -304,3 +304,64 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestHTTPSProbeCARotation: a CA file replaced on disk (rotated) is read
+// again at the next check.
+func TestHTTPSProbeCARotation(t *testing.T) {
+	oldCA, _ := testCA(t, "kubernetes")
+	newCA, cert := testCA(t, "kubernetes")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, oldCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := newProbe(&HealthConfig{URL: srv.URL, CAFile: caFile, TLSServerName: "kubernetes", interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(context.Background()); err == nil {
+		t.Fatal("a certificate of another CA passed")
+	}
+	if err := os.WriteFile(caFile, newCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe(context.Background()); err != nil {
+		t.Errorf("after the CA file was rotated: %v", err)
+	}
+}
+
+// TestHealthReasonFollowsFailure: while a check keeps failing, a new reason
+// is reported (the verdict unchanged), so status says why it fails now.
+func TestHealthReasonFollowsFailure(t *testing.T) {
+	var calls atomic.Int32
+	probe := func(context.Context) error {
+		if calls.Add(1) < 3 {
+			return errors.New("ca_file: no such file")
+		}
+		return errors.New("connection refused")
+	}
+	out := make(chan healthResult, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		checkRun{id: 1, vips: []string{"a"}, cfg: &HealthConfig{Rise: 2, Fall: 3, interval: time.Millisecond, timeout: time.Second},
+			probe: probe, out: out, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(nil), now: time.Now}.run(ctx)
+	}()
+	var reasons []string
+	for len(reasons) < 2 {
+		r := <-out
+		if r.Healthy {
+			t.Fatalf("healthy verdict from a failing check")
+		}
+		reasons = append(reasons, r.Err.Error())
+	}
+	cancel()
+	<-done
+	if reasons[0] != "ca_file: no such file" || reasons[1] != "connection refused" {
+		t.Errorf("reasons sent %q, want the first one and then the new one", reasons)
+	}
+}

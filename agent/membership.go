@@ -77,12 +77,6 @@ func memberlistConfig(c *Config) *memberlist.Config {
 		mc.TCPTimeout = 2 * time.Second
 	}
 	mc.Name = c.NodeName
-	// Packets from outside the admitted networks are dropped before they
-	// are read (memberlist reads this at start; a reload changes
-	// admission through NotifyAlive, the packet filter after a restart).
-	for _, p := range admissionNetworks(c) {
-		mc.CIDRsAllowed = append(mc.CIDRsAllowed, net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())})
-	}
 	mc.BindAddr = c.Cluster.bindAddr.String()
 	mc.BindPort = c.Cluster.BindPort
 	mc.AdvertiseAddr = c.Cluster.bindAddr.String()
@@ -121,8 +115,18 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
+	// Packets and streams from outside the admitted networks are dropped
+	// before memberlist reads them (admittingTransport).
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+	}
+	mc.Transport = newAdmittingTransport(nt, &m.allowed, func() { rejected("packet") })
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		mc.Transport.Shutdown()
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
 	m.list = ml
@@ -438,9 +442,22 @@ type slogWriter struct {
 	now func() time.Time
 
 	mu         sync.Mutex
-	lastLogged map[string]time.Time // send-failure kind -> when last logged
+	lastLogged map[string]time.Time // kind -> when last logged
 	suppressed map[string]int
+	// The budget: at most logBudget lines per window of sendFailureEvery
+	// whatever their kinds (text a sender chooses, a label or a node name,
+	// makes new kinds); the rest are counted in overBudget.
+	windowStart time.Time
+	inWindow    int
+	overBudget  int
 }
+
+// logBudget bounds memberlist warnings and errors per sendFailureEvery,
+// all kinds together.
+const logBudget = 20
+
+// maxLogKinds bounds the kinds remembered; older ones are forgotten first.
+const maxLogKinds = 256
 
 func newSlogWriter(lg *slog.Logger, now func() time.Time) *slogWriter {
 	return &slogWriter{lg: lg, now: now, lastLogged: map[string]time.Time{}, suppressed: map[string]int{}}
@@ -478,11 +495,13 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// quoted and number match what varies in memberlist's messages: a quoted
-// node name, a number (an address, a port, a message type).
+// quoted, nodeName and number match what varies in memberlist's messages:
+// quoted text (a node name, a label a sender chose), an unquoted node name,
+// a number (an address, a port, a message type).
 var (
-	quoted = regexp.MustCompile(`'[^']*'`)
-	number = regexp.MustCompile(`[0-9]+`)
+	quoted   = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+	nodeName = regexp.MustCompile(`\bnode \S+`)
+	number   = regexp.MustCompile(`[0-9]+`)
 )
 
 // logKind is what a warning or error is about, without what varies (the
@@ -490,13 +509,15 @@ var (
 // "Failed to decode ping request: msgpack ... from=203.0.113.9:7946", so a
 // flood of garbage packets logs one line per kind every sendFailureEvery.
 func logKind(s string) string {
+	// Quoted text first: a label can hold ": ".
+	s = nodeName.ReplaceAllString(quoted.ReplaceAllString(s, "'*'"), "node *")
 	if i := strings.Index(s, ": "); i >= 0 {
 		s = s[:i]
 	}
 	if i := strings.Index(s, " from="); i >= 0 {
 		s = s[:i]
 	}
-	return number.ReplaceAllString(quoted.ReplaceAllString(s, "'*'"), "N")
+	return number.ReplaceAllString(s, "N")
 }
 
 // sendFailureKind returns "Failed to send gossip" for "Failed to send
@@ -520,11 +541,43 @@ func (w *slogWriter) throttle(kind string) (int, bool) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if now.Sub(w.windowStart) >= sendFailureEvery || now.Before(w.windowStart) {
+		if w.overBudget > 0 {
+			w.lg.Warn("memberlist warnings and errors left out (over the log budget)", "suppressed", w.overBudget, "budget", logBudget, "per", sendFailureEvery)
+		}
+		w.windowStart, w.inWindow, w.overBudget = now, 0, 0
+	}
 	if last, ok := w.lastLogged[kind]; ok && now.Sub(last) < sendFailureEvery && now.Sub(last) >= 0 {
 		w.suppressed[kind]++
 		return 0, false
 	}
+	if w.inWindow >= logBudget {
+		w.overBudget++
+		return 0, false
+	}
+	w.inWindow++
+	if len(w.lastLogged) >= maxLogKinds {
+		w.prune(now)
+	}
 	n := w.suppressed[kind]
 	w.lastLogged[kind], w.suppressed[kind] = now, 0
 	return n, true
+}
+
+// prune forgets kinds not logged for a window (then the oldest half), so
+// text chosen by senders cannot grow the maps without bound.
+func (w *slogWriter) prune(now time.Time) {
+	for k, t := range w.lastLogged {
+		if now.Sub(t) >= sendFailureEvery {
+			delete(w.lastLogged, k)
+			delete(w.suppressed, k)
+		}
+	}
+	for k := range w.lastLogged {
+		if len(w.lastLogged) < maxLogKinds/2 {
+			break
+		}
+		delete(w.lastLogged, k)
+		delete(w.suppressed, k)
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,15 +117,26 @@ func TestSlogWriterGarbageFlood(t *testing.T) {
 		"[ERR] memberlist: failed to receive: No installed keys could decrypt the message from=203.0.113.9:%d",
 		"[WARN] memberlist: ignoring alive message for 'stranger-%d': node stranger at 203.0.113.9: not in cluster.allowed_networks",
 		"[ERR] memberlist: Received invalid msgType (%d) from=203.0.113.9:7946",
+		"[ERR] memberlist: discarding packet with unacceptable label \"x%d: y\": from=203.0.113.9:%d",
+		"[WARN] memberlist: Got ping for unexpected node stranger-%d from=203.0.113.9:%d",
 	}
 	for i := range 10000 {
 		w.Write(fmt.Appendf(nil, kinds[i%len(kinds)]+"\n", i, i))
 		now = now.Add(time.Millisecond) // 10 s in all
 	}
+	// Text the sender chooses (random node names in labels) makes a new
+	// kind each time: the budget still bounds the lines.
+	for i := range 10000 {
+		w.Write(fmt.Appendf(nil, "[ERR] memberlist: random %x junk: from=203.0.113.9:1\n", i*7919))
+		now = now.Add(time.Millisecond)
+	}
+	if len(w.lastLogged) > maxLogKinds {
+		t.Errorf("%d kinds remembered, want at most %d", len(w.lastLogged), maxLogKinds)
+	}
 	w.Write([]byte("[INFO] memberlist: Suspect n2 has failed, no acks received\n"))
 	lines := strings.Count(buf.String(), "\n")
-	if lines > 2*len(kinds)+1 {
-		t.Errorf("10,000 garbage packets made %d log lines, want at most %d:\n%s", lines, 2*len(kinds)+1, buf.String())
+	if want := 4*logBudget + 4; lines > want {
+		t.Errorf("20,000 garbage packets in 20 s made %d log lines, want at most %d:\n%s", lines, want, buf.String())
 	}
 	if !strings.Contains(buf.String(), "Suspect n2 has failed") {
 		t.Errorf("an info line was dropped")
@@ -166,5 +180,74 @@ func TestBroadcastQueueKeepsEveryNode(t *testing.T) {
 		if !got[want] {
 			t.Errorf("broadcast %q lost from the queue; queued %d, sent %v", want, q.NumQueued(), got)
 		}
+	}
+}
+
+// TestAdmission: the admitted networks follow key_file and
+// allowed_networks, and a node is admitted only with a valid name, an
+// address in them and metadata that decodes.
+func TestAdmission(t *testing.T) {
+	parse := func(cluster string) *Config {
+		t.Helper()
+		c, err := Parse("a.toml", []byte("node_name = \"cp-1\"\n[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\", \"192.0.2.13:7947\"]\n"+cluster+
+			"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	key := filepath.Join(t.TempDir(), "k")
+	writeKeyFile(t, key, newKey(t))
+	for _, tt := range []struct {
+		name    string
+		cluster string
+		want    []string
+	}{
+		{"no key: this node and the peers", "", []string{"192.0.2.11/32", "192.0.2.12/32", "192.0.2.13/32"}},
+		{"with a key: any address", "key_file = \"" + key + "\"\n", nil},
+		{"allowed_networks wins", "key_file = \"" + key + "\"\nallowed_networks = [\"198.51.100.0/24\"]\n", []string{"198.51.100.0/24", "192.0.2.11/32"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, p := range admissionNetworks(parse(tt.cluster)) {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("admitted networks %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	var reasons []string
+	m := &membership{self: "cp-1", rejected: func(r string) { reasons = append(reasons, r) }}
+	m.setAllowed(admissionNetworks(parse("")))
+	good, _ := NodeMeta{Valid: true}.Encode()
+	node := func(name, ip string, meta []byte) *memberlist.Node {
+		return &memberlist.Node{Name: name, Addr: net.ParseIP(ip), Port: 7946, Meta: meta}
+	}
+	for _, tt := range []struct {
+		n      *memberlist.Node
+		reason string
+	}{
+		{node("cp-2", "192.0.2.12", good), ""},
+		{node("stranger", "192.0.2.50", good), "network"},
+		{node("cp-2\nINFO fake line", "192.0.2.12", good), "name"},
+		{node("cp-3", "192.0.2.13", []byte{0, 0}), "metadata"},
+	} {
+		reasons = nil
+		err := m.admit(tt.n)
+		if (err == nil) != (tt.reason == "") || (tt.reason != "" && (len(reasons) != 1 || reasons[0] != tt.reason)) {
+			t.Errorf("admit %q at %v: %v (reasons %v), want reason %q", tt.n.Name, tt.n.Addr, err, reasons, tt.reason)
+		}
+	}
+	if err := m.NotifyMerge([]*memberlist.Node{node("cp-2", "192.0.2.12", good), node("stranger", "192.0.2.50", good)}); err == nil {
+		t.Error("a join bringing in a stranger was not refused")
+	}
+
+	// The transport filter drops packets from outside the same networks.
+	tr := &admittingTransport{allowed: &m.allowed}
+	if !tr.admits(&net.UDPAddr{IP: net.ParseIP("192.0.2.13"), Port: 7947}) || tr.admits(&net.UDPAddr{IP: net.ParseIP("192.0.2.50"), Port: 7946}) ||
+		tr.admits(&net.TCPAddr{IP: net.ParseIP("203.0.113.9"), Port: 40000}) {
+		t.Error("transport filter admits the wrong addresses")
 	}
 }

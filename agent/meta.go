@@ -14,7 +14,8 @@ import (
 //
 //	byte 0      version (1)
 //	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown),
-//	            bit 2 fenced (no majority hears this node: it holds nothing)
+//	            bit 2 fenced (no majority hears this node: it holds nothing),
+//	            bit 3 removed (decommissioned: forget it once it stops)
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
 //	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
 //	            VIP's interface is down: never eligible for it)
@@ -49,7 +50,10 @@ type NodeMeta struct {
 	// recently (the lease); it holds no VIP and marks them down too, which
 	// older versions understand.
 	Fenced bool
-	VIPs   map[uint32]VIPMeta
+	// Removed: the node is being removed from the cluster for good
+	// (vipctl decommission); the others forget it once it has stopped.
+	Removed bool
+	VIPs    map[uint32]VIPMeta
 }
 
 // VIPMeta is a node's state for one VIP.
@@ -66,6 +70,7 @@ const (
 	metaFlagWithdraw = 1 << 0
 	metaFlagLeaving  = 1 << 1
 	metaFlagFenced   = 1 << 2
+	metaFlagRemoved  = 1 << 3
 	vipFlagHealthy   = 1 << 0
 	vipFlagHeld      = 1 << 1
 	vipFlagDown      = 1 << 2
@@ -87,6 +92,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	}
 	if m.Fenced {
 		b[1] |= metaFlagFenced
+	}
+	if m.Removed {
+		b[1] |= metaFlagRemoved
 	}
 	keys := make([]uint32, 0, len(m.VIPs))
 	for k := range m.VIPs {
@@ -144,7 +152,7 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		}
 		entries, size = b[4:4+n*s], s
 	}
-	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0, VIPs: map[uint32]VIPMeta{}}
+	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0, Removed: b[1]&metaFlagRemoved != 0, VIPs: map[uint32]VIPMeta{}}
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]

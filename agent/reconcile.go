@@ -17,7 +17,7 @@ import (
 func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
-	members := a.members.snapshot()
+	members := a.forgetRemoved(a.members.snapshot())
 	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
 	a.lease.setBase(q.base, q.required, members)
 	a.observeLease(a.lease.state())
@@ -170,4 +170,23 @@ func (a *Agent) observeLease(ls leaseState) {
 			a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
 		}
 	}
+}
+
+// forgetRemoved forgets members that were decommissioned (vipctl
+// decommission) and have stopped, as vipctl forget would on every node: a
+// control-plane node removed for good must not stay in the quorum base.
+func (a *Agent) forgetRemoved(members []memberInfo) []memberInfo {
+	keep := members[:0:0]
+	for _, m := range members {
+		if m.Name != a.self && m.Meta.Removed && (m.State == StateLeft || m.State == StateDead) {
+			if err := a.forget(m.Name); err != nil {
+				a.log.Warn("forget a decommissioned member", "member", m.Name, "err", err)
+			} else {
+				a.log.Info("member removed for good (decommissioned) forgotten", "member", m.Name)
+			}
+			continue
+		}
+		keep = append(keep, m)
+	}
+	return keep
 }

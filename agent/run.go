@@ -132,8 +132,12 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // bindRetry is how often start-up tries the bind address again while it is
-// not configured yet.
-const bindRetry = 250 * time.Millisecond
+// not configured yet; startExtend is how far each EXTEND_TIMEOUT_USEC pushes
+// systemd's start timeout meanwhile.
+const (
+	bindRetry   = 250 * time.Millisecond
+	startExtend = 60 * time.Second
+)
 
 // startMembership starts memberlist on cluster.bind_address. At boot the
 // address may not be configured yet (network-online.target can be reached
@@ -143,6 +147,7 @@ const bindRetry = 250 * time.Millisecond
 func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, error) {
 	c := a.st.cfg
 	waiting := false
+	var extended time.Time
 	t := time.NewTicker(bindRetry)
 	defer t.Stop()
 	for {
@@ -171,6 +176,12 @@ func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, 
 			msg := fmt.Sprintf("waiting for cluster.bind_address %s to be configured on an interface", c.Cluster.bindAddr)
 			a.log.Warn(msg)
 			a.opts.Notify("STATUS=" + msg)
+		}
+		// Tell systemd start-up goes on, so TimeoutStartSec does not kill
+		// a vipd that waits for the network.
+		if now := a.now(); now.Sub(extended) >= startExtend/2 {
+			extended = now
+			a.opts.Notify(fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", startExtend.Microseconds()))
 		}
 		select {
 		case <-ctx.Done():
@@ -281,7 +292,8 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 // localMeta is what this node advertises now.
 func (a *Agent) localMeta() NodeMeta {
 	fenced := a.st.lease.fenced
-	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced, VIPs: map[uint32]VIPMeta{}}
+	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
+		Removed: a.st.decommissioned, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != "all")
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}

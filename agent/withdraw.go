@@ -140,9 +140,19 @@ func (a *Agent) checkWaiters(view []Member, now time.Time) {
 }
 
 // forget drops a member that is not alive from the table and the cache.
+// Forgetting this node itself is decommissioning it: it tells the others it
+// is being removed for good, and they forget it once it has stopped.
 func (a *Agent) forget(name string) error {
-	if name == "" || name == a.self {
-		return status.Errorf(codes.InvalidArgument, "forget: name another node, not %q", name)
+	if name == a.self {
+		if !a.st.decommissioned {
+			a.st.decommissioned = true
+			a.log.Info("decommissioned: the others forget this node once it stops")
+			a.events.publish(&apipb.Event{Kind: "membership", Node: a.self, Message: "decommissioned: removed for good once it stops"})
+		}
+		return nil
+	}
+	if name == "" {
+		return status.Errorf(codes.InvalidArgument, "forget: name a node")
 	}
 	known := false
 	for _, m := range a.members.snapshot() {

@@ -66,14 +66,14 @@ asn = 64513
 address = "192.0.2.1"
 asn = 64512
 password_file = "` + missing + `"
-`, []string{"14:1: secret file: stat " + missing + ": no such file or directory"}},
+`, []string{"14:1: password_file " + missing + ": file does not exist"}},
 		{"password file readable by others", `[bgp]
 asn = 64513
 [[bgp.peer]]
 address = "192.0.2.1"
 asn = 64512
 password_file = "` + openPass + `"
-`, []string{"14:1: secret file " + openPass + " has mode 0644"}},
+`, []string{"14:1: password_file " + openPass + " has mode 0644"}},
 		{"all at once, second peer", `[bgp]
 asn = 0
 [[bgp.peer]]
@@ -89,7 +89,7 @@ password_file = "` + missing + `"
 			"10:1: bgp.asn is required",
 			`16:1: invalid peer address "not-an-ip"`,
 			`18:1: hold_time must be at least 3s`,
-			"19:1: secret file: stat " + missing,
+			"19:1: password_file " + missing + ": file does not exist",
 		}},
 	}
 	for _, c := range cases {

@@ -22,6 +22,7 @@ for a in "$@"; do
 	status) exit "${FAKE_STATUS_RC:-0}" ;;
 	withdraw) exit "${FAKE_WITHDRAW_RC:-0}" ;;
 	restore) exit "${FAKE_RESTORE_RC:-0}" ;;
+	decommission) exit "${FAKE_DECOMMISSION_RC:-0}" ;;
 	esac
 done
 exit 99
@@ -127,7 +128,12 @@ if [ -e "$marker" ]; then pass=$((pass + 1)); echo "ok   kubeadm: reset ran"; el
 logged "kubeadm: drain options passed on" "withdraw --wait --timeout 5s"
 expect "kubeadm: command fails" 6 "$hooks/kubeadm-pre-reset" -- false
 expect "kubeadm: withdraw only" 0 "$hooks/kubeadm-pre-reset"
+logged "kubeadm: decommissions after the withdraw" "vipctl --socket $sock decommission"
 rm -f "$marker"
+expect "kubeadm: decommission fails, command not run" 12 env FAKE_DECOMMISSION_RC=1 "$hooks/kubeadm-pre-reset" -- touch "$marker"
+if [ ! -e "$marker" ]; then pass=$((pass + 1)); echo "ok   kubeadm: reset not run when not decommissioned"; else fail=$((fail + 1)); echo "FAIL kubeadm: reset ran although the node was not decommissioned"; fi
+expect "drain: no decommission without the option" 0 "$hooks/vipd-drain"
+if ! grep -q "decommission" "$FAKE_LOG" 2>/dev/null || [ "$(tail -1 "$FAKE_LOG")" != "vipctl --socket $sock decommission" ]; then pass=$((pass + 1)); echo "ok   drain: maintenance does not decommission"; else fail=$((fail + 1)); echo "FAIL drain: vipd-drain without --decommission decommissioned"; fi
 expect "kubeadm: permission denied, command not run" 11 env FAKE_STATUS_RC=6 "$hooks/kubeadm-pre-reset" -- touch "$marker"
 if [ ! -e "$marker" ]; then pass=$((pass + 1)); echo "ok   kubeadm: reset not run when denied"; else fail=$((fail + 1)); echo "FAIL kubeadm: reset ran although permission was denied"; fi
 
@@ -152,7 +158,7 @@ expect "rke2: run without command" 2 "$hooks/rke2-upgrade" run
 export FAKE_MACHINES='cp-a|2025-01-01T00:00:00Z|node-a|192.0.2.10 192.0.2.11|198.51.100.9|vipd\ncp-b||node-b|192.0.2.20||vipd\ncp-c|2025-01-01T00:00:00Z|node-c|192.0.2.30||\n'
 hook=pre-drain.delete.hook.machine.cluster.x-k8s.io/vipd
 expect "capi: --all releases deleting machines" 0 "$hooks/capi-pre-drain" -n capi --all
-logged "capi: drains on first InternalIP" "root@192.0.2.10 /usr/share/vipd/hooks/vipd-drain --timeout 30s"
+logged "capi: drains on first InternalIP, decommissioning" "root@192.0.2.10 /usr/share/vipd/hooks/vipd-drain --decommission --timeout 30s"
 logged "capi: annotation removed" "kubectl --namespace capi annotate machines.cluster.x-k8s.io cp-a $hook-"
 notlogged "capi: machine not being deleted left alone" "cp-b"
 notlogged "capi: machine without hook left alone" "192.0.2.30"

@@ -124,7 +124,7 @@ func (e *env) command(version string) *cobra.Command {
 	root.PersistentFlags().StringVar(&e.socket, "socket", apipb.DefaultSocket, "the `PATH` of vipd's API socket")
 	root.MarkPersistentFlagFilename("socket", "sock")
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(e.statusCmd(), e.withdrawCmd(), e.restoreCmd(), e.forgetCmd(), e.eventsCmd(), e.completionCmd(root))
+	root.AddCommand(e.statusCmd(), e.withdrawCmd(), e.restoreCmd(), e.forgetCmd(), e.decommissionCmd(), e.eventsCmd(), e.completionCmd(root))
 	return root
 }
 
@@ -220,6 +220,23 @@ a member that is alive.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return e.forget(args[0])
+		},
+	}
+}
+
+func (e *env) decommissionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "decommission",
+		Short: "mark this node as removed for good: the others forget it once it stops",
+		Long: `Marks this node as being removed from the cluster for good (kubeadm reset,
+a Machine deleted by Cluster API, a host retired). It keeps running as it
+was; once vipd stops on it, every other node forgets it, as "vipctl forget"
+run on each of them would, so it no longer counts in the quorum base. Run it
+after "vipctl withdraw --wait" (the kubeadm and Cluster API hooks do), not
+for maintenance: a node stopped for maintenance stays in the quorum base.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.decommission()
 		},
 	}
 }

@@ -472,3 +472,28 @@ func TestLinksNoDaemonCode(t *testing.T) {
 		}
 	}
 }
+
+// TestDecommission: vipctl decommission forgets this node itself (vipd
+// takes that as "removed for good").
+func TestDecommission(t *testing.T) {
+	f := &fakeVipd{status: &apipb.StatusResponse{Node: "cp-1", Quorum: true, Healthy: true}}
+	sock := serve(t, f)
+	code, stdout, stderr := vipctl(t, "--socket", sock, "decommission")
+	if code != ExitOK || f.forgot != "cp-1" || !strings.Contains(stdout, "decommissioned cp-1") {
+		t.Errorf("decommission: exit %d %q %q, forgot %q; want cp-1 forgotten", code, stdout, stderr, f.forgot)
+	}
+}
+
+// TestStatusEscapesNames: a member name with a newline or an escape
+// sequence (from a hostile or broken peer) is printed escaped.
+func TestStatusEscapesNames(t *testing.T) {
+	sock := serve(t, &fakeVipd{status: &apipb.StatusResponse{Node: "cp-1", Quorum: true, Healthy: true,
+		Members: []*apipb.MemberStatus{{Name: "evil\nnode cp-9 alive\x1b[31m", State: "alive"}}}})
+	_, stdout, _ := vipctl(t, "--socket", sock, "status")
+	if strings.Contains(stdout, "\x1b") || strings.Contains(stdout, "\nnode cp-9") {
+		t.Errorf("a hostile name reached the terminal raw:\n%q", stdout)
+	}
+	if !strings.Contains(stdout, `\x1b[31m`) {
+		t.Errorf("escape sequence not shown escaped:\n%s", stdout)
+	}
+}

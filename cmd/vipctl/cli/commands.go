@@ -164,6 +164,26 @@ func (e *env) forget(node string) error {
 	return nil
 }
 
+// decommission forgets this node itself: vipd marks it removed for good.
+func (e *env) decommission() error {
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	ctx, cancel := context.WithTimeout(e.ctx, callTimeout)
+	defer cancel()
+	st, err := c.client.Status(ctx, &apipb.StatusRequest{})
+	if err != nil {
+		return c.fail(ctx, "decommission", err)
+	}
+	if _, err := c.client.Forget(ctx, &apipb.ForgetRequest{Node: st.GetNode()}); err != nil {
+		return c.fail(ctx, "decommission", err)
+	}
+	fmt.Fprintf(e.stdout, "decommissioned %s: the other nodes forget it once vipd stops here\n", sanitizeName(st.GetNode()))
+	return nil
+}
+
 // forgettable lists the members forget accepts (dead or left), for shell
 // completion; nothing when vipd cannot be asked.
 func (e *env) forgettable() []string {

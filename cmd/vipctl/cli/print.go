@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/vipd/vipd/agent/apipb"
 )
@@ -20,7 +21,10 @@ type printer struct {
 
 func (e *env) printer() printer { return printer{now: e.now(), loc: e.loc} }
 
-func (p printer) status(w io.Writer, st *apipb.StatusResponse) {
+func (p printer) status(out io.Writer, st *apipb.StatusResponse) {
+	// Names come from the network: a control character in one (a newline,
+	// an escape sequence) is shown escaped, never sent to the terminal.
+	w := escaper{out}
 	flags := []string{}
 	if st.GetWithdrawn() {
 		flags = append(flags, "WITHDRAWN")
@@ -31,7 +35,7 @@ func (p printer) status(w io.Writer, st *apipb.StatusResponse) {
 	if !st.GetHealthy() {
 		flags = append(flags, "unhealthy")
 	}
-	fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("node %s (vipd %s) %s", st.GetNode(), st.GetVersion(), strings.Join(flags, " "))))
+	fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("node %s (vipd %s) %s", sanitizeName(st.GetNode()), st.GetVersion(), strings.Join(flags, " "))))
 	if line := p.quorumLine(st); line != "" {
 		fmt.Fprintln(w, line)
 	}
@@ -40,7 +44,7 @@ func (p printer) status(w io.Writer, st *apipb.StatusResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VIP\tADDRESS\tMODE\tOWNER\tHELD HERE\tHOLDERS")
 	for _, v := range st.GetVips() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.GetName(), v.GetAddress(), v.GetMode(), orDash(v.GetOwner()), yesNo(v.GetHeld()), orDash(strings.Join(v.GetHolders(), ",")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.GetName(), v.GetAddress(), v.GetMode(), orDash(sanitizeName(v.GetOwner())), yesNo(v.GetHeld()), orDash(sanitizeName(strings.Join(v.GetHolders(), ","))))
 	}
 	tw.Flush()
 
@@ -51,8 +55,8 @@ func (p printer) status(w io.Writer, st *apipb.StatusResponse) {
 		fmt.Fprintln(tw, "VIP\tNODE\tELIGIBLE\tWHY NOT")
 		for _, v := range st.GetVips() {
 			for _, el := range v.GetEligibility() {
-				name := el.GetNode()
-				if name == st.GetNode() {
+				name := sanitizeName(el.GetNode())
+				if el.GetNode() == st.GetNode() {
 					name += " (this node)"
 				}
 				why := "-"
@@ -83,7 +87,7 @@ func (p printer) status(w io.Writer, st *apipb.StatusResponse) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMBER\tADDRESS\tSTATE\tWITHDRAWN\tHEALTHY")
 	for _, m := range st.GetMembers() {
-		name := m.GetName()
+		name := sanitizeName(m.GetName())
 		if m.GetSelf() {
 			name += " (this node)"
 		}
@@ -185,6 +189,40 @@ func (p printer) clock(t time.Time) string {
 		return t.Format("15:04:05")
 	}
 	return t.Format("2006-01-02 15:04:05")
+}
+
+// escaper writes text with control characters other than newline and tab
+// shown as Go escapes.
+type escaper struct{ w io.Writer }
+
+func (e escaper) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(e.w, escapeControls(string(b))); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// escapeControls shows control and non-printing characters of s, but
+// newlines and tabs, as Go escapes.
+func escapeControls(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || r == '\t' || unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
+
+// sanitizeName is a name from the network, safe to print.
+func sanitizeName(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(escapeControls(s), "\n", `\n`), "\t", `\t`)
 }
 
 func (p printer) event(e *apipb.Event) string {
