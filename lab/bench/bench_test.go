@@ -169,11 +169,17 @@ func sample() *Results {
 	return &Results{
 		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Finished: time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC), Runs: 2,
 		Failover: []Trial{
-			{System: "vipd", Scenario: "handoff", Run: 1, Gap: 0, Takeover: d(300)},
+			{System: "vipd", Scenario: "handoff", Run: 1, From: "n1", To: "n2", Gap: 0, Takeover: d(300)},
 			{System: "vipd", Scenario: "handoff", Run: 2, From: "n1", To: "n3", Gap: d(40), Failed: 2, Takeover: d(320), FirstFailure: "read: connection reset by peer"},
-			{System: "keepalived", Scenario: "handoff", Run: 1, Gap: d(600), Failed: 30, Takeover: d(610)},
-			{System: "vipd", Scenario: "linkdown", Run: 1, Gap: d(1200), Takeover: d(1210), Failed: 60, SplitAfterHeal: d(20)},
+			{System: "keepalived", Scenario: "handoff", Run: 1, From: "n1", To: "n2", Gap: d(600), Failed: 30, Takeover: d(610)},
+			{System: "vipd", Scenario: "linkdown", Run: 1, From: "n2", To: "n1", Gap: d(1200), Takeover: d(1210), Failed: 60, SplitAfterHeal: d(20)},
 			{System: "keepalived", Scenario: "linkdown", Run: 1, Err: "lab not steady"},
+			// In place: the VIP stayed on n1 (no takeover), or came back
+			// on n2 after 1.5 s.
+			{System: "vipd", Scenario: "addrdel", Run: 1, From: "n1", Gap: 0},
+			{System: "vipd", Scenario: "addrdel", Run: 2, From: "n1", Gap: d(40), Failed: 2},
+			{System: "vipd", Scenario: "ifrecreate", Run: 1, From: "n1", To: "n2", Gap: d(1500), Takeover: d(1500), Failed: 75},
+			{System: "keepalived", Scenario: "addrdel", Run: 1, Err: "client not answered again within 20s"},
 		},
 		Footprint: &Footprint{Idle1: Usage{RSSKiB: 30 * 1024, CPUPercent: 0.4, Window: 10 * time.Second}, Ready: []time.Duration{d(200), d(1200)}},
 	}
@@ -185,13 +191,15 @@ func TestTargets(t *testing.T) {
 		got[tg.Goal] = tg
 	}
 	for goal, want := range map[string]struct{ met, unknown bool }{
-		"planned handoff: zero failed probes (vipd)":      {false, false}, // run 2 lost 2 probes
-		"link down: median gap under 1.5 s (vipd, fast)":  {true, false},
-		"agent crash: median under 1.5 s (vipd, fast)":    {false, true},
-		"split-brain time 0 after partitions heal (vipd)": {false, false}, // 20ms after heal
-		"idle RSS under 40 MiB (vipd, 1 VIP)":             {true, false},
-		"idle CPU under 1% of a core (vipd, 1 VIP)":       {true, false},
-		"READY under 1 s after start, peers reachable":    {false, false}, // max 1.2s
+		"planned handoff: zero failed probes (vipd)":                                 {false, false}, // run 2 lost 2 probes
+		"link down: median gap under 1.5 s (vipd, fast)":                             {true, false},
+		"agent crash: median under 1.5 s (vipd, fast)":                               {false, true},
+		"split-brain time 0 after partitions heal (vipd)":                            {false, false}, // 20ms after heal
+		"idle RSS under 40 MiB (vipd, 1 VIP)":                                        {true, false},
+		"idle CPU under 1% of a core (vipd, 1 VIP)":                                  {true, false},
+		"READY under 1 s after start, peers reachable":                               {false, false}, // max 1.2s
+		"address removed on the owner: VIP answers again within 1 s (vipd)":          {true, false},
+		"owner interface deleted and recreated: VIP answers again within 2 s (vipd)": {true, false},
 	} {
 		tg, ok := got[goal]
 		if !ok {
@@ -200,6 +208,26 @@ func TestTargets(t *testing.T) {
 		}
 		if tg.Met != want.met || tg.Unknown != want.unknown {
 			t.Errorf("%s: met=%t unknown=%t (%s), want met=%t unknown=%t", goal, tg.Met, tg.Unknown, tg.Measured, want.met, want.unknown)
+		}
+	}
+}
+
+func TestTargetsInPlaceNotAnsweredAgain(t *testing.T) {
+	r := &Results{Failover: []Trial{
+		{System: "vipd", Scenario: "addrdel", Run: 1, From: "n1", Gap: 0},
+		{System: "vipd", Scenario: "addrdel", Run: 2, Err: "client not answered again within 20s"},
+		{System: "vipd", Scenario: "ifrecreate", Run: 1, From: "n1", Gap: 2 * time.Second},
+	}}
+	for _, tg := range r.Targets() {
+		switch tg.Goal {
+		case "address removed on the owner: VIP answers again within 1 s (vipd)":
+			if tg.Met || tg.Unknown || !strings.Contains(tg.Measured, "1 run(s) not answered again") {
+				t.Errorf("addrdel with a run never answered again: %+v, want not met, saying so", tg)
+			}
+		case "owner interface deleted and recreated: VIP answers again within 2 s (vipd)":
+			if tg.Met || tg.Unknown {
+				t.Errorf("ifrecreate with a 2 s gap: %+v, want not met", tg)
+			}
 		}
 	}
 }
@@ -217,6 +245,10 @@ func TestMarkdown(t *testing.T) {
 		"| BenchmarkElect-2 | 10 | 99 | 1 | 1 |",
 		"| 1 VIP, idle | 30.0 | 0.40 |",
 		"- run 2 (n1 to n3): 2 probe(s), read: connection reset by peer",
+		// No takeover when the VIP stayed on its node.
+		"| addrdel | vipd | 2 | 0 / 20 / 40 | - | 1 |",
+		"| ifrecreate | vipd | 1 | 1500 / 1500 / 1500 | 1500 / 1500 / 1500 | 75 |",
+		"| addrdel | keepalived | 0 (+1 failed) | - |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -240,9 +272,11 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 			rects++
 		}
 	}
-	// Background; per panel 3 bars with completed trials, 2 legend boxes.
-	if rects != 11 {
-		t.Errorf("chart has %d rects, want 11:\n%s", rects, svg)
+	// Background; gap panel: 5 bars with completed trials (handoff twice,
+	// linkdown, addrdel, ifrecreate), takeover panel: 4 (not addrdel,
+	// where the VIP never moved); 2 legend boxes per panel.
+	if rects != 14 {
+		t.Errorf("chart has %d rects, want 14:\n%s", rects, svg)
 	}
 	if !strings.Contains(svg, "keepalived handoff: median 600 ms") || !strings.Contains(svg, "keepalived handoff: median 610 ms") {
 		t.Errorf("chart lacks the keepalived handoff bar:\n%s", svg)

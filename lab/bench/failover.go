@@ -13,16 +13,23 @@ import (
 )
 
 // Scenarios are the L2 failover scenarios, in report order.
-var Scenarios = []string{"handoff", "crash", "linkdown", "partition", "health"}
+var Scenarios = []string{"handoff", "crash", "linkdown", "partition", "health", "addrdel", "ifrecreate"}
 
 // ScenarioTitle describes each scenario for the report.
 var ScenarioTitle = map[string]string{
-	"handoff":   "planned handoff (vipd: vipctl withdraw --wait; keepalived: SIGTERM, priority 0)",
-	"crash":     "owner agent SIGKILL",
-	"linkdown":  "owner link down",
-	"partition": "owner cut off at the bridge",
-	"health":    "owner health endpoint failing (HTTP server stopped)",
+	"handoff":    "planned handoff (vipd: vipctl withdraw --wait; keepalived: SIGTERM, priority 0)",
+	"crash":      "owner agent SIGKILL",
+	"linkdown":   "owner link down",
+	"partition":  "owner cut off at the bridge",
+	"health":     "owner health endpoint failing (HTTP server stopped)",
+	"addrdel":    "VIP address removed on the owner behind the agent's back (ip addr del); the VIP may stay on the owner",
+	"ifrecreate": "owner interface deleted and created again at once (same name, MAC and node address; the VIP may stay on the owner)",
 }
+
+// inPlace are the scenarios after which the VIP may come back on the same
+// node: the trial waits for the client to be answered again by any node,
+// not by another one.
+var inPlace = map[string]bool{"addrdel": true, "ifrecreate": true}
 
 // Systems are the systems compared, in report order.
 var Systems = []string{"vipd", "keepalived"}
@@ -143,6 +150,14 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 	case "health":
 		err = l.HTTP(owner).Stop(syscall.SIGTERM, 5*time.Second)
 		heal = func() error { l.StartHTTP(owner); return nil }
+	case "addrdel":
+		_, err = netlab.Run("ip", "-n", owner.NS, "addr", "del", netlab.VIP4.String()+"/32", "dev", netlab.Iface)
+		heal = func() error { return restartIfLost(l, sys, owner) }
+	case "ifrecreate":
+		if err = l.DeleteLink(owner); err == nil {
+			err = l.RecreateLink(owner)
+		}
+		heal = func() error { return restartIfLost(l, sys, owner) }
 	default:
 		return fail("unknown scenario %q", scenario)
 	}
@@ -150,7 +165,12 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 		heal()
 		return fail("%s on %s: %v", scenario, owner.Name, err)
 	}
-	movedErr := waitServedByOther(pr, owner.Name, ev.Time)
+	var movedErr error
+	if inPlace[scenario] {
+		movedErr = waitServedAgain(pr, ev.Time)
+	} else {
+		movedErr = waitServedByOther(pr, owner.Name, ev.Time)
+	}
 	time.Sleep(time.Second)
 	healEv := pr.Mark("heal")
 	if err := heal(); err != nil {
@@ -211,6 +231,53 @@ func waitServedByOther(pr *netlab.Prober, from string, since time.Time) error {
 		return fmt.Errorf("client not served by a node other than %s within %v: %s", from, moveTimeout, last)
 	}
 	return nil
+}
+
+// waitServedAgain waits until servedRun probes in a row started after
+// since were answered by one node, any node.
+func waitServedAgain(pr *netlab.Prober, since time.Time) error {
+	var last string
+	ok, _ := netlab.Eventually(moveTimeout, 20*time.Millisecond, func() (bool, string) {
+		run, cur, fails := 0, "", 0
+		for _, p := range pr.Probes() {
+			if p.Start.Before(since) {
+				continue
+			}
+			switch {
+			case !p.OK:
+				run, cur = 0, ""
+				fails++
+			case p.Server == cur:
+				run++
+			default:
+				run, cur = 1, p.Server
+			}
+			if run >= servedRun {
+				return true, ""
+			}
+		}
+		last = fmt.Sprintf("%d failed probes, last run %d from %q", fails, run, cur)
+		return false, ""
+	})
+	if !ok {
+		return fmt.Errorf("client not answered again within %v: %s", moveTimeout, last)
+	}
+	return nil
+}
+
+// restartIfLost heals an in-place scenario the agent did not recover from
+// by itself: when the VIP is not on exactly one node, the owner's agent is
+// killed and started again (so the next trial starts steady). It does
+// nothing when the agent repaired the VIP.
+func restartIfLost(l *netlab.Lab, sys system, owner *netlab.Host) error {
+	hs, err := l.AddrHolders(netlab.VIP4)
+	if err != nil || len(hs) == 1 {
+		return err
+	}
+	if err := sys.crash(owner); err != nil {
+		return fmt.Errorf("restart %s on %s (VIP on %v): %w", sys.name(), owner.Name, hs, err)
+	}
+	return sys.start(owner)
 }
 
 // holderSample is how many lab nodes had the VIP at one moment.

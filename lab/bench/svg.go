@@ -17,14 +17,15 @@ func Chart(r *Results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, 2*panelH, width, 2*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	panel(&b, r, 0, "Client-observed gap per scenario (bar: median, whisker: min-max)", gapOf)
-	panel(&b, r, panelH, "Event to the first answer from another node (takeover)", takeoverOf)
+	panel(&b, r, 0, "Client-observed gap per scenario (bar: median, whisker: min-max)", gapOf, false)
+	panel(&b, r, panelH, "Event to the first answer from another node (takeover)", takeoverOf, true)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
 
-// panel draws one bar chart of metric at vertical offset off.
-func panel(w *strings.Builder, r *Results, off int, title string, metric func(Trial) time.Duration) {
+// panel draws one bar chart of metric at vertical offset off; onlyMoved
+// keeps the trials in which another node answered (see moved).
+func panel(w *strings.Builder, r *Results, off int, title string, metric func(Trial) time.Duration, onlyMoved bool) {
 	const (
 		width, height       = 860, 420
 		left, right         = 70, 20
@@ -32,12 +33,19 @@ func panel(w *strings.Builder, r *Results, off int, title string, metric func(Tr
 		barW, barGap, group = 34, 6, 150
 	)
 	colors := map[string]string{"vipd": "#2b6cb0", "keepalived": "#c05621"}
+	trials := func(sys, sc string) []Trial {
+		ts, _ := r.trials(sys, sc)
+		if onlyMoved {
+			ts = moved(ts)
+		}
+		return ts
+	}
 	var scs []string
 	var maxD time.Duration
 	for _, sc := range Scenarios {
 		any := false
 		for _, sys := range Systems {
-			ts, _ := r.trials(sys, sc)
+			ts := trials(sys, sc)
 			if len(ts) > 0 {
 				any = true
 				maxD = max(maxD, stat(ts, metric).Max)
@@ -66,7 +74,7 @@ func panel(w *strings.Builder, r *Results, off int, title string, metric func(Tr
 	for i, sc := range scs {
 		x0 := float64(left) + 20 + float64(i*group)
 		for j, sys := range Systems {
-			ts, _ := r.trials(sys, sc)
+			ts := trials(sys, sc)
 			x := x0 + float64(j*(barW+barGap))
 			if len(ts) == 0 {
 				p(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#999">n/a</text>`+"\n", x+barW/2, y(0)-4)

@@ -1,9 +1,11 @@
 package netlab
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 )
 
@@ -24,18 +26,11 @@ func (l *Lab) StartVipdConfig(h *Host, config string) *Vipd {
 // stopping the test, for callers that record it and go on (a benchmark
 // trial).
 func (l *Lab) TryStartVipdConfig(h *Host, config string) (*Vipd, error) {
-	path := filepath.Join(h.Dir, "vipd.toml")
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		return nil, err
-	}
-	p, err := l.Start(h, "vipd "+h.Name, filepath.Join(h.Dir, "vipd.log"), nil, l.Tools.Vipd, "--config", path)
+	v, err := l.StartVipdNoWait(h, config)
 	if err != nil {
 		return nil, err
 	}
-	v := &Vipd{Proc: p, Host: h, Config: path}
-	l.mu.Lock()
-	l.vipds[h.Name] = v
-	l.mu.Unlock()
+	p := v.Proc
 	ok, detail := Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
 		if !p.Running() {
 			return true, ""
@@ -52,4 +47,75 @@ func (l *Lab) TryStartVipdConfig(h *Host, config string) (*Vipd, error) {
 		return nil, fmt.Errorf("vipd on %s: API not answering after 10s: %s", h.Name, detail)
 	}
 	return v, nil
+}
+
+// StartVipdNoWait writes config as h's configuration file and starts vipd
+// in h's namespace, with env ("KEY=value") added to its environment, and
+// returns at once: for tests of what vipd does before its API answers (a
+// bind address not configured yet). It becomes h's vipd (Lab.Vipd).
+func (l *Lab) StartVipdNoWait(h *Host, config string, env ...string) (*Vipd, error) {
+	path := filepath.Join(h.Dir, "vipd.toml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	argv := []string{l.Tools.Vipd, "--config", path}
+	if len(env) > 0 {
+		argv = append(append([]string{"env"}, env...), argv...)
+	}
+	p, err := l.Start(h, "vipd "+h.Name, filepath.Join(h.Dir, "vipd.log"), nil, argv...)
+	if err != nil {
+		return nil, err
+	}
+	v := &Vipd{Proc: p, Host: h, Config: path}
+	l.mu.Lock()
+	l.vipds[h.Name] = v
+	l.mu.Unlock()
+	return v, nil
+}
+
+// EditConfig applies edits to a vipd configuration's text: pairs of a
+// regular expression and its replacement (regexp.ReplaceAllString). An
+// edit that matches nothing is an error, so it cannot silently do nothing.
+func EditConfig(config string, edits ...string) (string, error) {
+	if len(edits)%2 != 0 {
+		return "", fmt.Errorf("edit config: %d arguments, want pairs of pattern and replacement", len(edits))
+	}
+	for i := 0; i < len(edits); i += 2 {
+		re, err := regexp.Compile(edits[i])
+		if err != nil {
+			return "", fmt.Errorf("edit config: %w", err)
+		}
+		if !re.MatchString(config) {
+			return "", fmt.Errorf("edit config: %q matches nothing in:\n%s", edits[i], config)
+		}
+		config = re.ReplaceAllString(config, edits[i+1])
+	}
+	return config, nil
+}
+
+// VipdLog returns h's vipd log (every run, appended) so far.
+func (h *Host) VipdLog() (string, error) {
+	b, err := os.ReadFile(filepath.Join(h.Dir, "vipd.log"))
+	return string(b), err
+}
+
+// CachedPeer is one entry of a node's state_dir/peers.json.
+type CachedPeer struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}
+
+// PeerCache reads h's state_dir/peers.json.
+func (h *Host) PeerCache() ([]CachedPeer, error) {
+	b, err := os.ReadFile(filepath.Join(h.StateDir(), "peers.json"))
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Peers []CachedPeer `json:"peers"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("peers.json of %s: %w: %q", h.Name, err, b)
+	}
+	return f.Peers, nil
 }

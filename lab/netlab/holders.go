@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// HolderSample is one look at which nodes have an address on Iface.
+// HolderSample is one look at which nodes have an address.
 type HolderSample struct {
 	// At is when the sample was taken (after reading every node).
 	At time.Time
@@ -22,7 +22,8 @@ type HolderSample struct {
 
 // HolderRecorder samples, through netlink sockets opened inside every node
 // namespace (no process per sample, so a 20 ms interval is honest), which
-// nodes have an address. Unlike HolderWatch it keeps every sample, so a test
+// nodes have an address on any of their interfaces (so an interface deleted
+// and created again, with a new index, is still seen). Unlike HolderWatch it keeps every sample, so a test
 // can count samples with no holder, one, or several, and see when a change
 // happened.
 type HolderRecorder struct {
@@ -42,7 +43,6 @@ func (l *Lab) RecordHolders(addr netip.Addr, interval, max time.Duration) *Holde
 	type node struct {
 		name string
 		h    *netlink.Handle
-		link netlink.Link
 	}
 	var nodes []node
 	closeAll := func() {
@@ -62,13 +62,7 @@ func (l *Lab) RecordHolders(addr netip.Addr, interval, max time.Duration) *Holde
 			closeAll()
 			l.t.Fatalf("netlab: netlink socket in %s: %v", n.NS, err)
 		}
-		link, err := h.LinkByName(Iface)
-		if err != nil {
-			h.Close()
-			closeAll()
-			l.t.Fatalf("netlab: %s in %s: %v", Iface, n.NS, err)
-		}
-		nodes = append(nodes, node{n.Name, h, link})
+		nodes = append(nodes, node{n.Name, h})
 	}
 	r := &HolderRecorder{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -81,7 +75,7 @@ func (l *Lab) RecordHolders(addr netip.Addr, interval, max time.Duration) *Holde
 			var s HolderSample
 			var errs []string
 			for _, n := range nodes {
-				addrs, err := n.h.AddrList(n.link, netlink.FAMILY_ALL)
+				addrs, err := n.h.AddrList(nil, netlink.FAMILY_ALL)
 				if err != nil {
 					errs = append(errs, fmt.Sprintf("%s: %v", n.name, err))
 					continue

@@ -173,15 +173,46 @@ func (l *Lab) addHost(name string, octet int) *Host {
 	// Keep statically added IPv6 addresses (the VIP) across link down/up,
 	// like IPv4 does, so link tests see what vipd does and not the kernel.
 	l.must("ip", "netns", "exec", h.NS, "sysctl", "-q", "-w", "net.ipv6.conf.all.keep_addr_on_down=1", "net.ipv6.conf.default.keep_addr_on_down=1")
-	l.must("ip", "-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", Iface, "netns", h.NS)
-	l.must("ip", "-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up")
-	l.must("ip", "-n", h.NS, "link", "set", Iface, "address", h.MAC.String())
-	l.must("ip", "-n", h.NS, "addr", "add", h.IP.String()+"/24", "dev", Iface)
-	if h.IP6.IsValid() {
-		l.must("ip", "-n", h.NS, "addr", "add", h.IP6.String()+"/64", "dev", Iface, "nodad")
+	if err := l.attach(h); err != nil {
+		l.t.Fatalf("netlab: %v", err)
 	}
-	l.must("ip", "-n", h.NS, "link", "set", Iface, "up")
 	return h
+}
+
+// attach creates h's veth pair (Iface in h's namespace, h.Port on the
+// bridge) with h's MAC and addresses, and sets both ends up.
+func (l *Lab) attach(h *Host) error {
+	steps := [][]string{
+		{"-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", Iface, "netns", h.NS},
+		{"-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up"},
+		{"-n", h.NS, "link", "set", Iface, "address", h.MAC.String()},
+		{"-n", h.NS, "addr", "add", h.IP.String() + "/24", "dev", Iface},
+	}
+	if h.IP6.IsValid() {
+		steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP6.String() + "/64", "dev", Iface, "nodad"})
+	}
+	steps = append(steps, []string{"-n", h.NS, "link", "set", Iface, "up"})
+	for _, s := range steps {
+		if _, err := Run("ip", s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteLink deletes h's interface (and with it its bridge port, the other
+// end of the veth pair): the interface vipd was configured with is gone.
+func (l *Lab) DeleteLink(h *Host) error {
+	_, err := Run("ip", "-n", h.NS, "link", "del", Iface)
+	return err
+}
+
+// RecreateLink creates h's interface again after DeleteLink, as a network
+// manager would: same name and MAC, h's own addresses, attached to the
+// bridge and up. The VIP is not added; that is vipd's job. The new
+// interface has a new index.
+func (l *Lab) RecreateLink(h *Host) error {
+	return l.attach(h)
 }
 
 func (l *Lab) mustAddNS(ns string) {
