@@ -183,6 +183,14 @@ type loopState struct {
 	// lease is the lease's state at the last pass: this node's fence and
 	// the members gone on positive evidence.
 	lease leaseState
+	// fenced: this node drove rounds (it held or was about to claim) and
+	// has had no majority evidence for the lease's release time: it holds
+	// nothing and tells the others it cannot carry the VIPs.
+	fenced bool
+	// driving: this node holds a VIP or is about to claim one, so its lease
+	// runs rounds; drivingSince is when it started.
+	driving      bool
+	drivingSince time.Time
 
 	ready        bool
 	lastStatus   string

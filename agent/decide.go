@@ -75,9 +75,12 @@ type decideInput struct {
 	QuorumRegained time.Time
 	// Planned: this node is withdrawn or shutting down.
 	Planned bool
-	// Fenced: this node's lease has no recent majority evidence (lease.go):
-	// it may not hold the VIP (unless AnnounceAll).
+	// Fenced: this node's lease lost its majority evidence (lease.go): it
+	// may not hold the VIP (unless AnnounceAll) and is not eligible.
 	Fenced bool
+	// AwaitFence: this node has no fresh majority evidence yet (it just
+	// started driving lease rounds): it may not claim until it has.
+	AwaitFence bool
 	// Drain is how long a planned departure announces the BGP route with
 	// GRACEFUL_SHUTDOWN first (0: no drain for this VIP).
 	Drain time.Duration
@@ -113,6 +116,9 @@ type decision struct {
 	EligibleSince  time.Time
 	HandoffStarted time.Time
 	DrainStarted   time.Time
+	// WantsFence: this node is about to claim the VIP (or waits to): its
+	// lease must drive rounds so a fresh majority evidence is there.
+	WantsFence bool
 	// Settling: this node waits out a settle period before claiming.
 	Settling      bool
 	SettleStarted time.Time
@@ -212,10 +218,19 @@ func decide(in decideInput) decision {
 		}
 	}
 
+	if want && !in.Held && !in.AnnounceAll {
+		d.WantsFence = true
+	}
+	if d.Settling && res.Owner == in.Self && !in.AnnounceAll {
+		d.WantsFence = true // ready by the end of the settle
+	}
 	switch {
 	case want && !in.Held:
 		if in.Now.Before(in.RetryAt) {
 			return d
+		}
+		if in.AwaitFence && !in.AnnounceAll {
+			return d // the lease's next answer makes it fresh
 		}
 		d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
 		d.Do, d.Reason = actClaim, res.Reason

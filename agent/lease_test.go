@@ -8,32 +8,34 @@ import (
 	"time"
 )
 
-// leaseSim simulates the lease of three nodes exchanging heartbeats, each
-// with its own clock rate, over a network whose links the test controls.
+// leaseSim simulates the lease of three nodes, each with its own clock
+// rate, over a network whose links the test controls: nodes tick when their
+// tracker asks, and answer heartbeats as they arrive, as leaseRunner does.
 // Time advances in steps of a millisecond of real time.
 type leaseSim struct {
-	cfg    leaseConfig
-	names  []string
-	rate   map[string]float64 // local seconds per real second
-	tr     map[string]*leaseTracker
-	next   map[string]time.Duration // real time of the next heartbeat
-	delay  time.Duration
-	drop   func(from, to string, now time.Duration) bool
-	queue  []simMsg
-	now    time.Duration // real time since start
-	epoch  time.Time
-	jitter *rand.Rand
+	cfg   leaseConfig
+	names []string
+	rate  map[string]float64 // local seconds per real second
+	tr    map[string]*leaseTracker
+	next  map[string]time.Duration // real time of the next tick (-1: none)
+	delay time.Duration
+	drop  func(from, to string, now time.Duration) bool
+	queue []simMsg
+	now   time.Duration // real time since start
+	epoch time.Time
+	sent  int // heartbeats sent, all nodes
 }
 
 type simMsg struct {
-	at time.Duration
-	to string
-	hb heartbeat
+	at   time.Duration
+	from string
+	to   string
+	hb   heartbeat
 }
 
 func newLeaseSim(cfg leaseConfig, rates map[string]float64, delay time.Duration) *leaseSim {
 	s := &leaseSim{cfg: cfg, rate: rates, tr: map[string]*leaseTracker{}, next: map[string]time.Duration{},
-		delay: delay, epoch: time.Unix(1_000_000, 0), jitter: rand.New(rand.NewPCG(1, 2))}
+		delay: delay, epoch: time.Unix(1_000_000, 0)}
 	for n := range rates {
 		s.names = append(s.names, n)
 	}
@@ -60,37 +62,72 @@ func (s *leaseSim) local(n string) time.Time {
 	return s.epoch.Add(time.Duration(float64(s.now) * s.rate[n]))
 }
 
-// step advances real time by a millisecond: heartbeats due are sent, those
-// arriving are received.
+// real converts node n's clock reading back to real time.
+func (s *leaseSim) real(n string, t time.Time) time.Duration {
+	return time.Duration(float64(t.Sub(s.epoch)) / s.rate[n])
+}
+
+func (s *leaseSim) deliver(from, to string, hb heartbeat) {
+	s.sent++
+	if s.drop == nil || !s.drop(from, to, s.now) {
+		s.queue = append(s.queue, simMsg{at: s.now + s.delay, from: from, to: to, hb: hb})
+	}
+}
+
+func (s *leaseSim) schedule(n string, next time.Time) {
+	if next.IsZero() {
+		s.next[n] = -1
+		return
+	}
+	s.next[n] = max(s.real(n, next), s.now)
+}
+
+// step advances real time by a millisecond: ticks due run, heartbeats
+// arriving are received (and answered).
 func (s *leaseSim) step() {
 	s.now += time.Millisecond
 	for _, n := range s.names {
-		if s.now < s.next[n] {
+		if s.next[n] < 0 || s.now < s.next[n] {
 			continue
 		}
-		hb := s.tr[n].beat(s.names, s.local(n))
-		// The next beat, one interval of n's own clock later.
-		s.next[n] = s.now + time.Duration(float64(s.cfg.Interval)/s.rate[n])
-		for _, to := range s.names {
-			if to != n && (s.drop == nil || !s.drop(n, to, s.now)) {
-				s.queue = append(s.queue, simMsg{at: s.now + s.delay, to: to, hb: hb})
+		sends, next := s.tr[n].tick(s.names, s.local(n))
+		for _, snd := range sends {
+			for _, to := range s.names {
+				if to != n {
+					s.deliver(n, to, snd.HB)
+				}
 			}
 		}
+		s.schedule(n, next)
 	}
 	keep := s.queue[:0]
+	var due []simMsg
 	for _, m := range s.queue {
 		if m.at <= s.now {
-			s.tr[m.to].receive(m.hb, s.local(m.to))
+			due = append(due, m)
 		} else {
 			keep = append(keep, m)
 		}
 	}
 	s.queue = keep
+	for _, m := range due {
+		reply, ok := s.tr[m.to].receive(m.hb, s.names, s.local(m.to))
+		if ok {
+			s.deliver(m.to, m.from, reply)
+		}
+		s.schedule(m.to, s.tr[m.to].next(s.names, s.local(m.to)))
+	}
 }
 
 func (s *leaseSim) fenced(n string) bool {
 	ok, _ := s.tr[n].fence(s.names, true, s.local(n))
 	return !ok
+}
+
+// drive makes n the holder: it drives rounds from now on.
+func (s *leaseSim) drive(n string) {
+	s.tr[n].setDriver(true)
+	s.next[n] = s.now
 }
 
 func (s *leaseSim) expired(by, who string) bool {
@@ -128,6 +165,7 @@ func TestLeaseFenceBeforeClaim(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						s := newLeaseSim(cfg, map[string]float64{"x": rx, "w": rp, "y": 2 - rp}, delay)
 						s.drop = drop
+						s.drive("x")
 						for s.now < cut {
 							s.step()
 						}
@@ -177,6 +215,7 @@ func TestLeaseLossTolerated(t *testing.T) {
 	s := newLeaseSim(leaseConfigFor("fast"), map[string]float64{"x": 1, "w": 1, "y": 1}, 2*time.Millisecond)
 	rng := rand.New(rand.NewPCG(7, 11))
 	s.drop = func(from, to string, now time.Duration) bool { return to == "x" && rng.Float64() < 0.3 }
+	s.drive("x")
 	for s.now < time.Second {
 		s.step()
 	}
@@ -198,7 +237,7 @@ func TestLeaseRefusedIsGone(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	l := newLeaseTracker("a", leaseConfigFor("fast"), t0, 1)
 	base := []string{"a", "b", "c"}
-	l.receive(heartbeat{From: "b", Seq: 1}, t0.Add(100*time.Millisecond))
+	l.receive(heartbeat{From: "b", Seq: 1, Driver: true}, base, t0.Add(100*time.Millisecond))
 	now := t0.Add(200 * time.Millisecond)
 	if l.expired("b", base, true, now) {
 		t.Fatal("b gone 100ms after its heartbeat, without evidence")
@@ -207,7 +246,7 @@ func TestLeaseRefusedIsGone(t *testing.T) {
 	if !l.expired("b", base, true, now) {
 		t.Error("b not gone after its port refused a connection")
 	}
-	l.receive(heartbeat{From: "b", Seq: 2}, now.Add(time.Millisecond))
+	l.receive(heartbeat{From: "b", Seq: 2, Driver: true}, base, now.Add(time.Millisecond))
 	if l.expired("b", base, true, now.Add(time.Millisecond)) {
 		t.Error("b still gone after it was heard again")
 	}
@@ -220,16 +259,23 @@ func TestLeaseNewNodeHasNoVote(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	cfg := leaseConfigFor("fast")
 	l := newLeaseTracker("c", cfg, t0, 1)
-	hb := l.beat([]string{"a", "b", "c"}, t0.Add(cfg.Interval))
+	base := []string{"a", "b", "c"}
+	// a and b drive rounds; c (just started) expects them from their first
+	// heartbeat, and votes only after Claim without one.
+	l.receive(heartbeat{From: "a", Epoch: 1, Seq: 1, Driver: true}, base, t0)
+	hb := l.heartbeat(base, "", false, false, t0.Add(cfg.Interval))
 	for _, e := range hb.Entries {
 		if e.Silent {
 			t.Errorf("a node %v after start votes %s silent", cfg.Interval, e.Name)
 		}
 	}
-	hb = l.beat([]string{"a", "b", "c"}, t0.Add(cfg.Claim))
+	hb = l.heartbeat(base, "", false, false, t0.Add(cfg.Claim))
 	for _, e := range hb.Entries {
-		if !e.Silent {
-			t.Errorf("%s not voted silent after %v without a heartbeat", e.Name, cfg.Claim)
+		switch {
+		case e.Name == "a" && !e.Silent:
+			t.Errorf("driver a not voted silent after %v without a heartbeat", cfg.Claim)
+		case e.Name == "b" && e.Silent:
+			t.Errorf("b, which drives nothing and was never expected, voted silent")
 		}
 	}
 }
@@ -244,16 +290,18 @@ func TestLeaseWithoutQuorum(t *testing.T) {
 	if ok, _ := l.fence(base, false, t0.Add(time.Hour)); !ok {
 		t.Error("fenced without quorum required")
 	}
-	if !l.expired("b", base, false, t0.Add(cfg.Claim)) {
-		t.Error("b not gone on this node's own vote in a two-node cluster")
-	}
+	l.receive(heartbeat{From: "b", Epoch: 1, Seq: 1, Driver: true}, base, t0)
 	if l.expired("b", base, true, t0.Add(cfg.Claim)) {
 		t.Error("b gone on one vote of two with quorum required")
+	}
+	if !l.expired("b", base, false, t0.Add(cfg.Claim)) {
+		t.Error("b not gone on this node's own vote in a two-node cluster")
 	}
 }
 
 func TestHeartbeatRoundTrip(t *testing.T) {
-	in := heartbeat{From: "cp-1", Epoch: 99, Seq: 1 << 40, Entries: []heartbeatEntry{{Name: "cp-2", Epoch: 5, Seq: 7, Silent: true}, {Name: "cp-3", Seq: 0}}}
+	in := heartbeat{From: "cp-1", Epoch: 99, Seq: 1 << 40, Driver: true, AskAll: true, Ask: "cp-3",
+		Entries: []heartbeatEntry{{Name: "cp-2", Epoch: 5, Seq: 7, Silent: true}, {Name: "cp-3", Seq: 0}}}
 	b, err := in.encode()
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +317,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	if out, err := decodeHeartbeat(append(b, 9, 9, 9)); err != nil || !reflect.DeepEqual(in, out) {
 		t.Errorf("with trailing bytes: %+v, %v", out, err)
 	}
-	for _, bad := range [][]byte{nil, {'H'}, append([]byte{'H', 0}, make([]byte, 17)...), b[:len(b)-3], append([]byte{'X', 1}, make([]byte, 17)...)} {
+	for _, bad := range [][]byte{nil, {'H'}, append([]byte{'H', 0}, make([]byte, 18)...), b[:len(b)-3], append([]byte{'X', 1}, make([]byte, 18)...)} {
 		if _, err := decodeHeartbeat(bad); err == nil {
 			t.Errorf("decodeHeartbeat(%x) accepted", bad)
 		}
@@ -284,19 +332,47 @@ func TestLeaseRestartedPeer(t *testing.T) {
 	cfg := leaseConfigFor("fast")
 	l := newLeaseTracker("a", cfg, t0, 1)
 	base := []string{"a", "b", "c"}
-	l.receive(heartbeat{From: "b", Epoch: 7, Seq: 500}, t0)
-	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 1}, t0.Add(cfg.Claim))
+	l.receive(heartbeat{From: "b", Epoch: 7, Seq: 500, Driver: true}, base, t0)
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 1, Driver: true}, base, t0.Add(cfg.Claim))
 	if l.silentFor("b", t0.Add(cfg.Claim)) != 0 {
 		t.Errorf("a restarted peer's heartbeat (new epoch, seq 1) was ignored")
 	}
-	hb := l.beat(base, t0.Add(cfg.Claim))
+	hb := l.heartbeat(base, "", false, false, t0.Add(cfg.Claim))
 	// b acks this seq, but for another epoch of a: no evidence.
-	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 2, Entries: []heartbeatEntry{{Name: "a", Epoch: 9, Seq: hb.Seq}}}, t0.Add(cfg.Claim+time.Millisecond))
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 2, Entries: []heartbeatEntry{{Name: "a", Epoch: 9, Seq: hb.Seq}}}, base, t0.Add(cfg.Claim+time.Millisecond))
 	if ok, _ := l.fence(base, true, t0.Add(cfg.Claim+time.Millisecond)); ok {
 		t.Errorf("an ack for another epoch counted as evidence")
 	}
-	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 3, Entries: []heartbeatEntry{{Name: "a", Epoch: 1, Seq: hb.Seq}}}, t0.Add(cfg.Claim+2*time.Millisecond))
+	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 3, Entries: []heartbeatEntry{{Name: "a", Epoch: 1, Seq: hb.Seq}}}, base, t0.Add(cfg.Claim+2*time.Millisecond))
 	if ok, _ := l.fence(base, true, t0.Add(cfg.Claim+2*time.Millisecond)); !ok {
 		t.Errorf("an ack for this epoch did not count as evidence")
+	}
+}
+
+// TestLeaseQuiet: an idle cluster sends little, which is what keeps an idle
+// node's CPU down (each wake-up costs): with one holder, a round every
+// interval asking one member, and its answer; with no holder, nothing.
+func TestLeaseQuiet(t *testing.T) {
+	cfg := leaseConfigFor("fast")
+	s := newLeaseSim(cfg, map[string]float64{"x": 1, "w": 1, "y": 1}, time.Millisecond)
+	for s.now < 10*time.Second {
+		s.step()
+	}
+	if s.sent != 0 {
+		t.Errorf("no holder: %d heartbeats in 10 s, want none", s.sent)
+	}
+	s.drive("x")
+	for s.now < 11*time.Second {
+		s.step()
+	}
+	before := s.sent
+	for s.now < 21*time.Second {
+		s.step()
+	}
+	// Per round: x to w and y (2), one answer (1).
+	perRound := 3
+	rounds := int(10 * time.Second / cfg.Interval)
+	if got := s.sent - before; got > perRound*rounds*11/10 || got < perRound*rounds*9/10 {
+		t.Errorf("one holder: %d heartbeats in 10 s, want about %d (%d rounds of %d)", got, perRound*rounds, rounds, perRound)
 	}
 }

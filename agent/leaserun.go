@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
@@ -13,65 +14,83 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 )
 
-// leaseRunner runs this node's lease (lease.go): it sends a heartbeat to
-// every member each interval, takes theirs from membership, probes the
-// membership port of members gone silent, and wakes the loop when this
-// node's fence or the set of members gone changes. The loop reads its
-// state each pass.
+// leaseRunner runs this node's lease (lease.go): it ticks when the tracker
+// has something to do (a driver's round, the alarm, a silent driver's
+// deadline), answers heartbeats from the packet reader as they arrive,
+// probes the membership port of members gone silent, and wakes the loop
+// when this node's fence or the set of members gone changes. The loop
+// reads its state each pass.
 type leaseRunner struct {
 	now  func() time.Time
-	send func([]byte)
+	send func(payload []byte, to netip.AddrPort)
 	wake func()
 
 	mu       sync.Mutex
 	tr       *leaseTracker
-	base     []string          // the quorum base, set by the loop
-	required bool              // quorum required: the fence applies
-	addrs    map[string]string // member -> membership address, for probes
+	base     []string                  // the quorum base, set by the loop
+	required bool                      // quorum required: the fence applies
+	addrs    map[string]netip.AddrPort // member -> membership address
 	probing  map[string]bool
 	last     leaseState
+	timer    *time.Timer
+	kick     chan struct{}
 }
 
 // leaseState is what the loop needs of the lease.
 type leaseState struct {
 	required bool
-	fenced   bool
+	canHold  bool            // fence valid now (or not required)
 	evidence time.Time       // the newest majority evidence (zero: none)
 	expired  map[string]bool // members gone, on positive evidence
 }
 
 func (s leaseState) sameAs(o leaseState) bool {
-	return s.fenced == o.fenced && s.required == o.required && len(s.expired) == len(o.expired) &&
-		func() bool {
-			for n := range s.expired {
-				if !o.expired[n] {
-					return false
-				}
-			}
-			return true
-		}()
+	if s.canHold != o.canHold || s.required != o.required || len(s.expired) != len(o.expired) {
+		return false
+	}
+	for n := range s.expired {
+		if !o.expired[n] {
+			return false
+		}
+	}
+	return true
 }
 
-func newLeaseRunner(self string, cfg leaseConfig, now func() time.Time, send func([]byte), wake func()) *leaseRunner {
-	return &leaseRunner{
+func newLeaseRunner(self string, cfg leaseConfig, now func() time.Time, send func([]byte, netip.AddrPort), wake func()) *leaseRunner {
+	r := &leaseRunner{
 		now: now, send: send, wake: wake,
 		tr:      newLeaseTracker(self, cfg, now(), rand.Uint64()),
-		addrs:   map[string]string{},
+		addrs:   map[string]netip.AddrPort{},
 		probing: map[string]bool{},
+		timer:   time.NewTimer(time.Hour),
+		kick:    make(chan struct{}, 1),
 	}
+	r.timer.Stop()
+	return r
 }
 
-// setBase tells the lease the quorum base, whether quorum is required and
-// where members listen (the loop calls it every pass).
-func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo) {
+// setBase tells the lease the quorum base, whether quorum is required,
+// where members listen and whether this node drives rounds (it holds a VIP
+// or is about to claim one). The loop calls it every pass.
+func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo, driver bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !slices.Equal(r.base, base) {
 		r.base = slices.Clone(base)
 	}
 	r.required = required
 	for _, m := range members {
-		r.addrs[m.Name] = m.Address
+		if ap, err := netip.ParseAddrPort(m.Address); err == nil {
+			r.addrs[m.Name] = ap
+		}
+	}
+	changed := driver != r.tr.driver
+	r.tr.setDriver(driver)
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -84,8 +103,7 @@ func (r *leaseRunner) state() leaseState {
 
 func (r *leaseRunner) stateLocked(now time.Time) leaseState {
 	st := leaseState{required: r.required, expired: map[string]bool{}}
-	ok, ev := r.tr.fence(r.base, r.required, now)
-	st.fenced, st.evidence = !ok, ev
+	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
 	for _, n := range r.base {
 		if n != r.tr.self && r.tr.expired(n, r.base, r.required, now) {
 			st.expired[n] = true
@@ -94,44 +112,86 @@ func (r *leaseRunner) stateLocked(now time.Time) leaseState {
 	return st
 }
 
-// receive takes a heartbeat from membership.
-func (r *leaseRunner) receive(b []byte) {
-	hb, err := decodeHeartbeat(b)
-	if err != nil {
-		return // not a heartbeat, or garbage: membership admitted the sender
-	}
-	r.mu.Lock()
-	r.tr.receive(hb, r.now())
-	r.mu.Unlock()
+// publishLocked records the state and reports whether the loop should
+// know.
+func (r *leaseRunner) publishLocked(now time.Time) bool {
+	st := r.stateLocked(now)
+	changed := !st.sameAs(r.last)
+	r.last = st
+	return changed
 }
 
-// run beats every interval until ctx ends.
+// receive takes a heartbeat from the packet reader, answers it at once if
+// it asks, and reschedules the tick (a heartbeat from a driver moves its
+// silence deadline).
+func (r *leaseRunner) receive(b []byte, from netip.AddrPort) {
+	hb, err := decodeHeartbeat(b)
+	if err != nil {
+		return // not a heartbeat: membership admitted the sender
+	}
+	now := r.now()
+	r.mu.Lock()
+	reply, ok := r.tr.receive(hb, r.base, now)
+	changed := r.publishLocked(now)
+	r.resetLocked(r.tr.next(r.base, now), now)
+	r.mu.Unlock()
+	if ok {
+		if p, err := reply.encode(); err == nil {
+			r.send(p, from)
+		}
+	}
+	if changed {
+		r.wake()
+	}
+}
+
+// resetLocked arms the timer for next (zero: disarms it).
+func (r *leaseRunner) resetLocked(next, now time.Time) {
+	if next.IsZero() {
+		r.timer.Stop()
+		return
+	}
+	r.timer.Reset(max(next.Sub(now), 0))
+}
+
+// run ticks until ctx ends.
 func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
-	t := time.NewTicker(r.tr.cfg.Interval)
-	defer t.Stop()
+	defer r.timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-r.timer.C:
+		case <-r.kick:
 		}
 		now := r.now()
 		r.mu.Lock()
-		hb := r.tr.beat(r.base, now)
+		sends, next := r.tr.tick(r.base, now)
 		silent := r.tr.silent(r.base, now)
-		st := r.stateLocked(now)
-		changed := !st.sameAs(r.last)
-		r.last = st
+		changed := r.publishLocked(now)
 		var probes []string
 		for _, n := range silent {
-			if addr := r.addrs[n]; addr != "" && !r.probing[n] {
+			if r.addrs[n].IsValid() && !r.probing[n] {
 				r.probing[n] = true
 				probes = append(probes, n)
 			}
 		}
+		var targets []netip.AddrPort
+		for _, n := range r.base {
+			if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
+				targets = append(targets, a)
+			}
+		}
+		r.resetLocked(next, now)
 		r.mu.Unlock()
-		if b, err := hb.encode(); err == nil {
-			r.send(b)
+		for _, s := range sends {
+			p, err := s.HB.encode()
+			if err != nil {
+				continue
+			}
+			for _, a := range targets {
+				r.send(p, a)
+			}
 		}
 		if changed {
 			r.wake()
@@ -148,7 +208,7 @@ func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
 func (r *leaseRunner) probe(ctx context.Context, name string) {
 	r.mu.Lock()
 	addr := r.addrs[name]
-	timeout := 2 * r.tr.cfg.Interval
+	timeout := r.tr.cfg.Interval
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -158,17 +218,16 @@ func (r *leaseRunner) probe(ctx context.Context, name string) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(pctx, "tcp", addr)
+	conn, err := d.DialContext(pctx, "tcp", addr.String())
 	if err == nil {
 		conn.Close()
 		return
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
+		now := r.now()
 		r.mu.Lock()
-		r.tr.refused(name, r.now())
-		st := r.stateLocked(r.now())
-		changed := !st.sameAs(r.last)
-		r.last = st
+		r.tr.refused(name, now)
+		changed := r.publishLocked(now)
 		r.mu.Unlock()
 		if changed {
 			r.wake()
@@ -182,10 +241,10 @@ func (s leaseState) fenceStatus(cfg leaseConfig, now time.Time) *apipb.FenceStat
 	switch {
 	case !s.required:
 		fs.State = "off"
-	case s.fenced:
-		fs.State = "expired"
-	default:
+	case s.canHold:
 		fs.State = "held"
+	default:
+		fs.State = "expired"
 	}
 	if !s.evidence.IsZero() {
 		fs.EvidenceAgeMs = now.Sub(s.evidence).Milliseconds()

@@ -55,16 +55,15 @@ type membership struct {
 	// replaced on reload.
 	allowed atomic.Pointer[[]netip.Prefix]
 	// rejected counts members refused admission, by reason.
-	rejected func(reason string)
-	// onMessage handles user messages (the lease's heartbeats).
-	onMessage atomic.Pointer[func([]byte)]
+	rejected  func(reason string)
+	transport *transport
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
 func memberlistConfig(c *Config) *memberlist.Config {
 	// Failure detection that matters for the VIP is the lease's
-	// (lease.go: heartbeats every 50 ms, a holder fenced within 300 ms, a
-	// member taken for gone within 400 ms on positive evidence).
+	// (lease.go: a holder's rounds every 100 ms, a holder fenced within
+	// 300 ms, a member taken for gone within 400 ms on positive evidence).
 	// memberlist keeps its LAN defaults (a probe a second, a suspicion of
 	// several seconds with Lifeguard), robust on loaded hosts and lossy
 	// links: it declares members dead for membership's bookkeeping (status,
@@ -115,18 +114,19 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	// Packets and streams from outside the admitted networks are dropped
-	// before memberlist reads them (admittingTransport).
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
-	})
+	// vipd's transport: packets and streams from outside the admitted
+	// networks are dropped before memberlist reads them, and the lease's
+	// heartbeats are taken off the port (transport.go).
+	tr, err := newTransport(netip.AddrPortFrom(c.Cluster.bindAddr, uint16(c.Cluster.BindPort)), mc.Logger,
+		&m.allowed, func() { rejected("packet") }, keyring)
 	if err != nil {
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
-	mc.Transport = newAdmittingTransport(nt, &m.allowed, func() { rejected("packet") })
+	m.transport = tr
+	mc.Transport = tr
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		mc.Transport.Shutdown()
+		tr.Shutdown()
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
 	m.list = ml
@@ -344,27 +344,19 @@ func (m *membership) NodeMeta(limit int) []byte {
 	return append([]byte(nil), m.meta...)
 }
 
-// NotifyMsg implements memberlist.Delegate: user messages are the lease's
-// heartbeats.
-func (m *membership) NotifyMsg(b []byte) {
-	if f := m.onMessage.Load(); f != nil {
-		(*f)(b)
-	}
+// NotifyMsg implements memberlist.Delegate. vipd sends no user messages
+// through memberlist (the lease's heartbeats go through the transport).
+func (m *membership) NotifyMsg([]byte) {}
+
+// setOnHeartbeat sets the handler of the lease's heartbeats.
+func (m *membership) setOnHeartbeat(f func(payload []byte, from netip.AddrPort)) {
+	m.transport.heartbeat.Store(&f)
 }
 
-// setOnMessage sets the handler of user messages (the lease's heartbeats).
-func (m *membership) setOnMessage(f func([]byte)) { m.onMessage.Store(&f) }
-
-// sendAll sends b to every alive member but this node as a best-effort
-// packet (encrypted like all membership traffic when key_file is set).
-func (m *membership) sendAll(b []byte) {
-	for _, n := range m.list.Members() {
-		if n.Name == m.self {
-			continue
-		}
-		if err := m.list.SendBestEffort(n, b); err != nil {
-			m.log.Debug("heartbeat", "peer", n.Name, "err", err)
-		}
+// sendHeartbeat sends a lease heartbeat to a member's membership address.
+func (m *membership) sendHeartbeat(payload []byte, to netip.AddrPort) {
+	if err := m.transport.sendHeartbeat(payload, to); err != nil {
+		m.log.Debug("heartbeat", "peer", to, "err", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -245,9 +246,8 @@ func TestAdmission(t *testing.T) {
 	}
 
 	// The transport filter drops packets from outside the same networks.
-	tr := &admittingTransport{allowed: &m.allowed}
-	if !tr.admits(&net.UDPAddr{IP: net.ParseIP("192.0.2.13"), Port: 7947}) || tr.admits(&net.UDPAddr{IP: net.ParseIP("192.0.2.50"), Port: 7946}) ||
-		tr.admits(&net.TCPAddr{IP: net.ParseIP("203.0.113.9"), Port: 40000}) {
+	tr := &transport{allowed: &m.allowed}
+	if !tr.admits(netip.MustParseAddr("192.0.2.13")) || tr.admits(netip.MustParseAddr("192.0.2.50")) || tr.admits(netip.MustParseAddr("203.0.113.9")) {
 		t.Error("transport filter admits the wrong addresses")
 	}
 }

@@ -193,7 +193,7 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 	}
 	m.quorum.Set(b2f(quorum))
 	m.withdrawn.Set(b2f(a.st.withdrawn))
-	m.fenced.Set(b2f(a.st.lease.fenced))
+	m.fenced.Set(b2f(a.st.fenced))
 	switch ls := a.st.lease; {
 	case !ls.required:
 		m.fenceAge.Set(0)

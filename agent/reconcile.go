@@ -19,10 +19,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 	c := a.st.cfg
 	members := a.forgetRemoved(a.members.snapshot())
 	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
-	a.lease.setBase(q.base, q.required, members)
-	a.observeLease(a.lease.state())
+	a.lease.setBase(q.base, q.required, members, a.st.driving)
+	a.observeLease(a.lease.state(), now)
 
 	names := a.vipNames()
+	wantDrive := false // a VIP wants a fence: this node drives lease rounds
 	a.observeLinks(names)
 	a.verifyHeld(ctx, names, now, a.st.verifyNow)
 	a.st.verifyNow = false
@@ -48,6 +49,19 @@ func (a *Agent) reconcile(ctx context.Context) {
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
 		v.lastEligible = res.Eligible
+		if d.WantsFence {
+			wantDrive = true
+		}
+	}
+
+	for _, v := range a.st.vips {
+		if v.held && v.cfg.Announce != "all" {
+			wantDrive = true
+		}
+	}
+	if wantDrive != a.st.driving {
+		a.st.driving, a.st.drivingSince = wantDrive, now
+		a.lease.setBase(q.base, q.required, members, wantDrive)
 	}
 
 	if !q.ok && q.required {
@@ -89,7 +103,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		Known:          q.known,
 		QuorumRegained: a.st.quorumRegained,
 		Planned:        a.st.withdrawn || a.st.shuttingDown,
-		Fenced:         a.st.lease.fenced,
+		Fenced:         a.st.fenced,
+		AwaitFence:     a.st.lease.required && !a.st.lease.canHold,
 		HandoffTimeout: c.Cluster.handoffTimeout,
 		Held:           v.held,
 		Down:           v.down,
@@ -147,12 +162,20 @@ func (a *Agent) logQuorumOnce(alive, known int) {
 }
 
 // observeLease records the lease's state for the pass, and logs and
-// publishes changes of this node's fence and of the members gone.
-func (a *Agent) observeLease(ls leaseState) {
+// publishes changes of this node's fence and of the members gone. A node is
+// fenced when it drives rounds (it holds, or is about to claim) and has had
+// no majority evidence for the release time.
+func (a *Agent) observeLease(ls leaseState, now time.Time) {
 	old := a.st.lease
 	a.st.lease = ls
-	if ls.fenced != old.fenced {
-		if ls.fenced {
+	wasFenced := a.st.fenced
+	release := a.lease.tr.cfg.Release
+	a.st.fenced = ls.required && !ls.canHold && a.st.driving && now.Sub(a.st.drivingSince) >= release
+	if !ls.canHold && a.st.driving && a.holdsAny() && ls.required {
+		a.st.fenced = true // a holder never holds without evidence
+	}
+	if a.st.fenced != wasFenced {
+		if a.st.fenced {
 			age := "never"
 			if !ls.evidence.IsZero() {
 				age = a.now().Sub(ls.evidence).Round(time.Millisecond).String()

@@ -89,13 +89,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
-	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.now, ml.sendAll, a.wakeLoop)
-	ml.setOnMessage(a.lease.receive)
+	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.now, ml.sendHeartbeat, a.wakeLoop)
+	ml.setOnHeartbeat(a.lease.receive)
 	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
 	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
-	a.lease.setBase(q.base, q.required, members)
+	a.lease.setBase(q.base, q.required, members, false)
 	a.st.lease = a.lease.state()
 	a.publishSnapshot(members, a.view(members), q)
 
@@ -291,7 +291,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 
 // localMeta is what this node advertises now.
 func (a *Agent) localMeta() NodeMeta {
-	fenced := a.st.lease.fenced
+	fenced := a.st.fenced
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
 		Removed: a.st.decommissioned, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {

@@ -1,122 +1,276 @@
 package agent
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
 
-// admittingTransport is memberlist's network transport with a filter in
-// front: packets and stream connections from addresses outside the
-// admitted networks are dropped before memberlist reads them. memberlist's
-// own CIDRsAllowed only refuses alive messages and joins; pings, suspicions
-// and death notices from any host would still be read, and a stranger could
-// declare a real member dead. The allowed networks follow a reload.
-type admittingTransport struct {
-	*memberlist.NetTransport
+// transport is memberlist's network transport (UDP packets and TCP streams
+// on bind_address:bind_port), written for vipd with two things in the read
+// path, each done inline so a packet costs one goroutine wake-up:
+//
+//   - admission: packets and connections from outside the admitted networks
+//     are dropped before memberlist reads them (memberlist's own
+//     CIDRsAllowed refuses only alive messages and joins, so a stranger's
+//     pings, suspicions and death notices would still be read);
+//   - the lease's heartbeats (lease.go) are taken off the port here and
+//     never enter memberlist, whose packet path hands every message through
+//     two more goroutines. They are sealed with AES-GCM under the cluster
+//     key when key_file is set, like memberlist's own packets.
+type transport struct {
+	bind    netip.AddrPort
+	udp     *net.UDPConn
+	tcp     *net.TCPListener
+	logger  *log.Logger
 	allowed *atomic.Pointer[[]netip.Prefix] // nil or empty: any address
 	dropped func()
+	keyring *memberlist.Keyring // nil: heartbeats in the clear
+	// heartbeat takes a heartbeat's payload (opened) and where it came
+	// from (the sender's membership address).
+	heartbeat atomic.Pointer[func(payload []byte, from netip.AddrPort)]
 
-	packets chan *memberlist.Packet
-	streams chan net.Conn
-	done    chan struct{} // Shutdown began: drop instead of forwarding
-	stopped chan struct{} // the inner transport has shut down
-	wg      sync.WaitGroup
-	once    sync.Once
+	packets  chan *memberlist.Packet
+	streams  chan net.Conn
+	shutdown atomic.Bool
+	wg       sync.WaitGroup
 }
 
-func newAdmittingTransport(nt *memberlist.NetTransport, allowed *atomic.Pointer[[]netip.Prefix], dropped func()) *admittingTransport {
-	t := &admittingTransport{
-		NetTransport: nt, allowed: allowed, dropped: dropped,
-		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
-		done: make(chan struct{}), stopped: make(chan struct{}),
+// leaseMagic starts a heartbeat packet; memberlist's packets start with a
+// message type (below 32), a label marker (244) or an encryption version
+// (0 or 1), never with it.
+var leaseMagic = [2]byte{'V', 'L'}
+
+const (
+	leaseClear  = 0 // the payload follows in the clear
+	leaseSealed = 1 // 12-byte nonce, then the payload sealed with AES-GCM
+)
+
+// newTransport listens on bind (TCP and UDP).
+func newTransport(bind netip.AddrPort, logger *log.Logger, allowed *atomic.Pointer[[]netip.Prefix], dropped func(), keyring *memberlist.Keyring) (*transport, error) {
+	tcp, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(bind))
+	if err != nil {
+		return nil, fmt.Errorf("membership TCP listener on %s: %w", bind, err)
 	}
-	// The forwarders read the inner transport until it has shut down (its
-	// listeners block on sending otherwise), dropping what arrives once
-	// Shutdown began.
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
+	if err != nil {
+		tcp.Close()
+		return nil, fmt.Errorf("membership UDP listener on %s: %w", bind, err)
+	}
+	for size := 2 << 20; size > 0; size /= 2 {
+		if udp.SetReadBuffer(size) == nil {
+			break
+		}
+	}
+	t := &transport{
+		bind: bind, udp: udp, tcp: tcp, logger: logger, allowed: allowed, dropped: dropped, keyring: keyring,
+		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
+	}
 	t.wg.Add(2)
-	go func() {
-		defer t.wg.Done()
-		for {
-			select {
-			case <-t.stopped:
-				return
-			case p := <-nt.PacketCh():
-				if !t.admits(p.From) {
-					t.dropped()
-					continue
-				}
-				select {
-				case t.packets <- p:
-				case <-t.done:
-				}
-			}
-		}
-	}()
-	go func() {
-		defer t.wg.Done()
-		for {
-			select {
-			case <-t.stopped:
-				return
-			case c := <-nt.StreamCh():
-				if !t.admits(c.RemoteAddr()) {
-					t.dropped()
-					c.Close()
-					continue
-				}
-				select {
-				case t.streams <- c:
-				case <-t.done:
-					c.Close()
-				}
-			}
-		}
-	}()
-	return t
+	go t.readPackets()
+	go t.acceptStreams()
+	return t, nil
 }
 
 // admits reports whether a sender's address is in the admitted networks.
-func (t *admittingTransport) admits(from net.Addr) bool {
+func (t *transport) admits(a netip.Addr) bool {
 	nets := t.allowed.Load()
 	if nets == nil || len(*nets) == 0 {
 		return true
 	}
-	var ip net.IP
-	switch a := from.(type) {
-	case *net.UDPAddr:
-		ip = a.IP
-	case *net.TCPAddr:
-		ip = a.IP
-	default:
-		return false
+	a = a.Unmap()
+	return slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+func (t *transport) readPackets() {
+	defer t.wg.Done()
+	for {
+		buf := make([]byte, 65536)
+		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
+		ts := time.Now()
+		if err != nil {
+			if t.shutdown.Load() {
+				return
+			}
+			t.logger.Printf("[ERR] memberlist: Error reading UDP packet: %v", err)
+			continue
+		}
+		if n < 1 {
+			continue
+		}
+		if !t.admits(from.Addr()) {
+			t.dropped()
+			continue
+		}
+		if n >= 3 && buf[0] == leaseMagic[0] && buf[1] == leaseMagic[1] {
+			if p, err := t.open(buf[:n]); err == nil {
+				if f := t.heartbeat.Load(); f != nil {
+					(*f)(p, from)
+				}
+			}
+			continue
+		}
+		t.packets <- &memberlist.Packet{Buf: buf[:n], From: net.UDPAddrFromAddrPort(from), Timestamp: ts}
 	}
-	addr, ok := netip.AddrFromSlice(ip)
-	if !ok {
-		return false
+}
+
+func (t *transport) acceptStreams() {
+	defer t.wg.Done()
+	delay := time.Duration(0)
+	for {
+		c, err := t.tcp.AcceptTCP()
+		if err != nil {
+			if t.shutdown.Load() {
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.logger.Printf("[ERR] memberlist: Error accepting TCP connection: %v", err)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err != nil || !t.admits(ap.Addr()) {
+			t.dropped()
+			c.Close()
+			continue
+		}
+		t.streams <- c
 	}
-	addr = addr.Unmap()
-	return slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
+// seal makes a heartbeat packet of payload.
+func (t *transport) seal(payload []byte) ([]byte, error) {
+	if t.keyring == nil {
+		return append([]byte{leaseMagic[0], leaseMagic[1], leaseClear}, payload...), nil
+	}
+	aead, err := gcm(t.keyring.GetPrimaryKey())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 3+aead.NonceSize(), 3+aead.NonceSize()+len(payload)+aead.Overhead())
+	out[0], out[1], out[2] = leaseMagic[0], leaseMagic[1], leaseSealed
+	if _, err := rand.Read(out[3:]); err != nil {
+		return nil, err
+	}
+	return aead.Seal(out, out[3:], payload, out[:3]), nil
+}
+
+// open returns a heartbeat packet's payload: sealed under one of the
+// cluster's keys when key_file is set (a packet in the clear is refused
+// then), in the clear otherwise.
+func (t *transport) open(b []byte) ([]byte, error) {
+	switch {
+	case t.keyring == nil && b[2] == leaseClear:
+		return b[3:], nil
+	case t.keyring == nil || b[2] != leaseSealed:
+		return nil, errors.New("heartbeat: not sealed as this cluster's are")
+	}
+	for _, k := range t.keyring.GetKeys() {
+		aead, err := gcm(k)
+		if err != nil || len(b) < 3+aead.NonceSize()+aead.Overhead() {
+			continue
+		}
+		nonce := b[3 : 3+aead.NonceSize()]
+		if p, err := aead.Open(nil, nonce, b[3+aead.NonceSize():], b[:3]); err == nil {
+			return p, nil
+		}
+	}
+	return nil, errors.New("heartbeat: no cluster key opens it")
+}
+
+func gcm(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sendHeartbeat seals payload and sends it to addr (host:port).
+func (t *transport) sendHeartbeat(payload []byte, addr netip.AddrPort) error {
+	b, err := t.seal(payload)
+	if err != nil {
+		return err
+	}
+	_, err = t.udp.WriteToUDPAddrPort(b, addr)
+	return err
+}
+
+// FinalAdvertiseAddr implements memberlist.Transport.
+func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	if ip == "" {
+		return t.bind.Addr().AsSlice(), int(t.bind.Port()), nil
+	}
+	a := net.ParseIP(ip)
+	if a == nil {
+		return nil, 0, fmt.Errorf("failed to parse advertise address %q", ip)
+	}
+	if a4 := a.To4(); a4 != nil {
+		a = a4
+	}
+	return a, port, nil
+}
+
+// WriteTo implements memberlist.Transport.
+func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return time.Time{}, err
+	}
+	_, err = t.udp.WriteTo(b, ua)
+	return time.Now(), err
+}
+
+// WriteToAddress implements memberlist.NodeAwareTransport.
+func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	return t.WriteTo(b, a.Addr)
 }
 
 // PacketCh implements memberlist.Transport.
-func (t *admittingTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+
+// DialTimeout implements memberlist.Transport.
+func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return d.Dial("tcp", addr)
+}
+
+// DialAddressTimeout implements memberlist.NodeAwareTransport.
+func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	return t.DialTimeout(a.Addr, timeout)
+}
 
 // StreamCh implements memberlist.Transport.
-func (t *admittingTransport) StreamCh() <-chan net.Conn { return t.streams }
+func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
-// Shutdown implements memberlist.Transport.
-func (t *admittingTransport) Shutdown() error {
-	var err error
-	t.once.Do(func() {
-		close(t.done)
-		err = t.NetTransport.Shutdown()
-		close(t.stopped)
-		t.wg.Wait()
-	})
-	return err
+// Shutdown implements memberlist.Transport. memberlist stops reading the
+// channels first, so the readers are released by closing the sockets and
+// draining what they still hand over.
+func (t *transport) Shutdown() error {
+	if t.shutdown.Swap(true) {
+		return nil
+	}
+	err := errors.Join(t.tcp.Close(), t.udp.Close())
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return err
+		case <-t.packets:
+		case c := <-t.streams:
+			c.Close()
+		}
+	}
 }

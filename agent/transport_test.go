@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/base64"
+	"io"
+	"log"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// TestTransportHeartbeats: heartbeats go between two transports on
+// loopback, sealed with the cluster key; a transport without the key, or
+// with another, cannot read them; a sender outside the admitted networks is
+// dropped before anything reads its packets.
+func TestTransportHeartbeats(t *testing.T) {
+	key := func(s string) *memberlist.Keyring {
+		k, _ := base64.StdEncoding.DecodeString(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte(s), 32)[:32]))
+		kr, err := memberlist.NewKeyring(nil, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kr
+	}
+	var any atomic.Pointer[[]netip.Prefix]
+	var dropped atomic.Int32
+	start := func(kr *memberlist.Keyring, allowed *atomic.Pointer[[]netip.Prefix]) (*transport, chan []byte) {
+		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t))), log.New(io.Discard, "", 0), allowed, func() { dropped.Add(1) }, kr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Shutdown() })
+		got := make(chan []byte, 4)
+		f := func(p []byte, _ netip.AddrPort) { got <- append([]byte(nil), p...) }
+		tr.heartbeat.Store(&f)
+		return tr, got
+	}
+	recv := func(ch chan []byte) []byte {
+		select {
+		case p := <-ch:
+			return p
+		case <-time.After(500 * time.Millisecond):
+			return nil
+		}
+	}
+	k1 := key("a")
+	a, _ := start(k1, &any)
+	b, gotB := start(k1, &any)
+	if err := a.sendHeartbeat([]byte("hello"), b.bind); err != nil {
+		t.Fatal(err)
+	}
+	if p := recv(gotB); string(p) != "hello" {
+		t.Fatalf("b got %q, want hello", p)
+	}
+	c, gotC := start(key("b"), &any) // another key
+	d, gotD := start(nil, &any)      // no key
+	a.sendHeartbeat([]byte("secret"), c.bind)
+	a.sendHeartbeat([]byte("secret"), d.bind)
+	if p := recv(gotC); p != nil {
+		t.Errorf("a transport with another key read %q", p)
+	}
+	if p := recv(gotD); p != nil {
+		t.Errorf("a transport without the key read %q", p)
+	}
+	d.sendHeartbeat([]byte("forged"), b.bind) // in the clear to a keyed node
+	if p := recv(gotB); p != nil {
+		t.Errorf("a keyed transport accepted a heartbeat in the clear: %q", p)
+	}
+
+	var onlyOthers atomic.Pointer[[]netip.Prefix]
+	nets := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+	onlyOthers.Store(&nets)
+	e, gotE := start(nil, &onlyOthers)
+	before := dropped.Load()
+	d.sendHeartbeat([]byte("from loopback"), e.bind)
+	if p := recv(gotE); p != nil {
+		t.Errorf("a packet from outside the admitted networks was read: %q", p)
+	}
+	if dropped.Load() == before {
+		t.Errorf("the dropped packet was not counted")
+	}
+}
