@@ -216,9 +216,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop takes every BFD session administratively down (so routers do not
-// count it as a failure), closes every BGP session (CEASE notification) and
-// stops the server. It is safe to call more than once and from any
+// Stop closes every BGP session (CEASE, administrative shutdown), then
+// takes every BFD session administratively down and stops the server, so
+// routers count neither as a failure. It is safe to call more than once and from any
 // goroutine.
 func (s *Speaker) Stop() error {
 	s.mu.Lock()
@@ -244,9 +244,23 @@ func (s *Speaker) stopLocked() bool {
 		return false
 	}
 	s.stopped = true
-	// AdminDown first: a router that sees the BGP session close before
-	// BFD says AdminDown could count a BFD failure.
+	// BGP first, BFD still Up meanwhile: every session gets a CEASE
+	// (administrative shutdown) and is seen idle, which GoBGP reports
+	// after it wrote the NOTIFICATION. Then AdminDown. The other order
+	// makes routers that close BGP on a neighbor's AdminDown (FRR 8,
+	// BIRD 2) record "BFD down" as the reason.
 	ctx, cancel := context.WithTimeout(context.Background(), bfdShutdownTimeout)
+	if s.closeSessionsLocked(ctx) {
+		// Let the routers read the NOTIFICATION before BFD says
+		// AdminDown: they handle the two on different paths (bgpd and
+		// bfdd, BIRD's main loop and BFD thread).
+		t := time.NewTimer(ceaseBeforeAdminDown)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	s.bfd.Shutdown(ctx)
 	cancel()
 	s.server.Stop()
@@ -256,7 +270,46 @@ func (s *Speaker) stopLocked() bool {
 	return true
 }
 
-// bfdShutdownTimeout bounds how long Stop spends telling BFD neighbors.
+// closeSessionsLocked sends every established session a CEASE
+// (administrative shutdown) and waits, until ctx ends, for GoBGP to report
+// them all down. It reports whether there was any.
+func (s *Speaker) closeSessionsLocked(ctx context.Context) bool {
+	established := func() []string {
+		var up []string
+		_ = s.server.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+				up = append(up, p.GetConf().GetNeighborAddress())
+			}
+		})
+		return up
+	}
+	up := established()
+	any := len(up) > 0
+	for _, a := range up {
+		if err := s.server.DisablePeer(ctx, &api.DisablePeerRequest{Address: a, Communication: "vipd stopping"}); err != nil {
+			s.log.Warn("close bgp session", "peer", a, "err", err)
+		}
+	}
+	for len(up) > 0 {
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.log.Warn("bgp sessions still established when stopping", "peers", up)
+			return any
+		case <-t.C:
+		}
+		up = established()
+	}
+	return any
+}
+
+// ceaseBeforeAdminDown is the pause between the last CEASE and the BFD
+// AdminDown when stopping.
+const ceaseBeforeAdminDown = 100 * time.Millisecond
+
+// bfdShutdownTimeout bounds how long Stop spends closing the BGP sessions
+// and telling BFD neighbors.
 const bfdShutdownTimeout = time.Second
 
 func (s *Speaker) onPeerEvent(r *api.WatchEventResponse) {
