@@ -309,9 +309,20 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 // assertLogged fails t unless a line of n's vipd log contains every part.
 func assertLogged(t *testing.T, n *node, parts ...string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(n.dir, "vipd.log"))
+	ok, err := logged(n, parts...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !ok {
+		t.Errorf("vipd log of %s has no line with %q", n.name, parts)
+	}
+}
+
+// logged reports whether a line of n's vipd log contains every part.
+func logged(n *node, parts ...string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "vipd.log"))
+	if err != nil {
+		return false, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		all := true
@@ -319,8 +330,8 @@ func assertLogged(t *testing.T, n *node, parts ...string) {
 			all = all && strings.Contains(line, p)
 		}
 		if all {
-			return
+			return true, nil
 		}
 	}
-	t.Errorf("vipd log of %s has no line with %q", n.name, parts)
+	return false, nil
 }

@@ -419,12 +419,16 @@ type status struct {
 		Held    bool     `json:"held"`
 		Holders []string `json:"holders"`
 	} `json:"vips"`
-	BGPPeers []struct {
-		Address    string `json:"address"`
-		ASN        uint32 `json:"asn"`
-		State      string `json:"state"`
-		Advertised uint64 `json:"advertised"`
-	} `json:"bgp_peers"`
+	BGPPeers []bgpPeer `json:"bgp_peers"`
+}
+
+// bgpPeer is one entry of bgp_peers in `vipctl status --json`.
+type bgpPeer struct {
+	Address    string `json:"address"`
+	ASN        uint32 `json:"asn"`
+	State      string `json:"state"`
+	Received   uint64 `json:"received"`
+	Advertised uint64 `json:"advertised"`
 }
 
 func (l *lab) status(n *node) (status, error) {
