@@ -251,7 +251,7 @@ func TestReassertAdmin(t *testing.T) {
 	s, _ := startBFDSpeaker(t, p)
 	ctx := context.Background()
 	s.mu.Lock()
-	s.bfdHeld[p.Address] = true // as if DisablePeer had been lost
+	s.bfdHeld[p.Address] = s.now() // as if DisablePeer had been lost
 	s.mu.Unlock()
 	s.reassertAdmin(ctx)
 	if !adminDown(t, s, p.Address, true) {
@@ -263,5 +263,51 @@ func TestReassertAdmin(t *testing.T) {
 	s.reassertAdmin(ctx)
 	if adminDown(t, s, p.Address, false) {
 		t.Fatal("released peer not opened by reassertAdmin")
+	}
+}
+
+// TestBFDHoldIsBounded: a session closed by a BFD failure is opened again
+// after bfdHoldMax even if BFD stays down (a router that runs BFD only
+// while BGP is up would never bring it back otherwise).
+func TestBFDHoldIsBounded(t *testing.T) {
+	p := loopbackPeer(2)
+	p.BFD = BFD{Enabled: true}
+	s, _ := startBFDSpeaker(t, p)
+	ctx := context.Background()
+	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.mu.Lock()
+	s.now = func() time.Time { return now } // called with s.mu held
+	s.mu.Unlock()
+	advance := func(d time.Duration) {
+		s.mu.Lock()
+		now = now.Add(d)
+		s.mu.Unlock()
+	}
+	s.applyBFD(ctx, bfd.Change{Peer: p.Address, From: bfd.Up, To: bfd.Down, Diag: bfd.DiagControlDetectionExpired, RemoteState: bfd.Up})
+	if !adminDown(t, s, p.Address, true) {
+		t.Fatal("not closed by the bfd failure")
+	}
+	advance(bfdHoldMax - time.Nanosecond)
+	s.reassertAdmin(ctx)
+	if !adminDown(t, s, p.Address, true) {
+		t.Fatal("opened before bfdHoldMax")
+	}
+	advance(time.Nanosecond)
+	s.reassertAdmin(ctx)
+	if adminDown(t, s, p.Address, false) {
+		t.Fatal("still closed after bfdHoldMax")
+	}
+	ps, err := s.Peers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].HeldByBFD {
+		t.Fatal("HeldByBFD after the release")
+	}
+	// A new failure after BFD was Up again closes it again.
+	s.applyBFD(ctx, bfd.Change{Peer: p.Address, From: bfd.Down, To: bfd.Up, RemoteState: bfd.Up})
+	s.applyBFD(ctx, bfd.Change{Peer: p.Address, From: bfd.Up, To: bfd.Down, Diag: bfd.DiagControlDetectionExpired, RemoteState: bfd.Up})
+	if !adminDown(t, s, p.Address, true) {
+		t.Fatal("not closed by the second failure")
 	}
 }

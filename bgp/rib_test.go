@@ -43,8 +43,13 @@ func TestAnnouncedSeesTheRIBAndAnnounceRestores(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.mu.Lock()
-	s.now = func() time.Time { return now }
+	s.now = func() time.Time { return now } // called with s.mu held
 	s.mu.Unlock()
+	advance := func(d time.Duration) {
+		s.mu.Lock()
+		now = now.Add(d)
+		s.mu.Unlock()
+	}
 	v4, v6 := testVIPs[0], testVIPs[2]
 	for _, a := range []netip.Addr{v4, v6} {
 		if err := s.Announce(ctx, a); err != nil {
@@ -67,7 +72,7 @@ func TestAnnouncedSeesTheRIBAndAnnounceRestores(t *testing.T) {
 
 	deleteBehindBack(t, s, v4)
 	check("within the cached listing", v4, true)
-	now = now.Add(ribCacheTTL)
+	advance(ribCacheTTL)
 	check("next listing", v4, false)
 	check("next listing", v6, true)
 

@@ -56,8 +56,8 @@ type Speaker struct {
 
 	bfd bfdServer
 	// bfdHeld are the peers whose BGP session is down because their BFD
-	// session failed.
-	bfdHeld map[netip.Addr]bool
+	// session failed, with when it was closed.
+	bfdHeld map[netip.Addr]time.Time
 
 	// rib caches the locally originated paths of the global RIB for
 	// Announced; a change through this Speaker clears it.
@@ -108,7 +108,7 @@ func New(cfg Config) (*Speaker, error) {
 		log:       cfg.logger(),
 		cfg:       cfg,
 		routes:    make(map[netip.Addr]routeState),
-		bfdHeld:   make(map[netip.Addr]bool),
+		bfdHeld:   make(map[netip.Addr]time.Time),
 		now:       time.Now,
 		bfdWake:   make(chan struct{}, 1),
 		peerState: make(map[string]string),
@@ -660,10 +660,10 @@ func (s *Speaker) onBFDChange(c bfd.Change) {
 }
 
 // bfdLoop applies BFD state changes to the BGP sessions until ctx ends.
-// Every bfdReassert it also re-asserts the admin state of the peers with
-// BFD: GoBGP drops an admin state request that arrives while the previous
-// one is still pending, and a session must not stay closed (or open)
-// because of that.
+// Every bfdReassert it also opens sessions held longer than bfdHoldMax and
+// re-asserts the admin state of the peers with BFD: GoBGP drops an admin
+// state request that arrives while the previous one is still pending, and
+// a session must not stay closed (or open) because of that.
 func (s *Speaker) bfdLoop(ctx context.Context) {
 	tick := time.NewTicker(bfdReassert)
 	defer tick.Stop()
@@ -694,16 +694,23 @@ func (s *Speaker) bfdLoop(ctx context.Context) {
 
 // bfdReassert is how often bfdLoop checks GoBGP's admin state of the peers
 // with BFD against what BFD wants.
-const bfdReassert = 2 * time.Second
+const bfdReassert = time.Second
 
-// reassertAdmin asks GoBGP again for the admin state BFD wants of every
-// peer with BFD whose admin state differs.
+// reassertAdmin opens the sessions held longer than bfdHoldMax, and asks
+// GoBGP again for the admin state BFD wants of every peer with BFD whose
+// admin state differs.
 func (s *Speaker) reassertAdmin(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	srv, err := s.runningLocked()
 	if err != nil {
 		return
+	}
+	now := s.now()
+	for a, since := range s.bfdHeld {
+		if now.Sub(since) >= bfdHoldMax {
+			s.releaseLocked(ctx, srv, a, "bfd still down after "+bfdHoldMax.String())
+		}
 	}
 	for _, p := range s.cfg.Peers {
 		if !p.BFD.Enabled {
@@ -714,11 +721,12 @@ func (s *Speaker) reassertAdmin(ctx context.Context) {
 			found = true
 			down = ap.GetState().GetAdminState() == api.PeerState_DOWN
 		})
-		if err != nil || !found || down == s.bfdHeld[p.Address] {
+		held := s.heldLocked(p.Address)
+		if err != nil || !found || down == held {
 			continue
 		}
-		s.log.Warn("bgp admin state differs from bfd, asking again", "peer", p.Address, "held", s.bfdHeld[p.Address])
-		if s.bfdHeld[p.Address] {
+		s.log.Warn("bgp admin state differs from bfd, asking again", "peer", p.Address, "held", held)
+		if held {
 			err = srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: p.Address.String(), Communication: "BFD down"})
 		} else {
 			err = srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: p.Address.String()})
@@ -746,21 +754,34 @@ func (s *Speaker) applyBFD(ctx context.Context, c bfd.Change) {
 	switch {
 	case c.From == bfd.Up && c.To == bfd.Down && c.RemoteState == bfd.AdminDown:
 		s.log.Info("bfd down by the neighbor (admin down): bgp session kept", "peer", c.Peer)
-	case c.From == bfd.Up && c.To == bfd.Down && !s.bfdHeld[c.Peer]:
+	case c.From == bfd.Up && c.To == bfd.Down && !s.heldLocked(c.Peer):
 		if err := srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: addr, Communication: "BFD down: " + c.Diag.String()}); err != nil {
 			s.log.Error("close bgp session after bfd down", "peer", c.Peer, "err", err)
 			return
 		}
-		s.bfdHeld[c.Peer] = true
+		s.bfdHeld[c.Peer] = s.now()
 		s.log.Warn("bgp session closed: bfd down", "peer", c.Peer, "reason", c.Diag.String())
-	case c.To == bfd.Up && s.bfdHeld[c.Peer]:
+	case c.To == bfd.Up && s.heldLocked(c.Peer):
 		s.releaseLocked(ctx, srv, c.Peer, "bfd up")
 	}
 }
 
+func (s *Speaker) heldLocked(peer netip.Addr) bool {
+	_, ok := s.bfdHeld[peer]
+	return ok
+}
+
+// bfdHoldMax is how long a BGP session closed by a BFD failure stays
+// closed while BFD does not come Up again. Routers that run BFD only
+// while the BGP session is up (BGP-triggered sessions) would otherwise
+// never bring BFD back, and the session would stay closed for good; after
+// bfdHoldMax GoBGP may connect again (it fails while the path is really
+// down), and a BFD failure after BFD is Up again closes it again.
+const bfdHoldMax = 5 * time.Second
+
 // releaseLocked opens a peer's BGP session held down by BFD.
 func (s *Speaker) releaseLocked(ctx context.Context, srv *server.BgpServer, peer netip.Addr, reason string) {
-	if !s.bfdHeld[peer] {
+	if !s.heldLocked(peer) {
 		return
 	}
 	if err := srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: peer.String()}); err != nil {
@@ -859,7 +880,7 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 		if _, ok := current[p.Address]; ok {
 			continue
 		}
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, s.bfdHeld[p.Address])}); err != nil {
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, s.heldLocked(p.Address))}); err != nil {
 			return fmt.Errorf("reconfigure: add peer %s: %w", p.Address, err)
 		}
 		current[p.Address] = p

@@ -21,7 +21,11 @@ type fakeHalf struct {
 	announces int
 }
 
-func (f *fakeHalf) Announce(context.Context, netip.Addr) error { f.announces++; f.present = true; return nil }
+func (f *fakeHalf) Announce(context.Context, netip.Addr) error {
+	f.announces++
+	f.present = true
+	return nil
+}
 func (f *fakeHalf) Withdraw(context.Context, netip.Addr) error { f.present = false; return nil }
 func (f *fakeHalf) Drain(context.Context, netip.Addr) error    { return nil }
 func (f *fakeHalf) Held(netip.Addr) (bool, error)              { return f.present, f.err }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -32,8 +33,12 @@ var (
 //   - partition-all, partition-all-bfd: every node announces (announce
 //     "all"), the router forwards to its best path only, and the node
 //     it forwards to is cut off, without and with BFD;
+//   - freeze-all, freeze-all-bfd: that node's vipd and HTTP server frozen
+//     (SIGSTOP: a hung host whose kernel still answers), without and with
+//     BFD;
 //   - withdraw-all-bfd: vipctl withdraw of that node, with BFD.
-var BGPScenarios = []string{"withdraw", "crash", "partition", "partition-bfd", "partition-all", "partition-all-bfd", "withdraw-all-bfd"}
+var BGPScenarios = []string{"withdraw", "crash", "partition", "partition-bfd", "partition-all", "partition-all-bfd",
+	"freeze-all", "freeze-all-bfd", "withdraw-all-bfd"}
 
 // BGPScenarioTitle describes each BGP scenario for the report.
 var BGPScenarioTitle = map[string]string{
@@ -43,6 +48,8 @@ var BGPScenarioTitle = map[string]string{
 	"partition-bfd":     "owner cut off at the bridge, BFD",
 	"partition-all":     "`all`: node in use cut off (hold timer)",
 	"partition-all-bfd": "`all`: node in use cut off, BFD",
+	"freeze-all":        "`all`: node in use hung (vipd and service SIGSTOP; hold timer)",
+	"freeze-all-bfd":    "`all`: node in use hung (vipd and service SIGSTOP), BFD",
 	"withdraw-all-bfd":  "`all`: `vipctl withdraw` of the node in use, BFD",
 }
 
@@ -57,8 +64,8 @@ type bgpGroup struct {
 var bgpGroups = []bgpGroup{
 	{"owner", "owner", false, []string{"withdraw", "crash", "partition"}},
 	{"owner-bfd", "owner", true, []string{"partition-bfd"}},
-	{"all", "all", false, []string{"partition-all"}},
-	{"all-bfd", "all", true, []string{"partition-all-bfd", "withdraw-all-bfd"}},
+	{"all", "all", false, []string{"partition-all", "freeze-all"}},
+	{"all-bfd", "all", true, []string{"partition-all-bfd", "freeze-all-bfd", "withdraw-all-bfd"}},
 }
 
 const (
@@ -274,6 +281,9 @@ func bgpGroupBench(t *T, g bgpGroup, runs int, log io.Writer, logDir string) []B
 					_, err = l.Vipctl(owner, "withdraw")
 				case "crash":
 					procs[owner.Name].Kill()
+				case "freeze-all", "freeze-all-bfd":
+					// The host hangs: vipd and the service.
+					err = errors.Join(procs[owner.Name].Signal(syscall.SIGSTOP), l.HTTP(owner).Signal(syscall.SIGSTOP))
 				default: // partitions
 					l.Cut(owner)
 				}
@@ -329,6 +339,11 @@ func bgpGroupBench(t *T, g bgpGroup, runs int, log io.Writer, logDir string) []B
 						return
 					}
 					procs[owner.Name] = p
+				case "freeze-all", "freeze-all-bfd":
+					err := errors.Join(procs[owner.Name].Signal(syscall.SIGCONT), l.HTTP(owner).Signal(syscall.SIGCONT))
+					if err != nil && tr.Err == "" {
+						tr.Err = "SIGCONT: " + err.Error()
+					}
 				default:
 					l.Uncut(owner)
 				}

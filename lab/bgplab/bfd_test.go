@@ -185,7 +185,9 @@ func TestBIRDBFD(t *testing.T) {
 //     carrier stays): the router's BFD fails, it drops that path and
 //     forwards to another node. The client's gap is logged; the path must
 //     be gone within 1.5s (the hold time is 3s).
-//  2. Heal: BFD and BGP come back.
+//  2. Heal: BFD and BGP come back. Then the node in use is frozen
+//     (SIGSTOP): the router's BFD drops its path within 1.5s too, and
+//     after SIGCONT it comes back.
 //  3. vipctl withdraw --wait of the node in use, BFD on: no probe lost,
 //     BFD stays Up (a withdraw is not a failure).
 //  4. SIGTERM of the node in use: no probe lost, and the router saw an
@@ -258,6 +260,27 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	l.uncut(cur)
 	bfdUp("after the cut healed", cur)
 	l.waitView(30*time.Second, cur.name+"'s path back", func(v view) (bool, string) {
+		_, ok := v.pathVia(cur.ip)
+		return ok && len(v.paths) == 3, "want three paths again"
+	})
+
+	// 2b. A hung host: vipd frozen (SIGSTOP), link and kernel fine. The
+	// router's BFD stops hearing it and drops the path; after SIGCONT BFD
+	// and BGP come back.
+	cur = inUse("three paths before the freeze")
+	frozen := time.Now()
+	cur.vipd.signal(t, syscall.SIGSTOP)
+	_, gone = l.waitView(1500*time.Millisecond, "frozen "+cur.name+"'s path gone through bfd (hold 3s)", func(v view) (bool, string) {
+		_, ok := v.pathVia(cur.ip)
+		return !ok && len(v.kernel) == 1, "want no path via " + cur.name
+	})
+	t.Logf("SIGSTOP of %s: router dropped its path after %v", cur.name, gone.Sub(frozen).Round(10*time.Millisecond))
+	if ok, d := r.failed(cur); !ok {
+		t.Errorf("router does not report a bfd failure with the frozen %s: %s", cur.name, d)
+	}
+	cur.vipd.signal(t, syscall.SIGCONT)
+	bfdUp("after SIGCONT", cur)
+	l.waitView(30*time.Second, cur.name+"'s path back after SIGCONT", func(v view) (bool, string) {
 		_, ok := v.pathVia(cur.ip)
 		return ok && len(v.paths) == 3, "want three paths again"
 	})
