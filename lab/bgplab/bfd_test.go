@@ -56,7 +56,7 @@ type bfdRouter struct {
 }
 
 func TestFRRBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh")
+	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh", "nft")
 	if !strings.Contains(frrBFDConf, "bfd profile vipd") || !strings.Contains(frrBFDConf, "maximum-paths 1") {
 		t.Fatalf("frrBFDConf did not get its BFD lines:\n%s", frrBFDConf)
 	}
@@ -120,7 +120,7 @@ func TestFRRBFD(t *testing.T) {
 }
 
 func TestBIRDBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	routers.SkipUnlessNetnsTests(t, "bird", "birdc", "nft")
 	if !strings.Contains(birdBFDConf, "bfd yes") || strings.Contains(birdBFDConf, "merge paths") {
 		t.Fatalf("birdBFDConf did not get its BFD lines:\n%s", birdBFDConf)
 	}
