@@ -220,10 +220,26 @@ type BGPPeerConfig struct {
 	Keepalive string `toml:"keepalive"`
 	// Communities ("asn:value") added to every announcement. [none]
 	Communities []string `toml:"communities"`
+	// MaxPrefixes is how many prefixes the router may send before vipd
+	// closes the session (it uses none of them; the limit bounds the
+	// memory a router sending a full table can take), 1-1000000. [100]
+	MaxPrefixes *int `toml:"max_prefixes"`
+	// BFD runs a BFD session (RFC 5880/5881) with the router: when it
+	// fails, the BGP session is closed at once instead of after hold_time.
+	// [false]
+	BFD bool `toml:"bfd"`
+	// BFDMinInterval is BFD's desired minimum TX and required minimum RX
+	// interval, at least 50ms. [300ms]
+	BFDMinInterval string `toml:"bfd_min_interval"`
+	// BFDMultiplier is BFD's detect multiplier, 1-255. [3]
+	BFDMultiplier *int `toml:"bfd_multiplier"`
 
 	addr                netip.Addr
 	holdTime, keepalive time.Duration
 	password            string
+	bfdMinInterval      time.Duration
+	bfdMultiplier       uint8
+	maxPrefixes         uint32
 }
 
 // Problem is one configuration error, placed at the line and column of the
@@ -796,6 +812,14 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 }
 
 func (v *validator) checkBGP(b *BGPConfig, cl *ClusterConfig) {
+	// Defaults and bounds of the per-peer BFD and prefix limit keys.
+	const (
+		defaultBFDMinInterval = 300 * time.Millisecond
+		minBFDInterval        = 50 * time.Millisecond
+		defaultBFDMultiplier  = 3
+		defaultMaxPrefixes    = 100
+		maxMaxPrefixes        = 1000000
+	)
 	if b.ASN == 0 {
 		v.at("bgp.asn", "bgp.asn is required and must not be 0")
 	}
@@ -856,6 +880,27 @@ func (v *validator) checkBGP(b *BGPConfig, cl *ClusterConfig) {
 				v.at(p+".password_file", "password_file %v", err)
 			}
 			pr.password = pw
+		}
+		pr.maxPrefixes = defaultMaxPrefixes
+		if pr.MaxPrefixes != nil {
+			if n := *pr.MaxPrefixes; n < 1 || n > maxMaxPrefixes {
+				v.at(p+".max_prefixes", "max_prefixes must be 1-%d, got %d", maxMaxPrefixes, n)
+			} else {
+				pr.maxPrefixes = uint32(n)
+			}
+		}
+		pr.bfdMinInterval = v.duration(p+".bfd_min_interval", pr.BFDMinInterval, defaultBFDMinInterval)
+		if pr.bfdMinInterval < minBFDInterval || pr.bfdMinInterval%time.Millisecond != 0 {
+			v.at(p+".bfd_min_interval", "bfd_min_interval must be whole milliseconds, at least %s, got %q", minBFDInterval, pr.BFDMinInterval)
+			pr.bfdMinInterval = defaultBFDMinInterval
+		}
+		pr.bfdMultiplier = defaultBFDMultiplier
+		if pr.BFDMultiplier != nil {
+			if n := *pr.BFDMultiplier; n < 1 || n > 255 {
+				v.at(p+".bfd_multiplier", "bfd_multiplier must be 1-255, got %d", n)
+			} else {
+				pr.bfdMultiplier = uint8(n)
+			}
 		}
 	}
 }
@@ -951,3 +996,13 @@ func (p BGPPeerConfig) HoldTimeDuration() time.Duration { return p.holdTime }
 
 // KeepaliveDuration returns the parsed keepalive interval.
 func (p BGPPeerConfig) KeepaliveDuration() time.Duration { return p.keepalive }
+
+// MaxPrefixLimit returns max_prefixes (100 when unset).
+func (p BGPPeerConfig) MaxPrefixLimit() uint32 { return p.maxPrefixes }
+
+// BFDMinIntervalDuration returns the parsed bfd_min_interval (300ms when
+// unset).
+func (p BGPPeerConfig) BFDMinIntervalDuration() time.Duration { return p.bfdMinInterval }
+
+// BFDDetectMultiplier returns bfd_multiplier (3 when unset).
+func (p BGPPeerConfig) BFDDetectMultiplier() uint8 { return p.bfdMultiplier }

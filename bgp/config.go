@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vipd/vipd/bfd"
 )
 
 // Defaults applied by New and Reconfigure to zero-valued fields.
@@ -19,6 +21,16 @@ const (
 	// DefaultListenPort is used when Config.ListenPort is zero: do not listen, the
 	// speaker initiates every session.
 	DefaultListenPort = -1
+	// DefaultMaxPrefixes is the prefix limit of a peer whose MaxPrefixes is
+	// zero.
+	DefaultMaxPrefixes = 100
+	// DefaultBFDMinInterval is the BFD interval when BFD.MinInterval is zero.
+	DefaultBFDMinInterval = 300 * time.Millisecond
+	// MinBFDInterval is the smallest BFD interval allowed.
+	MinBFDInterval = 50 * time.Millisecond
+	// DefaultBFDMultiplier is the BFD detect multiplier when BFD.Multiplier
+	// is zero.
+	DefaultBFDMultiplier = 3
 )
 
 // GracefulShutdown is the well-known GRACEFUL_SHUTDOWN community 65535:0
@@ -44,6 +56,29 @@ type Peer struct {
 	// Communities are standard communities "asn:value" (each part 0-65535)
 	// added to every announcement sent to this peer.
 	Communities []string
+	// MaxPrefixes is how many prefixes the neighbor may send before the
+	// session is closed (CEASE "maximum number of prefixes reached",
+	// retried after the idle hold time). Nothing received is used: the
+	// limit bounds the memory a misbehaving router can take. Zero means
+	// DefaultMaxPrefixes.
+	MaxPrefixes uint32
+	// BFD runs a BFD session with the neighbor.
+	BFD BFD
+}
+
+// BFD configures single-hop BFD (RFC 5880, RFC 5881) toward a peer. When the
+// BFD session goes from Up to Down (unless the neighbor took it
+// administratively down), the BGP session is closed at once, and it is
+// opened again when BFD is Up again. Stop sends AdminDown first.
+type BFD struct {
+	// Enabled turns BFD on for the peer.
+	Enabled bool
+	// MinInterval is the desired minimum TX and required minimum RX
+	// interval. Zero means DefaultBFDMinInterval; otherwise at least
+	// MinBFDInterval.
+	MinInterval time.Duration
+	// Multiplier is the detect multiplier. Zero means DefaultBFDMultiplier.
+	Multiplier uint8
 }
 
 // Config configures a Speaker.
@@ -60,6 +95,10 @@ type Config struct {
 	ListenAddresses []string
 	// Peers are the neighbors to connect to.
 	Peers []Peer
+	// VIPs are the addresses Announce and Drain accept. The export policy
+	// sends their host routes (/32, /128), originated here, and nothing
+	// else; everything received is rejected on import.
+	VIPs []netip.Addr
 	// Logger receives the speaker's logs; GoBGP's own logs go to it at debug
 	// level (warnings and errors keep their level). Nil means slog.Default().
 	Logger *slog.Logger
@@ -123,6 +162,21 @@ func (c Config) Validate() []error {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		}
+		if p.BFD.MinInterval != 0 && p.BFD.MinInterval < MinBFDInterval {
+			errs = append(errs, fmt.Errorf("%s: bfd interval %s: must be at least %s", name, p.BFD.MinInterval, MinBFDInterval))
+		}
+		if p.BFD.MinInterval%time.Millisecond != 0 {
+			errs = append(errs, fmt.Errorf("%s: bfd interval %s: must be whole milliseconds", name, p.BFD.MinInterval))
+		}
+	}
+	vips := make(map[netip.Addr]bool)
+	for _, a := range c.VIPs {
+		if _, err := hostPrefix(a); err != nil {
+			errs = append(errs, fmt.Errorf("vip: %w", err))
+		} else if vips[a.Unmap()] {
+			errs = append(errs, fmt.Errorf("vip %s: listed twice", a))
+		}
+		vips[a.Unmap()] = true
 	}
 	return errs
 }
@@ -162,6 +216,29 @@ func (p Peer) keepalive() time.Duration {
 		return (p.holdTime() / 3).Truncate(time.Second)
 	}
 	return p.Keepalive
+}
+
+func (p Peer) maxPrefixes() uint32 {
+	if p.MaxPrefixes == 0 {
+		return DefaultMaxPrefixes
+	}
+	return p.MaxPrefixes
+}
+
+// bfdSession returns the BFD session configuration of p (Enabled false:
+// none).
+func (p Peer) bfdSession() (bfd.SessionConfig, bool) {
+	if !p.BFD.Enabled {
+		return bfd.SessionConfig{}, false
+	}
+	c := bfd.SessionConfig{Peer: p.Address, MinInterval: p.BFD.MinInterval, Multiplier: p.BFD.Multiplier}
+	if c.MinInterval == 0 {
+		c.MinInterval = DefaultBFDMinInterval
+	}
+	if c.Multiplier == 0 {
+		c.Multiplier = DefaultBFDMultiplier
+	}
+	return c, true
 }
 
 func (c Config) listenPort() int32 {

@@ -38,7 +38,7 @@ func lab(t *testing.T, tag string) (routerNS, speakerNS string) {
 }
 
 func speakerConfig(peers ...Peer) Config {
-	return Config{ASN: speakerASN, RouterID: speakerV4, ListenPort: -1, Peers: peers}
+	return Config{ASN: speakerASN, RouterID: speakerV4, ListenPort: -1, Peers: peers, VIPs: []netip.Addr{vip4.Addr(), vip6.Addr()}}
 }
 
 // routeWith waits (bounded) until r has a best route for prefix whose next

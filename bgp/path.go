@@ -90,18 +90,27 @@ func buildPath(addr netip.Addr, communities []uint32) (*api.Path, error) {
 	}, nil
 }
 
-// exportPolicyName is the global export policy that adds each peer's
-// communities to what is sent to that peer.
+// exportPolicyName is the global export policy: it adds each peer's
+// communities to what is sent to that peer and passes only the VIP host
+// routes originated here.
 const exportPolicyName = "vipd-export"
 
-// exportPolicy builds the policy request that adds Peer.Communities to every
-// route sent to that peer: one neighbor set and one statement per peer with
-// communities. GoBGP only supports per-neighbor policies for route-server
-// clients, so the per-peer selection is a neighbor-set condition in a global
-// policy. The policy always exists (possibly without statements) so that its
-// assignment (exportAssignment, made once at start) stays valid; SetPolicies
-// keeps assignments and replaces definitions.
-func exportPolicy(peers []Peer) (*api.SetPoliciesRequest, error) {
+// exportPolicy builds the policy request for the export side. Statements,
+// in order:
+//
+//   - one per peer with communities: neighbor set of that peer, add the
+//     communities, and go on (RouteAction NONE);
+//   - one per address family with VIPs: the VIPs' exact host prefixes,
+//     originated locally, ACCEPT.
+//
+// The assignment's default is REJECT (exportAssignment), so with no
+// statement matching nothing is sent: the RFC 8212 default for every
+// session, eBGP or iBGP. GoBGP only supports per-neighbor policies for
+// route-server clients, so the per-peer selection is a neighbor-set
+// condition in a global policy. The policy always exists (possibly without
+// statements) so that its assignment (made once at start) stays valid;
+// SetPolicies keeps assignments and replaces definitions.
+func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, error) {
 	req := &api.SetPoliciesRequest{}
 	pol := &api.Policy{Name: exportPolicyName}
 	for _, p := range peers {
@@ -129,27 +138,87 @@ func exportPolicy(peers []Peer) (*api.SetPoliciesRequest, error) {
 			},
 			Actions: &api.Actions{
 				Community:   &api.CommunityAction{Type: api.CommunityAction_ADD, Communities: comms},
-				RouteAction: api.RouteAction_ACCEPT,
+				RouteAction: api.RouteAction_NONE,
 			},
 		})
 	}
-	req.Policies = []*api.Policy{pol}
+	for _, fam := range []struct {
+		name string
+		is4  bool
+	}{{"vips-ipv4", true}, {"vips-ipv6", false}} {
+		var prefixes []*api.Prefix
+		for _, a := range vips {
+			pfx, err := hostPrefix(a)
+			if err != nil {
+				return nil, err
+			}
+			if pfx.Addr().Is4() != fam.is4 {
+				continue
+			}
+			prefixes = append(prefixes, &api.Prefix{IpPrefix: pfx.String(), MaskLengthMin: uint32(pfx.Bits()), MaskLengthMax: uint32(pfx.Bits())})
+		}
+		if len(prefixes) == 0 {
+			continue
+		}
+		req.DefinedSets = append(req.DefinedSets, &api.DefinedSet{
+			DefinedType: api.DefinedType_PREFIX,
+			Name:        fam.name,
+			Prefixes:    prefixes,
+		})
+		pol.Statements = append(pol.Statements, &api.Statement{
+			Name: fam.name,
+			Conditions: &api.Conditions{
+				PrefixSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: fam.name},
+				RouteType: api.Conditions_ROUTE_TYPE_LOCAL,
+			},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+		})
+	}
+	req.Policies = []*api.Policy{pol, importPolicy()}
 	return req, nil
 }
 
-// exportAssignment applies the export policy to every peer, accepting what
-// it does not match.
+// exportAssignment applies the export policy to every peer and rejects
+// whatever it does not accept.
 func exportAssignment() *api.SetPolicyAssignmentRequest {
 	return &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 		Name:          "global",
 		Direction:     api.PolicyDirection_EXPORT,
 		Policies:      []*api.Policy{{Name: exportPolicyName}},
-		DefaultAction: api.RouteAction_ACCEPT,
+		DefaultAction: api.RouteAction_REJECT,
 	}}
 }
 
-// apiPeer converts p to GoBGP's peer configuration.
-func apiPeer(p Peer) *api.Peer {
+// importPolicyName is the global import policy: it lets only the paths
+// this speaker originates into the global RIB (GoBGP applies the global
+// import policy to them too).
+const importPolicyName = "vipd-import"
+
+// importPolicy accepts locally originated paths; importAssignment rejects
+// the rest.
+func importPolicy() *api.Policy {
+	return &api.Policy{Name: importPolicyName, Statements: []*api.Statement{{
+		Name:       "local-only",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+	}}}
+}
+
+// importAssignment rejects every route received: vipd installs no routes
+// and needs none, and nothing received can reach the global RIB and from
+// there another peer.
+func importAssignment() *api.SetPolicyAssignmentRequest {
+	return &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name:          "global",
+		Direction:     api.PolicyDirection_IMPORT,
+		Policies:      []*api.Policy{{Name: importPolicyName}},
+		DefaultAction: api.RouteAction_REJECT,
+	}}
+}
+
+// apiPeer converts p to GoBGP's peer configuration; adminDown creates it
+// administratively down (held by BFD).
+func apiPeer(p Peer, adminDown bool) *api.Peer {
 	family := familyIPv4
 	if p.Address.Is6() {
 		family = familyIPv6
@@ -159,6 +228,7 @@ func apiPeer(p Peer) *api.Peer {
 			NeighborAddress: p.Address.String(),
 			PeerAsn:         p.ASN,
 			AuthPassword:    p.Password,
+			AdminDown:       adminDown,
 		},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry:           connectRetrySeconds,
@@ -168,6 +238,11 @@ func apiPeer(p Peer) *api.Peer {
 		}},
 		AfiSafis: []*api.AfiSafi{{
 			Config: &api.AfiSafiConfig{Family: family, Enabled: true},
+			PrefixLimits: &api.PrefixLimit{
+				Family:               family,
+				MaxPrefixes:          p.maxPrefixes(),
+				ShutdownThresholdPct: prefixWarnPct,
+			},
 		}},
 	}
 }
@@ -179,3 +254,6 @@ const (
 	connectRetrySeconds = 5
 	idleHoldSeconds     = 5
 )
+
+// prefixWarnPct is the share of MaxPrefixes at which GoBGP logs a warning.
+const prefixWarnPct = 80

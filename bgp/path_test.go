@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -121,12 +122,13 @@ func TestExportPolicy(t *testing.T) {
 		{Address: netip.MustParseAddr("198.51.100.254"), ASN: 65000},
 		{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Communities: []string{"65000:6"}},
 	}
-	req, err := exportPolicy(peers)
+	vips := []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8:100::10"), netip.MustParseAddr("203.0.113.11")}
+	req, err := exportPolicy(peers, vips)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(req.DefinedSets) != 2 {
-		t.Fatalf("defined sets = %v, want one per peer with communities", req.DefinedSets)
+	if len(req.DefinedSets) != 4 {
+		t.Fatalf("defined sets = %v, want one per peer with communities and one per VIP family", req.DefinedSets)
 	}
 	if got := req.DefinedSets[0].List; !slices.Equal(got, []string{"192.0.2.254/32"}) {
 		t.Errorf("first neighbor set = %v", got)
@@ -134,34 +136,63 @@ func TestExportPolicy(t *testing.T) {
 	if got := req.DefinedSets[1].List; !slices.Equal(got, []string{"2001:db8::fe/128"}) {
 		t.Errorf("second neighbor set = %v", got)
 	}
-	if len(req.Policies) != 1 || len(req.Policies[0].Statements) != 2 {
-		t.Fatalf("policies = %v, want one policy with two statements", req.Policies)
+	prefixes := func(d *api.DefinedSet) []string {
+		var out []string
+		for _, p := range d.Prefixes {
+			out = append(out, fmt.Sprintf("%s %d-%d", p.IpPrefix, p.MaskLengthMin, p.MaskLengthMax))
+		}
+		return out
+	}
+	if d := req.DefinedSets[2]; d.DefinedType != api.DefinedType_PREFIX || !slices.Equal(prefixes(d), []string{"203.0.113.10/32 32-32", "203.0.113.11/32 32-32"}) {
+		t.Errorf("ipv4 vip set = %v, want the exact /32s", d)
+	}
+	if d := req.DefinedSets[3]; !slices.Equal(prefixes(d), []string{"2001:db8:100::10/128 128-128"}) {
+		t.Errorf("ipv6 vip set = %v, want the exact /128", d)
+	}
+	if len(req.Policies) != 2 || len(req.Policies[0].Statements) != 4 {
+		t.Fatalf("policies = %v, want the export policy with four statements and the import policy", req.Policies)
+	}
+	if imp := req.Policies[1]; imp.Name != importPolicyName || len(imp.Statements) != 1 ||
+		imp.Statements[0].Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || imp.Statements[0].Actions.RouteAction != api.RouteAction_ACCEPT {
+		t.Errorf("import policy = %v, want only locally originated paths accepted", imp)
 	}
 	st := req.Policies[0].Statements[0]
 	if st.Conditions.NeighborSet.Name != req.DefinedSets[0].Name {
 		t.Errorf("statement matches set %q, want %q", st.Conditions.NeighborSet.Name, req.DefinedSets[0].Name)
 	}
-	if got := st.Actions.Community.Communities; !slices.Equal(got, []string{"65000:100", "65000:200"}) || st.Actions.Community.Type != api.CommunityAction_ADD {
-		t.Errorf("community action = %v", st.Actions.Community)
+	// Community statements add and go on: only the VIP statements accept.
+	if got := st.Actions.Community.Communities; !slices.Equal(got, []string{"65000:100", "65000:200"}) ||
+		st.Actions.Community.Type != api.CommunityAction_ADD || st.Actions.RouteAction != api.RouteAction_NONE {
+		t.Errorf("community statement actions = %v, want add and continue", st.Actions)
+	}
+	for _, st := range req.Policies[0].Statements[2:] {
+		if st.Conditions.PrefixSet == nil || st.Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || st.Actions.RouteAction != api.RouteAction_ACCEPT {
+			t.Errorf("vip statement %v, want prefix set, locally originated, accept", st)
+		}
 	}
 	a := exportAssignment().Assignment
-	if a.Name != "global" || a.Direction != api.PolicyDirection_EXPORT || a.DefaultAction != api.RouteAction_ACCEPT ||
+	if a.Name != "global" || a.Direction != api.PolicyDirection_EXPORT || a.DefaultAction != api.RouteAction_REJECT ||
 		len(a.Policies) != 1 || a.Policies[0].Name != req.Policies[0].Name {
-		t.Errorf("assignment = %v, want global export of %q accepting by default", a, req.Policies[0].Name)
+		t.Errorf("assignment = %v, want global export of %q rejecting by default", a, req.Policies[0].Name)
+	}
+	in := importAssignment().Assignment
+	if in.Name != "global" || in.Direction != api.PolicyDirection_IMPORT || in.DefaultAction != api.RouteAction_REJECT ||
+		len(in.Policies) != 1 || in.Policies[0].Name != importPolicyName {
+		t.Errorf("import assignment = %v, want global import of %q rejecting the rest", in, importPolicyName)
 	}
 
-	empty, err := exportPolicy([]Peer{{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}})
+	empty, err := exportPolicy([]Peer{{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(empty.DefinedSets) != 0 || len(empty.Policies) != 1 || len(empty.Policies[0].Statements) != 0 {
-		t.Errorf("no communities: got %v, want the policy without statements", empty)
+	if len(empty.DefinedSets) != 0 || len(empty.Policies) != 2 || len(empty.Policies[0].Statements) != 0 {
+		t.Errorf("no communities, no vips: got %v, want the policy without statements (export nothing)", empty)
 	}
 }
 
 func TestAPIPeer(t *testing.T) {
-	p := apiPeer(Peer{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Password: "s3cret", HoldTime: 9e9})
-	if p.Conf.NeighborAddress != "2001:db8::fe" || p.Conf.PeerAsn != 65000 || p.Conf.AuthPassword != "s3cret" {
+	p := apiPeer(Peer{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Password: "s3cret", HoldTime: 9e9}, false)
+	if p.Conf.NeighborAddress != "2001:db8::fe" || p.Conf.PeerAsn != 65000 || p.Conf.AuthPassword != "s3cret" || p.Conf.AdminDown {
 		t.Errorf("conf = %v", p.Conf)
 	}
 	if p.Timers.Config.HoldTime != 9 || p.Timers.Config.KeepaliveInterval != 3 {
@@ -169,5 +200,12 @@ func TestAPIPeer(t *testing.T) {
 	}
 	if len(p.AfiSafis) != 1 || p.AfiSafis[0].Config.Family.Afi != api.Family_AFI_IP6 {
 		t.Errorf("afi-safis = %v, want only ipv6 unicast for an ipv6 peer", p.AfiSafis)
+	}
+	if l := p.AfiSafis[0].PrefixLimits; l == nil || l.MaxPrefixes != DefaultMaxPrefixes || l.Family.Afi != api.Family_AFI_IP6 {
+		t.Errorf("prefix limit = %v, want %d for ipv6", l, DefaultMaxPrefixes)
+	}
+	held := apiPeer(Peer{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000, MaxPrefixes: 20000}, true)
+	if !held.Conf.AdminDown || held.AfiSafis[0].PrefixLimits.MaxPrefixes != 20000 {
+		t.Errorf("held peer = %v, want admin down with limit 20000", held)
 	}
 }

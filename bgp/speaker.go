@@ -6,6 +6,13 @@
 // peer's communities are added on export to that peer; Drain adds the
 // GRACEFUL_SHUTDOWN community (RFC 8326) so routers move traffic away before
 // Withdraw removes the route.
+//
+// The routing policy is locked down: every route received is rejected on
+// import (vipd installs no routes), only the configured VIPs' host routes
+// originated here are exported (default reject, in the spirit of RFC 8212),
+// and every peer has a prefix limit. A peer may run BFD (package bfd): when
+// its BFD session fails, the BGP session is closed at once instead of after
+// the hold time.
 package bgp
 
 import (
@@ -20,6 +27,8 @@ import (
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
+
+	"github.com/vipd/vipd/bfd"
 )
 
 // routeState is what the speaker currently originates for one address.
@@ -41,13 +50,52 @@ type Speaker struct {
 	started bool
 	stopped bool
 	routes  map[netip.Addr]routeState
-	cancel  context.CancelFunc // ends the watcher and the ctx goroutine
+	cancel  context.CancelFunc // ends the watcher, the BFD goroutines and the ctx goroutine
 	done    chan struct{}      // closed when the ctx goroutine has returned
+	bfdDone chan struct{}      // closed when the BFD goroutines have returned
+
+	bfd bfdServer
+	// bfdHeld are the peers whose BGP session is down because their BFD
+	// session failed, with when it was closed.
+	bfdHeld map[netip.Addr]time.Time
+
+	// rib caches the locally originated paths of the global RIB for
+	// Announced; a change through this Speaker clears it.
+	rib ribCache
+	now func() time.Time
+
+	// bfdMu guards bfdPending: OnChange runs under the BFD server's lock
+	// and must not take mu.
+	bfdMu      sync.Mutex
+	bfdPending []bfd.Change
+	bfdWake    chan struct{}
+	bfdApplied func() // test hook: called after bfdLoop applied a batch; guarded by mu
 
 	// peerState is the last logged session state per peer; only the GoBGP
 	// watcher goroutine (onPeerEvent) touches it.
 	peerState map[string]string
 }
+
+// bfdServer is what the Speaker uses of *bfd.Server; tests substitute a
+// fake.
+type bfdServer interface {
+	Set(bfd.SessionConfig) error
+	Remove(netip.Addr)
+	Status(netip.Addr) (bfd.Status, bool)
+	Shutdown(context.Context)
+	Run(context.Context) error
+}
+
+// ribCache is one listing of the locally originated paths.
+type ribCache struct {
+	at    time.Time
+	paths map[netip.Addr]routeState
+}
+
+// ribCacheTTL is how long one listing of the RIB answers Announced: long
+// enough for one pass over every VIP, short enough that the next pass
+// (about a second later) lists again.
+const ribCacheTTL = 250 * time.Millisecond
 
 // New validates cfg and returns a Speaker that is not yet running.
 func New(cfg Config) (*Speaker, error) {
@@ -55,12 +103,26 @@ func New(cfg Config) (*Speaker, error) {
 		return nil, fmt.Errorf("bgp config: %w", errors.Join(errs...))
 	}
 	cfg.Peers = slices.Clone(cfg.Peers)
-	return &Speaker{
+	cfg.VIPs = unmapAll(cfg.VIPs)
+	s := &Speaker{
 		log:       cfg.logger(),
 		cfg:       cfg,
 		routes:    make(map[netip.Addr]routeState),
+		bfdHeld:   make(map[netip.Addr]time.Time),
+		now:       time.Now,
+		bfdWake:   make(chan struct{}, 1),
 		peerState: make(map[string]string),
-	}, nil
+	}
+	s.bfd = bfd.NewServer(bfd.Config{Logger: s.log, OnChange: s.onBFDChange})
+	return s, nil
+}
+
+func unmapAll(as []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, len(as))
+	for i, a := range as {
+		out[i] = a.Unmap()
+	}
+	return out
 }
 
 // Start starts the embedded GoBGP server and adds the configured peers. The
@@ -96,18 +158,43 @@ func (s *Speaker) Start(ctx context.Context) error {
 		s.stopLocked()
 		return fmt.Errorf("watch peer events: %w", err)
 	}
-	if err := s.setPolicyLocked(ctx, s.cfg.Peers); err != nil {
+	if err := s.setPolicyLocked(ctx, s.cfg.Peers, s.cfg.VIPs); err != nil {
 		s.stopLocked()
 		return err
+	}
+	if err := srv.SetPolicyAssignment(ctx, importAssignment()); err != nil {
+		s.stopLocked()
+		return fmt.Errorf("assign import policy: %w", err)
 	}
 	if err := srv.SetPolicyAssignment(ctx, exportAssignment()); err != nil {
 		s.stopLocked()
 		return fmt.Errorf("assign export policy: %w", err)
 	}
+	bfdDone := make(chan struct{})
+	s.bfdDone = bfdDone
+	go func() {
+		defer close(bfdDone)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.bfdLoop(runCtx)
+		}()
+		if err := s.bfd.Run(runCtx); err != nil {
+			s.log.Error("bfd", "err", err)
+		}
+		wg.Wait()
+	}()
 	for _, p := range s.cfg.Peers {
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p)}); err != nil {
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, false)}); err != nil {
 			s.stopLocked()
 			return fmt.Errorf("add peer %s: %w", p.Address, err)
+		}
+		if bc, ok := p.bfdSession(); ok {
+			if err := s.bfd.Set(bc); err != nil {
+				s.stopLocked()
+				return fmt.Errorf("peer %s: %w", p.Address, err)
+			}
 		}
 	}
 	done := make(chan struct{})
@@ -129,15 +216,20 @@ func (s *Speaker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop closes every session (CEASE notification) and stops the server. It is
-// safe to call more than once and from any goroutine.
+// Stop closes every BGP session (CEASE, administrative shutdown), then
+// takes every BFD session administratively down and stops the server, so
+// routers count neither as a failure. It is safe to call more than once and from any
+// goroutine.
 func (s *Speaker) Stop() error {
 	s.mu.Lock()
-	done := s.done
+	done, bfdDone := s.done, s.bfdDone
 	stopped := s.stopLocked()
 	s.mu.Unlock()
 	if done != nil {
 		<-done
+	}
+	if bfdDone != nil {
+		<-bfdDone
 	}
 	if stopped {
 		s.log.Info("bgp speaker stopped", "reason", "stop called")
@@ -152,12 +244,73 @@ func (s *Speaker) stopLocked() bool {
 		return false
 	}
 	s.stopped = true
+	// BGP first, BFD still Up meanwhile: every session gets a CEASE
+	// (administrative shutdown) and is seen idle, which GoBGP reports
+	// after it wrote the NOTIFICATION. Then AdminDown. The other order
+	// makes routers that close BGP on a neighbor's AdminDown (FRR 8,
+	// BIRD 2) record "BFD down" as the reason.
+	ctx, cancel := context.WithTimeout(context.Background(), bfdShutdownTimeout)
+	if s.closeSessionsLocked(ctx) {
+		// Let the routers read the NOTIFICATION before BFD says
+		// AdminDown: they handle the two on different paths (bgpd and
+		// bfdd, BIRD's main loop and BFD thread).
+		t := time.NewTimer(ceaseBeforeAdminDown)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.bfd.Shutdown(ctx)
+	cancel()
 	s.server.Stop()
 	if s.cancel != nil {
 		s.cancel()
 	}
 	return true
 }
+
+// closeSessionsLocked sends every established session a CEASE
+// (administrative shutdown) and waits, until ctx ends, for GoBGP to report
+// them all down. It reports whether there was any.
+func (s *Speaker) closeSessionsLocked(ctx context.Context) bool {
+	established := func() []string {
+		var up []string
+		_ = s.server.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+				up = append(up, p.GetConf().GetNeighborAddress())
+			}
+		})
+		return up
+	}
+	up := established()
+	any := len(up) > 0
+	for _, a := range up {
+		if err := s.server.DisablePeer(ctx, &api.DisablePeerRequest{Address: a, Communication: "vipd stopping"}); err != nil {
+			s.log.Warn("close bgp session", "peer", a, "err", err)
+		}
+	}
+	for len(up) > 0 {
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.log.Warn("bgp sessions still established when stopping", "peers", up)
+			return any
+		case <-t.C:
+		}
+		up = established()
+	}
+	return any
+}
+
+// ceaseBeforeAdminDown is the pause between the last CEASE and the BFD
+// AdminDown when stopping.
+const ceaseBeforeAdminDown = 100 * time.Millisecond
+
+// bfdShutdownTimeout bounds how long Stop spends closing the BGP sessions
+// and telling BFD neighbors.
+const bfdShutdownTimeout = time.Second
 
 func (s *Speaker) onPeerEvent(r *api.WatchEventResponse) {
 	pe := r.GetPeer()
@@ -190,8 +343,11 @@ func (s *Speaker) runningLocked() (*server.BgpServer, error) {
 }
 
 // Announce advertises addr/32 (or addr/128) with next hop self and the
-// peers' communities. Announcing an address already announced is a no-op;
-// announcing a draining address removes the GRACEFUL_SHUTDOWN community.
+// peers' communities; addr must be one of Config.VIPs. The RIB is the
+// truth, not the Speaker's memory: announcing an address already announced
+// checks that its path is still in the global RIB and adds it again if it
+// is not. Announcing a draining address removes the GRACEFUL_SHUTDOWN
+// community.
 func (s *Speaker) Announce(ctx context.Context, addr netip.Addr) error {
 	return s.originate(ctx, addr, announced)
 }
@@ -219,8 +375,18 @@ func (s *Speaker) originate(ctx context.Context, addr netip.Addr, st routeState)
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", addr, err)
 	}
+	if !slices.Contains(s.cfg.VIPs, addr) {
+		return fmt.Errorf("announce %s: not a configured VIP", addr)
+	}
 	if s.routes[addr] == st {
-		return nil
+		paths, err := listLocal(ctx, srv, []netip.Addr{addr})
+		if err != nil {
+			return fmt.Errorf("announce %s: read rib: %w", addr, err)
+		}
+		if paths[addr] == st {
+			return nil
+		}
+		s.log.Warn("bgp route missing from the rib, adding it again", "vip", addr)
 	}
 	// A new path for the same prefix from the same (local) source replaces
 	// the old one; peers get a single UPDATE.
@@ -228,6 +394,7 @@ func (s *Speaker) originate(ctx context.Context, addr netip.Addr, st routeState)
 		return fmt.Errorf("announce %s: %w", addr, err)
 	}
 	s.routes[addr] = st
+	s.rib = ribCache{}
 	if st == draining {
 		s.log.Info("bgp route draining", "vip", addr)
 	} else {
@@ -257,8 +424,91 @@ func (s *Speaker) Withdraw(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("withdraw %s: %w", addr, err)
 	}
 	delete(s.routes, addr)
+	s.rib = ribCache{}
 	s.log.Info("bgp route withdrawn", "vip", addr)
 	return nil
+}
+
+// Announced reports whether the global RIB holds a locally originated path
+// for addr's host route. One listing of the RIB answers every call for
+// 250ms (one pass of the caller over all its VIPs costs one or two
+// ListPath calls, not one per VIP); Announce, Drain and Withdraw through
+// this Speaker start a new listing.
+func (s *Speaker) Announced(ctx context.Context, addr netip.Addr) (bool, error) {
+	addr = addr.Unmap()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, err := s.runningLocked()
+	if err != nil {
+		return false, fmt.Errorf("read rib: %w", err)
+	}
+	now := s.now()
+	if s.rib.paths == nil || now.Sub(s.rib.at) >= ribCacheTTL || now.Before(s.rib.at) {
+		paths, err := listLocal(ctx, srv, s.cfg.VIPs)
+		if err != nil {
+			return false, fmt.Errorf("read rib: %w", err)
+		}
+		s.rib = ribCache{at: now, paths: paths}
+	}
+	_, ok := s.rib.paths[addr]
+	return ok, nil
+}
+
+// listLocal returns the locally originated host routes of the global RIB
+// for the families of vips (only for addr itself when vips is one
+// address), with their state.
+func listLocal(ctx context.Context, srv *server.BgpServer, vips []netip.Addr) (map[netip.Addr]routeState, error) {
+	out := make(map[netip.Addr]routeState)
+	var has4, has6 bool
+	for _, a := range vips {
+		has4, has6 = has4 || a.Is4(), has6 || a.Is6()
+	}
+	for _, fam := range []struct {
+		f  *api.Family
+		on bool
+	}{{familyIPv4, has4}, {familyIPv6, has6}} {
+		if !fam.on {
+			continue
+		}
+		req := &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: fam.f}
+		if len(vips) == 1 {
+			req.Prefixes = []*api.TableLookupPrefix{{Prefix: netip.PrefixFrom(vips[0], vips[0].BitLen()).String()}}
+		}
+		err := srv.ListPath(ctx, req, func(d *api.Destination) {
+			pfx, err := netip.ParsePrefix(d.GetPrefix())
+			if err != nil || pfx.Bits() != pfx.Addr().BitLen() {
+				return
+			}
+			for _, p := range d.GetPaths() {
+				if p.GetIsWithdraw() || !isLocal(p) {
+					continue
+				}
+				out[pfx.Addr()] = pathState(p)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// isLocal reports whether p was originated by this speaker (it has no
+// neighbor).
+func isLocal(p *api.Path) bool {
+	_, err := netip.ParseAddr(p.GetNeighborIp())
+	return err != nil
+}
+
+// pathState tells a draining path (GRACEFUL_SHUTDOWN) from an announced one.
+func pathState(p *api.Path) routeState {
+	for _, a := range p.GetPattrs() {
+		var c api.CommunitiesAttribute
+		if a.MessageIs(&c) && a.UnmarshalTo(&c) == nil && slices.Contains(c.Communities, GracefulShutdown) {
+			return draining
+		}
+	}
+	return announced
 }
 
 // PeerStatus is the state of one BGP session.
@@ -274,17 +524,52 @@ type PeerStatus struct {
 	Uptime time.Duration
 	// Received is the number of prefixes received from the peer.
 	Received uint64
+	// Accepted is the number of the peer's prefixes in the global RIB:
+	// always 0 while the import policy rejects everything.
+	Accepted uint64
 	// Advertised is the number of prefixes advertised to the peer.
 	Advertised uint64
+	// MaxPrefixes is the peer's prefix limit.
+	MaxPrefixes uint32
+	// BFD is the BFD session state, "" when BFD is off: "down", "init",
+	// "up" or "admin_down".
+	BFD string
+	// BFDDiag is the local BFD diagnostic, why the session last went down
+	// ("" for none), such as "control_detection_time_expired".
+	BFDDiag string
+	// HeldByBFD is true while the BGP session is closed because BFD is
+	// down.
+	HeldByBFD bool
 }
 
 // Peers returns the state of every configured peer, sorted by address.
 func (s *Speaker) Peers(ctx context.Context) ([]PeerStatus, error) {
 	s.mu.Lock()
 	srv, err := s.runningLocked()
+	cfg := make(map[netip.Addr]Peer, len(s.cfg.Peers))
+	for _, p := range s.cfg.Peers {
+		cfg[p.Address] = p
+	}
+	held := make(map[netip.Addr]bool, len(s.bfdHeld))
+	for a := range s.bfdHeld {
+		held[a] = true
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("list peers: %w", err)
+	}
+	accepted := make(map[netip.Addr]uint64)
+	for _, f := range []*api.Family{familyIPv4, familyIPv6} {
+		err := srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: f}, func(d *api.Destination) {
+			for _, p := range d.GetPaths() {
+				if a, err := netip.ParseAddr(p.GetNeighborIp()); err == nil {
+					accepted[a.Unmap()]++
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list peers: read rib: %w", err)
+		}
 	}
 	var out []PeerStatus
 	var parseErr error
@@ -294,6 +579,19 @@ func (s *Speaker) Peers(ctx context.Context) ([]PeerStatus, error) {
 			parseErr = errors.Join(parseErr, err)
 			return
 		}
+		ps.Accepted = accepted[ps.Address]
+		if c, ok := cfg[ps.Address]; ok {
+			ps.MaxPrefixes = c.maxPrefixes()
+			if c.BFD.Enabled {
+				if st, ok := s.bfd.Status(ps.Address); ok {
+					ps.BFD = st.State.String()
+					if st.LocalDiag != bfd.DiagNone {
+						ps.BFDDiag = st.LocalDiag.String()
+					}
+				}
+			}
+		}
+		ps.HeldByBFD = held[ps.Address]
 		out = append(out, ps)
 	})
 	if err != nil {
@@ -312,7 +610,7 @@ func peerStatus(p *api.Peer, now time.Time) (PeerStatus, error) {
 		return PeerStatus{}, fmt.Errorf("peer address %q: %w", p.GetConf().GetNeighborAddress(), err)
 	}
 	ps := PeerStatus{
-		Address: addr,
+		Address: addr.Unmap(),
 		ASN:     p.GetConf().GetPeerAsn(),
 		State:   stateName(p.GetState().GetSessionState()),
 	}
@@ -349,16 +647,173 @@ func stateName(st api.PeerState_SessionState) string {
 	}
 }
 
-// Reconfigure applies a changed peer list without restarting the server:
-// removed peers are deleted (CEASE), new peers added, peers whose ASN,
-// password or timers changed are re-created (their session resets), and
-// community changes are applied with a soft reset out. ASN, RouterID and the
-// listen settings cannot change without a restart and are reported as an
-// error; the logger is not changed.
+// onBFDChange queues a BFD state change for bfdLoop. It runs under the BFD
+// server's lock, so it only appends and wakes.
+func (s *Speaker) onBFDChange(c bfd.Change) {
+	s.bfdMu.Lock()
+	s.bfdPending = append(s.bfdPending, c)
+	s.bfdMu.Unlock()
+	select {
+	case s.bfdWake <- struct{}{}:
+	default:
+	}
+}
+
+// bfdLoop applies BFD state changes to the BGP sessions until ctx ends.
+// Every bfdReassert it also opens sessions held longer than bfdHoldMax and
+// re-asserts the admin state of the peers with BFD: GoBGP drops an admin
+// state request that arrives while the previous one is still pending, and
+// a session must not stay closed (or open) because of that.
+func (s *Speaker) bfdLoop(ctx context.Context) {
+	tick := time.NewTicker(bfdReassert)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.reassertAdmin(ctx)
+			continue
+		case <-s.bfdWake:
+		}
+		s.bfdMu.Lock()
+		cs := s.bfdPending
+		s.bfdPending = nil
+		s.bfdMu.Unlock()
+		for _, c := range cs {
+			s.applyBFD(ctx, c)
+		}
+		s.mu.Lock()
+		hook := s.bfdApplied
+		s.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+	}
+}
+
+// bfdReassert is how often bfdLoop checks GoBGP's admin state of the peers
+// with BFD against what BFD wants.
+const bfdReassert = time.Second
+
+// reassertAdmin opens the sessions held longer than bfdHoldMax, and asks
+// GoBGP again for the admin state BFD wants of every peer with BFD whose
+// admin state differs.
+func (s *Speaker) reassertAdmin(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, err := s.runningLocked()
+	if err != nil {
+		return
+	}
+	now := s.now()
+	for a, since := range s.bfdHeld {
+		if now.Sub(since) >= bfdHoldMax {
+			s.releaseLocked(ctx, srv, a, "bfd still down after "+bfdHoldMax.String())
+		}
+	}
+	for _, p := range s.cfg.Peers {
+		if !p.BFD.Enabled {
+			continue
+		}
+		var down, found bool
+		err := srv.ListPeer(ctx, &api.ListPeerRequest{Address: p.Address.String()}, func(ap *api.Peer) {
+			found = true
+			down = ap.GetState().GetAdminState() == api.PeerState_DOWN
+		})
+		held := s.heldLocked(p.Address)
+		if err != nil || !found || down == held {
+			continue
+		}
+		s.log.Warn("bgp admin state differs from bfd, asking again", "peer", p.Address, "held", held)
+		if held {
+			err = srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: p.Address.String(), Communication: "BFD down"})
+		} else {
+			err = srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: p.Address.String()})
+		}
+		if err != nil {
+			s.log.Error("set bgp admin state", "peer", p.Address, "err", err)
+		}
+	}
+}
+
+// applyBFD closes a peer's BGP session when its BFD session fails (Up to
+// Down, unless the neighbor said AdminDown: RFC 5882 section 3.2) and
+// opens it again when BFD is Up.
+func (s *Speaker) applyBFD(ctx context.Context, c bfd.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, err := s.runningLocked()
+	if err != nil {
+		return
+	}
+	if p, ok := s.peerLocked(c.Peer); !ok || !p.BFD.Enabled {
+		return
+	}
+	addr := c.Peer.String()
+	switch {
+	case c.From == bfd.Up && c.To == bfd.Down && c.RemoteState == bfd.AdminDown:
+		s.log.Info("bfd down by the neighbor (admin down): bgp session kept", "peer", c.Peer)
+	case c.From == bfd.Up && c.To == bfd.Down && !s.heldLocked(c.Peer):
+		if err := srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: addr, Communication: "BFD down: " + c.Diag.String()}); err != nil {
+			s.log.Error("close bgp session after bfd down", "peer", c.Peer, "err", err)
+			return
+		}
+		s.bfdHeld[c.Peer] = s.now()
+		s.log.Warn("bgp session closed: bfd down", "peer", c.Peer, "reason", c.Diag.String())
+	case c.To == bfd.Up && s.heldLocked(c.Peer):
+		s.releaseLocked(ctx, srv, c.Peer, "bfd up")
+	}
+}
+
+func (s *Speaker) heldLocked(peer netip.Addr) bool {
+	_, ok := s.bfdHeld[peer]
+	return ok
+}
+
+// bfdHoldMax is how long a BGP session closed by a BFD failure stays
+// closed while BFD does not come Up again. Routers that run BFD only
+// while the BGP session is up (BGP-triggered sessions) would otherwise
+// never bring BFD back, and the session would stay closed for good; after
+// bfdHoldMax GoBGP may connect again (it fails while the path is really
+// down), and a BFD failure after BFD is Up again closes it again.
+const bfdHoldMax = 5 * time.Second
+
+// releaseLocked opens a peer's BGP session held down by BFD.
+func (s *Speaker) releaseLocked(ctx context.Context, srv *server.BgpServer, peer netip.Addr, reason string) {
+	if !s.heldLocked(peer) {
+		return
+	}
+	if err := srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: peer.String()}); err != nil {
+		s.log.Error("reopen bgp session", "peer", peer, "err", err)
+		return
+	}
+	delete(s.bfdHeld, peer)
+	s.log.Info("bgp session reopened", "peer", peer, "reason", reason)
+}
+
+func (s *Speaker) peerLocked(a netip.Addr) (Peer, bool) {
+	for _, p := range s.cfg.Peers {
+		if p.Address == a {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
+
+// Reconfigure applies a changed peer and VIP list without restarting the
+// server: removed peers are deleted (CEASE), new peers added, peers whose
+// ASN, password, timers or prefix limit changed are re-created (their
+// session resets), and community or VIP changes are applied with a soft
+// reset out. BFD sessions follow the peers' BFD settings (a timer change
+// is a Poll Sequence, not a reset). ASN, RouterID and the listen settings
+// cannot change without a restart and are reported as an error; the logger
+// is not changed.
 func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return fmt.Errorf("bgp config: %w", errors.Join(errs...))
 	}
+	cfg.VIPs = unmapAll(cfg.VIPs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	srv, err := s.runningLocked()
@@ -397,6 +852,10 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 
 	for a, p := range oldPeers {
 		n, keep := newPeers[a]
+		if !keep {
+			s.bfd.Remove(a)
+			delete(s.bfdHeld, a)
+		}
 		if keep && sessionEqual(p, n) {
 			continue
 		}
@@ -408,16 +867,20 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 			s.log.Info("bgp peer removed", "peer", a)
 		}
 	}
-	// The policy must name new peers before they establish, and must keep
-	// the communities of peers still up until the soft reset below.
-	if err := s.setPolicyLocked(ctx, cfg.Peers); err != nil {
+	// The policy must name new peers and VIPs before they are used, and
+	// must keep the communities of peers still up until the soft reset
+	// below.
+	if err := s.setPolicyLocked(ctx, cfg.Peers, cfg.VIPs); err != nil {
 		return fmt.Errorf("reconfigure: %w", err)
 	}
+	vipsChanged := !slices.Equal(old.VIPs, cfg.VIPs)
+	s.cfg.VIPs = cfg.VIPs
+	s.rib = ribCache{}
 	for _, p := range cfg.Peers {
 		if _, ok := current[p.Address]; ok {
 			continue
 		}
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p)}); err != nil {
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, s.heldLocked(p.Address))}); err != nil {
 			return fmt.Errorf("reconfigure: add peer %s: %w", p.Address, err)
 		}
 		current[p.Address] = p
@@ -430,27 +893,36 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 	for a, n := range newPeers {
 		o, existed := oldPeers[a]
 		current[a] = n
-		if !existed || !sessionEqual(o, n) || slices.Equal(o.Communities, n.Communities) {
+		if bc, ok := n.bfdSession(); ok {
+			if err := s.bfd.Set(bc); err != nil {
+				return fmt.Errorf("reconfigure: %w", err)
+			}
+		} else if existed && o.BFD.Enabled {
+			s.bfd.Remove(a)
+			s.releaseLocked(ctx, srv, a, "bfd turned off")
+		}
+		if !existed || !sessionEqual(o, n) || (slices.Equal(o.Communities, n.Communities) && !vipsChanged) {
 			continue
 		}
 		err := srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
 		if err != nil {
 			return fmt.Errorf("reconfigure: resend routes to %s: %w", a, err)
 		}
-		s.log.Info("bgp peer updated", "peer", a, "reason", "communities changed")
+		s.log.Info("bgp peer updated", "peer", a, "reason", "communities or vips changed")
 	}
 	return nil
 }
 
 // sessionEqual reports whether a and b need the same BGP session (everything
-// but communities, which the export policy handles).
+// but communities, which the export policy handles, and BFD, which runs
+// beside the session).
 func sessionEqual(a, b Peer) bool {
 	return a.Address == b.Address && a.ASN == b.ASN && a.Password == b.Password &&
-		a.holdTime() == b.holdTime() && a.keepalive() == b.keepalive()
+		a.holdTime() == b.holdTime() && a.keepalive() == b.keepalive() && a.maxPrefixes() == b.maxPrefixes()
 }
 
-func (s *Speaker) setPolicyLocked(ctx context.Context, peers []Peer) error {
-	req, err := exportPolicy(peers)
+func (s *Speaker) setPolicyLocked(ctx context.Context, peers []Peer, vips []netip.Addr) error {
+	req, err := exportPolicy(peers, vips)
 	if err != nil {
 		return fmt.Errorf("build export policy: %w", err)
 	}

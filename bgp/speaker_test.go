@@ -26,6 +26,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// testVIPs are the addresses the test speakers may announce.
+var testVIPs = []netip.Addr{
+	netip.MustParseAddr("203.0.113.10"),
+	netip.MustParseAddr("203.0.113.11"),
+	netip.MustParseAddr("2001:db8:100::10"),
+}
+
 // startSpeaker starts a speaker that does not listen; peers, if any, must be
 // addresses whose dials fail locally (loopback).
 func startSpeaker(t *testing.T, peers ...Peer) *Speaker {
@@ -34,6 +41,7 @@ func startSpeaker(t *testing.T, peers ...Peer) *Speaker {
 		ASN:      65001,
 		RouterID: netip.MustParseAddr("192.0.2.1"),
 		Peers:    peers,
+		VIPs:     testVIPs,
 		Logger:   testLogger(t),
 	})
 	if err != nil {
@@ -240,7 +248,7 @@ func goroutines() (serve, other []string) {
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		if bytes.Contains(g, []byte("server.(*BgpServer).Serve(")) {
 			serve = append(serve, string(g))
-		} else if bytes.Contains(g, []byte("gobgp")) || bytes.Contains(g, []byte("vipd/bgp.(*Speaker)")) {
+		} else if bytes.Contains(g, []byte("gobgp")) || bytes.Contains(g, []byte("vipd/bgp.(*Speaker)")) || bytes.Contains(g, []byte("vipd/bfd.")) {
 			other = append(other, string(g))
 		}
 	}
@@ -249,7 +257,7 @@ func goroutines() (serve, other []string) {
 
 func TestStopLeavesOnlyServeLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(Config{ASN: 65001, RouterID: netip.MustParseAddr("192.0.2.1"), Peers: []Peer{loopbackPeer(2, "65000:2")}, Logger: testLogger(t)})
+	s, err := New(Config{ASN: 65001, RouterID: netip.MustParseAddr("192.0.2.1"), Peers: []Peer{loopbackPeer(2, "65000:2")}, VIPs: testVIPs, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

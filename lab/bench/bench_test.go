@@ -301,3 +301,27 @@ func TestDoFatalEndsRunAndRunsCleanups(t *testing.T) {
 		t.Errorf("Do without failure = %v", err)
 	}
 }
+
+func TestBGPReport(t *testing.T) {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	r := &Results{Runs: 2, BGP: []BGPTrial{
+		{Scenario: "partition-all", Run: 1, From: "n1", RouteGone: ms(2600), NewRoute: ms(2600), ClientGap: ms(2580), Lost: 129},
+		{Scenario: "partition-all-bfd", Run: 1, From: "n1", RouteGone: ms(300), NewRoute: ms(300), ClientGap: ms(280), Lost: 14},
+		{Scenario: "partition-all-bfd", Run: 2, From: "n2", RouteGone: ms(340), NewRoute: ms(340), ClientGap: ms(320), Lost: 16},
+		{Scenario: "partition-all-bfd", Run: 3, Err: "lab not steady"},
+	}}
+	md := Markdown(r, Machine{NProc: 2, BIRD: "BIRD 2.0.12"}, nil, "PARTS=bgp make bench", "benchmarks.svg")
+	for _, want := range []string{
+		"| `all`: node in use cut off (hold timer) | 1 | 2600 / 2600 / 2600 | 2600 / 2600 / 2600 | 2580 / 2580 / 2580 | 129 |",
+		"| `all`: node in use cut off, BFD | 2 (+1 failed) | 300 / 320 / 340 | 300 / 320 / 340 | 280 / 300 / 320 | 15 |",
+		"- failed: partition-all-bfd run 3: lab not steady",
+		"| BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router) | median 300 ms over 2 runs | yes |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "owner vipd SIGKILL") {
+		t.Errorf("report has a row for a scenario without trials:\n%s", md)
+	}
+}

@@ -72,20 +72,25 @@ type Trial struct {
 	Err string `json:",omitempty"`
 }
 
-// BGPTrial is one BGP measurement at the router.
+// BGPTrial is one BGP measurement at the router and at the client.
 type BGPTrial struct {
-	// Scenario is "withdraw" or "crash".
+	// Scenario is one of BGPScenarios.
 	Scenario string
 	// Run counts from 1.
 	Run int
-	// From is the node that announced the VIP before the event.
+	// From is the node the router forwarded to before the event.
 	From string
 	// RouteGone is from the event to the router no longer having a path
 	// via From.
 	RouteGone time.Duration
-	// NewRoute is from the event to the router having a path via another
-	// node (0 when it never did within the bound).
+	// NewRoute is from the event to the router's best path being via
+	// another node (0 when it never was within the bound).
 	NewRoute time.Duration
+	// ClientGap is the longest run of failed client probes after the
+	// event (first failed probe to the next answered one), and Lost the
+	// number of probes in it.
+	ClientGap time.Duration
+	Lost      int
 	// Err is set when the trial did not complete.
 	Err string `json:",omitempty"`
 }

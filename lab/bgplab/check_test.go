@@ -74,6 +74,20 @@ address = "192.0.2.1"
 asn = 64512
 password_file = "` + openPass + `"
 `, []string{"14:1: password_file " + openPass + " has mode 0644"}},
+		{"bfd and prefix limit out of range", `[bgp]
+asn = 64513
+[[bgp.peer]]
+address = "192.0.2.1"
+asn = 64512
+bfd = true
+bfd_min_interval = "20ms"
+bfd_multiplier = 0
+max_prefixes = 0
+`, []string{
+			`15:1: bfd_min_interval must be whole milliseconds, at least 50ms, got "20ms"`,
+			`16:1: bfd_multiplier must be 1-255, got 0`,
+			`17:1: max_prefixes must be 1-1000000, got 0`,
+		}},
 		{"all at once, second peer", `[bgp]
 asn = 0
 [[bgp.peer]]
@@ -131,6 +145,10 @@ hold_time = "3s"
 keepalive = "1s"
 password_file = "` + okPass + `"
 communities = ["64512:100"]
+max_prefixes = 20000
+bfd = true
+bfd_min_interval = "100ms"
+bfd_multiplier = 3
 `
 	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,22 @@
 //     while a node drains with vipctl withdraw --wait;
 //   - vipd --check reports bad BGP settings as PATH:LINE:COL lines.
 //
+// TestFRRBFD and TestBIRDBFD run the same lab with BFD (100ms x 3) on both
+// sides (FRR bfdd with `neighbor NODES bfd profile vipd`, BIRD `protocol
+// bfd` and `bfd yes`), announce = "all" and one path in the router's
+// kernel (maximum-paths 1 / no merge paths): a cut of the node in use
+// (its bridge port detached and its ingress dropped, both carriers up)
+// moves the client to another node within the BFD detection time; a
+// planned withdraw loses no probe and leaves BFD up; SIGTERM loses no
+// probe, closes BGP with a CEASE and then BFD with AdminDown.
+//
+// TestPolicy peers one vipd with two routers of different AS: BIRD sending
+// 10,000 IPv6 and 257 IPv4 routes (the VIP prefixes among them) and FRR
+// receiving. The FRR router gets exactly the two VIP prefixes, never
+// BIRD's routes (also while the node has withdrawn), vipd's RSS stays
+// under 60 MiB, and with the default max_prefixes (100) BIRD's sessions
+// are closed by the prefix limit and stay down.
+//
 // The namespace tests need root and VIPD_NETNS_TESTS=1 and skip otherwise;
 // run them with
 //

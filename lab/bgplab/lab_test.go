@@ -188,6 +188,8 @@ type lab struct {
 	clientNS string
 	nodes    []*node
 	router   router
+	// bfd adds BFD (100ms x 3) to every node's [[bgp.peer]].
+	bfd bool
 }
 
 // newLab creates the namespaces and links: a bridge br0 (192.0.2.1/24) in
@@ -300,8 +302,37 @@ asn = %d
 password_file = %q
 hold_time = "3s"
 keepalive = "1s"
-`, n.name, filepath.Join(n.dir, "state"), n.socket(), n.ip, strings.Join(peers, ", "),
-		vipName, vip, announce, nodeASN, n.ip, drainDelay.String(), routerIP, routerASN, pw)
+%s`, n.name, filepath.Join(n.dir, "state"), n.socket(), n.ip, strings.Join(peers, ", "),
+		vipName, vip, announce, nodeASN, n.ip, drainDelay.String(), routerIP, routerASN, pw, l.bfdKeys())
+}
+
+// bfdKeys returns the [[bgp.peer]] BFD keys when the lab runs BFD.
+func (l *lab) bfdKeys() string {
+	if !l.bfd {
+		return ""
+	}
+	return "bfd = true\nbfd_min_interval = \"100ms\"\nbfd_multiplier = 3\n"
+}
+
+// cut takes n's port off the router's bridge and drops what still
+// arrives on it: n and the router keep carrier (the router's br0 stays up,
+// n's eth0 too), but nothing passes either way, like a cable cut behind a
+// switch. The drop is needed because the router namespace also holds the
+// router's address: without it, packets from n arriving on the detached
+// port would still be delivered to the router (one-way). uncut undoes
+// both.
+func (l *lab) cut(n *node) {
+	l.t.Helper()
+	port := "p-" + n.name
+	routers.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", port, "nomaster")
+	routers.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft",
+		fmt.Sprintf("add table netdev vt_cut_%s { chain in { type filter hook ingress device %q priority 0; policy drop; }; }", n.name, port))
+}
+
+func (l *lab) uncut(n *node) {
+	l.t.Helper()
+	routers.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft", "delete", "table", "netdev", "vt_cut_"+n.name)
+	routers.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", "p-"+n.name, "master", "br0", "up")
 }
 
 // startVipd writes n's configuration and starts vipd, waiting (bounded)
@@ -388,12 +419,16 @@ type status struct {
 		Held    bool     `json:"held"`
 		Holders []string `json:"holders"`
 	} `json:"vips"`
-	BGPPeers []struct {
-		Address    string `json:"address"`
-		ASN        uint32 `json:"asn"`
-		State      string `json:"state"`
-		Advertised uint64 `json:"advertised"`
-	} `json:"bgp_peers"`
+	BGPPeers []bgpPeer `json:"bgp_peers"`
+}
+
+// bgpPeer is one entry of bgp_peers in `vipctl status --json`.
+type bgpPeer struct {
+	Address    string `json:"address"`
+	ASN        uint32 `json:"asn"`
+	State      string `json:"state"`
+	Received   uint64 `json:"received"`
+	Advertised uint64 `json:"advertised"`
 }
 
 func (l *lab) status(n *node) (status, error) {
@@ -630,6 +665,38 @@ func (pr *prober) stop(t *testing.T) []probeResult {
 		t.Errorf("prober printed unparsable lines: %v", pr.bad)
 	}
 	return pr.snapshot()
+}
+
+// longestGap returns the longest run of failed probes started in
+// [from, to): from the first failed probe's start to the start of the next
+// answered one (or to to), and how many probes failed in it.
+func longestGap(rs []probeResult, from, to time.Time) (gap time.Duration, failed int) {
+	var start time.Time
+	n := 0
+	for _, r := range rs {
+		if r.start.Before(from) || !r.start.Before(to) {
+			continue
+		}
+		if !r.ok {
+			if start.IsZero() {
+				start = r.start
+			}
+			n++
+			continue
+		}
+		if !start.IsZero() {
+			if g := r.start.Sub(start); g > gap {
+				gap, failed = g, n
+			}
+			start, n = time.Time{}, 0
+		}
+	}
+	if !start.IsZero() {
+		if g := to.Sub(start); g > gap {
+			gap, failed = g, n
+		}
+	}
+	return gap, failed
 }
 
 // countProbes returns how many results in [from, to) there are, how many failed

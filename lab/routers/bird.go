@@ -59,6 +59,34 @@ func (b *BIRD) Established(name string) (bool, string) {
 	return strings.Contains(out, "Established"), out
 }
 
+// BFDState returns the state BIRD's BFD protocols show for the session with
+// peer ("Up", "Down", "Init", "AdminDown"; "" when there is none), from
+// `birdc show bfd sessions`:
+//
+//	bfd1:
+//	IP address                Interface  State      Since         Interval  Timeout
+//	192.0.2.2                 eth0       Up         10:00:00.000    0.100    0.300
+func (b *BIRD) BFDState(peer netip.Addr) (string, error) {
+	out, err := b.Cmd("show bfd sessions")
+	if err != nil {
+		return "", err
+	}
+	return parseBIRDBFD(out, peer), nil
+}
+
+func parseBIRDBFD(out string, peer netip.Addr) string {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[0]); err == nil && a == peer {
+			return f[2]
+		}
+	}
+	return ""
+}
+
 // Routes returns BIRD's paths for exactly prefix, from
 // `birdc -s SOCKET show route PREFIX all`.
 func (b *BIRD) Routes(prefix netip.Prefix) ([]Route, error) {

@@ -11,27 +11,45 @@ import (
 	"time"
 )
 
-// FRR is an FRR zebra + bgpd pair running in a namespace with every socket,
-// pid file and config under one temporary directory.
+// FRR is FRR's zebra and bgpd (and bfdd, when configured) running in a
+// namespace with every socket, pid file and config under one temporary
+// directory.
 type FRR struct {
 	// NS is the namespace the daemons run in.
 	NS string
 	// Dir holds the configs, pid files, zebra's zserv socket and the vty
 	// sockets; query with `vtysh --vty_socket DIR`.
-	Dir         string
-	zebra, bgpd *daemon
+	Dir               string
+	zebra, bgpd, bfdd *daemon
 }
 
-// StartFRR writes bgpdConf to a temporary directory DIR and runs, inside ns,
+// FRRConfig is the configuration of each daemon StartFRRConfig runs.
+type FRRConfig struct {
+	// BGPD is bgpd.conf.
+	BGPD string
+	// BFDD is bfdd.conf; bfdd runs only when it is not empty (bgpd's
+	// `neighbor X bfd` talks to it through zebra).
+	BFDD string
+}
+
+// StartFRR is StartFRRConfig with bgpd only.
+func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
+	t.Helper()
+	return StartFRRConfig(t, ns, FRRConfig{BGPD: bgpdConf})
+}
+
+// StartFRRConfig writes the configurations to a temporary directory DIR and
+// runs, inside ns,
 //
-//	chown frr:frr DIR DIR/zebra.conf DIR/bgpd.conf
+//	chown frr:frr DIR DIR/*.conf
 //	ip netns exec NS /usr/lib/frr/zebra -u frr -g frr -f DIR/zebra.conf -i DIR/zebra.pid -z DIR/zserv.api --vty_socket DIR --log stdout
+//	ip netns exec NS /usr/lib/frr/bfdd  -u frr -g frr -f DIR/bfdd.conf  -i DIR/bfdd.pid  -z DIR/zserv.api --vty_socket DIR --log stdout --bfdctl DIR/bfdd.sock
 //	ip netns exec NS /usr/lib/frr/bgpd  -u frr -g frr -f DIR/bgpd.conf  -i DIR/bgpd.pid  -z DIR/zserv.api --vty_socket DIR --log stdout
 //
-// then waits (at most 15s) until vtysh reaches bgpd. zebra installs the best
-// BGP routes into the namespace's kernel table. Both are killed by PID in
-// t.Cleanup.
-func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
+// (bfdd only with c.BFDD), then waits (at most 15s) until vtysh reaches
+// bgpd. zebra installs the best BGP routes into the namespace's kernel
+// table. All are killed by PID in t.Cleanup.
+func StartFRRConfig(t testing.TB, ns string, c FRRConfig) *FRR {
 	t.Helper()
 	// Not t.TempDir: its parent is 0700 root, which the frr user cannot enter.
 	dir, err := os.MkdirTemp("", "vt-frr-")
@@ -42,10 +60,16 @@ func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
 	f := &FRR{NS: ns, Dir: dir}
 	zserv := filepath.Join(dir, "zserv.api")
 	zconf := writeFile(t, dir, "zebra.conf", "hostname "+ns+"\n")
-	bconf := writeFile(t, dir, "bgpd.conf", bgpdConf)
+	bconf := writeFile(t, dir, "bgpd.conf", c.BGPD)
+	files := []string{dir, zconf, bconf}
+	var fconf string
+	if c.BFDD != "" {
+		fconf = writeFile(t, dir, "bfdd.conf", c.BFDD)
+		files = append(files, fconf)
+	}
 	// The Debian build insists the run-as user is in the vty group
 	// (frrvty), which root is not; run as frr and hand it the directory.
-	for _, p := range []string{dir, zconf, bconf} {
+	for _, p := range files {
 		MustRun(t, "chown", "frr:frr", p)
 	}
 	common := func(d, conf string) []string {
@@ -60,6 +84,16 @@ func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
 		out, err := f.Cmd("show version")
 		return err == nil, out
 	})
+	if c.BFDD != "" {
+		f.bfdd = start(t, ns, "bfdd", append(common("bfdd", fconf), "--bfdctl", filepath.Join(dir, "bfdd.sock"))...)
+		Eventually(t, 10*time.Second, 50*time.Millisecond, "bfdd vty", func() (bool, string) {
+			if err := f.bfdd.exited(); err != nil {
+				t.Fatal(err)
+			}
+			out, err := f.Cmd("show bfd peers json")
+			return err == nil && strings.Contains(out, "["), out
+		})
+	}
 	f.bgpd = start(t, ns, "bgpd", common("bgpd", bconf)...)
 	Eventually(t, 15*time.Second, 100*time.Millisecond, "bgpd vty", func() (bool, string) {
 		if err := f.bgpd.exited(); err != nil {
@@ -74,6 +108,42 @@ func StartFRR(t testing.TB, ns, bgpdConf string) *FRR {
 // Cmd runs one vtysh command against this FRR instance.
 func (f *FRR) Cmd(command string) (string, error) {
 	return Run("vtysh", "--vty_socket", f.Dir, "-c", command)
+}
+
+// BFDPeer is one BFD session of bfdd, from `show bfd peers json`.
+type BFDPeer struct {
+	Peer   string `json:"peer"`
+	Local  string `json:"local"`
+	Status string `json:"status"` // "up", "down", "init", "shutdown"
+	// Diagnostic and RemoteDiagnostic are FRR's names, such as "ok",
+	// "control detection time expired", "neighbor signaled session down",
+	// "administratively down".
+	Diagnostic       string `json:"diagnostic"`
+	RemoteDiagnostic string `json:"remote-diagnostic"`
+	// Intervals in milliseconds.
+	ReceiveInterval        int `json:"receive-interval"`
+	TransmitInterval       int `json:"transmit-interval"`
+	RemoteReceiveInterval  int `json:"remote-receive-interval"`
+	RemoteTransmitInterval int `json:"remote-transmit-interval"`
+	RemoteDetectMultiplier int `json:"remote-detect-multiplier"`
+}
+
+// BFDPeer returns bfdd's session with peer (false if there is none).
+func (f *FRR) BFDPeer(peer netip.Addr) (BFDPeer, bool, error) {
+	out, err := f.Cmd("show bfd peers json")
+	if err != nil {
+		return BFDPeer{}, false, err
+	}
+	var ps []BFDPeer
+	if err := json.Unmarshal([]byte(out), &ps); err != nil {
+		return BFDPeer{}, false, fmt.Errorf("parse %q: %w", out, err)
+	}
+	for _, p := range ps {
+		if a, err := netip.ParseAddr(p.Peer); err == nil && a == peer {
+			return p, true, nil
+		}
+	}
+	return BFDPeer{}, false, nil
 }
 
 // Established reports whether the BGP session with neighbor is Established.

@@ -10,8 +10,10 @@ package routers
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,46 @@ func Veth(t testing.TB, nsA, ifA string, addrsA []string, nsB, ifB string, addrs
 		}
 		MustRun(t, "ip", "-n", side.ns, "link", "set", side.ifc, "up")
 	}
+}
+
+// Cut drops, with nftables in namespace ns, every packet from or to the
+// addresses peers (a cable cut between ns and them that leaves both links
+// up), and returns the function that removes the rule again. The table
+// "vt_cut" is also removed in t.Cleanup.
+func Cut(t testing.TB, ns string, peers ...netip.Addr) (undo func()) {
+	t.Helper()
+	var rules strings.Builder
+	rules.WriteString("table inet vt_cut {\n chain in { type filter hook input priority -300; policy accept;\n")
+	match := func(dir string) {
+		for _, a := range peers {
+			fam := "ip"
+			if a.Is6() {
+				fam = "ip6"
+			}
+			fmt.Fprintf(&rules, "  %s %s %s drop\n", fam, dir, a)
+		}
+	}
+	match("saddr")
+	rules.WriteString(" }\n chain out { type filter hook output priority -300; policy accept;\n")
+	match("daddr")
+	rules.WriteString(" }\n}\n")
+	path := filepath.Join(t.TempDir(), "cut.nft")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	MustRun(t, "ip", "netns", "exec", ns, "nft", "-f", path)
+	done := false
+	undo = func() {
+		if done {
+			return
+		}
+		done = true
+		if out, err := Run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "vt_cut"); err != nil {
+			t.Logf("uncut: %v: %s", err, out)
+		}
+	}
+	t.Cleanup(undo)
+	return undo
 }
 
 // Eventually polls cond every interval until it returns true or timeout
