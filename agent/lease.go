@@ -101,6 +101,7 @@ type peerLease struct {
 	expectSince time.Time
 	refused     time.Time // its membership port refused a connection
 	gone        bool      // taken for gone; cleared when heard again
+	goneAt      time.Time // when it was taken for gone
 }
 
 // leaseTracker holds the lease state of one node.
@@ -117,6 +118,7 @@ type leaseTracker struct {
 
 	driver     bool      // this node drives rounds (set by the loop)
 	resign     bool      // it stopped: the next tick says so
+	hello      bool      // just started: the first tick says so to all
 	alarmSince time.Time // zero: no alarm
 	// The current round: the heartbeat that asked one member, and the
 	// retries that asked all.
@@ -128,7 +130,7 @@ type leaseTracker struct {
 }
 
 func newLeaseTracker(self string, cfg leaseConfig, now time.Time, epoch uint64) *leaseTracker {
-	return &leaseTracker{cfg: cfg, self: self, started: now, epoch: epoch, peers: map[string]*peerLease{}}
+	return &leaseTracker{cfg: cfg, self: self, started: now, epoch: epoch, peers: map[string]*peerLease{}, hello: true}
 }
 
 func (l *leaseTracker) peer(name string) *peerLease {
@@ -236,9 +238,10 @@ func (l *leaseTracker) tick(base []string, now time.Time) ([]leaseSend, time.Tim
 			}
 		}
 	}
-	if l.resign {
-		// This node stopped driving: say so once, so nobody expects it.
-		l.resign = false
+	if (l.resign || l.hello) && len(peers) > 0 {
+		// This node just started (a member that took it for gone hears it
+		// again) or stopped driving (nobody expects it any more): say so.
+		l.resign, l.hello = false, false
 		out = append(out, leaseSend{HB: l.heartbeat(base, "", false, false, now)})
 	}
 	switch {
@@ -272,7 +275,7 @@ func (l *leaseTracker) tick(base []string, now time.Time) ([]leaseSend, time.Tim
 func (l *leaseTracker) next(base []string, now time.Time) time.Time {
 	var next time.Time
 	switch {
-	case l.resign:
+	case l.resign || (l.hello && len(l.others(base)) > 0):
 		return now
 	case !l.alarmSince.IsZero():
 		next = l.roundAt.Add(l.cfg.Interval / 2)
@@ -435,7 +438,7 @@ func (l *leaseTracker) expired(name string, base []string, required bool, now ti
 		return true
 	}
 	if !p.refused.IsZero() && p.refused.After(p.heard) {
-		p.gone = true
+		p.gone, p.goneAt = true, now
 		return true
 	}
 	if l.silentFor(name, now) < l.cfg.Claim {
@@ -455,7 +458,7 @@ func (l *leaseTracker) expired(name string, base []string, required bool, now ti
 		}
 	}
 	if votes >= need {
-		p.gone = true
+		p.gone, p.goneAt = true, now
 	}
 	return p.gone
 }

@@ -39,9 +39,9 @@ type leaseRunner struct {
 // leaseState is what the loop needs of the lease.
 type leaseState struct {
 	required bool
-	canHold  bool            // fence valid now (or not required)
-	evidence time.Time       // the newest majority evidence (zero: none)
-	expired  map[string]bool // members gone, on positive evidence
+	canHold  bool                 // fence valid now (or not required)
+	evidence time.Time            // the newest majority evidence (zero: none)
+	expired  map[string]time.Time // members gone, on positive evidence, and since when
 }
 
 func (s leaseState) sameAs(o leaseState) bool {
@@ -49,7 +49,7 @@ func (s leaseState) sameAs(o leaseState) bool {
 		return false
 	}
 	for n := range s.expired {
-		if !o.expired[n] {
+		if _, ok := o.expired[n]; !ok {
 			return false
 		}
 	}
@@ -102,11 +102,11 @@ func (r *leaseRunner) state() leaseState {
 }
 
 func (r *leaseRunner) stateLocked(now time.Time) leaseState {
-	st := leaseState{required: r.required, expired: map[string]bool{}}
+	st := leaseState{required: r.required, expired: map[string]time.Time{}}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
 	for _, n := range r.base {
 		if n != r.tr.self && r.tr.expired(n, r.base, r.required, now) {
-			st.expired[n] = true
+			st.expired[n] = r.tr.peers[n].goneAt
 		}
 	}
 	return st

@@ -145,7 +145,9 @@ func (a *Agent) view(members []memberInfo) []Member {
 			continue
 		}
 		st := m.State
-		if a.st.lease.expired[m.Name] && st <= StateSuspect {
+		// Gone for the lease, unless membership saw it change since (it
+		// restarted, or rejoined, and says so in its metadata).
+		if at, gone := a.st.lease.expired[m.Name]; gone && st <= StateSuspect && !m.Since.After(at) {
 			st = StateDead
 		}
 		out = append(out, Member{Name: m.Name, State: st, Meta: m.Meta})
@@ -188,7 +190,7 @@ func (a *Agent) observeLease(ls leaseState, now time.Time) {
 		}
 	}
 	for n := range ls.expired {
-		if !old.expired[n] {
+		if _, was := old.expired[n]; !was {
 			a.log.Info("member gone (lease expired)", "member", n)
 			a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
 		}

@@ -26,13 +26,11 @@ const (
 	churnWindow = 10 * time.Second
 )
 
-// procCPU returns the CPU time (user + system) process pid used so far.
 // procCPU is the CPU time a process has used: the scheduler's exact
 // runtime from /proc/PID/schedstat (nanoseconds) when the kernel keeps it,
 // else utime+stime from /proc/PID/stat, which are sampled at the clock tick
-// and overstate a process that wakes briefly and often (on the bench
-// machine, a 50 ms heartbeat read 1.5% from stat against MEASURED from
-// schedstat).
+// and misstate a process that wakes briefly and often (each tick charges
+// whoever happens to run at that moment a whole tick).
 func procCPU(pid int) (time.Duration, error) {
 	// schedstat is per thread: sum the process's threads (Go does not end
 	// its threads, so none of the time is lost with one).
