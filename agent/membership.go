@@ -71,7 +71,7 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	// handoff's "I hold it now" travels in a round or two.
 	mc := memberlist.DefaultLANConfig()
 	if c.Cluster.FailureDetection == "fast" {
-		mc.GossipInterval = 100 * time.Millisecond
+		mc.GossipInterval = 200 * time.Millisecond
 		mc.PushPullInterval = 10 * time.Second
 		mc.TCPTimeout = 2 * time.Second
 	}

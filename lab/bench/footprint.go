@@ -190,7 +190,7 @@ func manyVIPs(n int, health bool) []netlab.VIP {
 	for i := 1; i <= n; i++ {
 		v := netlab.VIP{Name: fmt.Sprintf("vip%03d", i), Address: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})}
 		if health {
-			v.HealthURL, v.HealthInterval = healthURL, "1s"
+			v.HealthURL = healthURL
 		}
 		vs = append(vs, v)
 	}

@@ -17,10 +17,11 @@ import (
 var healthURL = fmt.Sprintf("http://127.0.0.1:%d/readyz", netlab.HTTPPort)
 
 // vipdOptions is the vipd configuration of the failover lab: one L2 VIP
-// with an HTTP health check, failure_detection "fast".
+// with an HTTP health check at vipd's default interval, rise and fall,
+// failure_detection "fast".
 func vipdOptions() netlab.VipdOptions {
 	return netlab.VipdOptions{
-		VIPs:             []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL, HealthInterval: "1s"}},
+		VIPs:             []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}},
 		RejoinInterval:   "2s",
 		FailureDetection: "fast",
 		LogLevel:         "info",
