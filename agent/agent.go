@@ -124,6 +124,7 @@ type Agent struct {
 	opts    Options
 	log     *slog.Logger
 	now     func() time.Time
+	grid    grid   // periodic timers beat on it (grid.go)
 	self    string // node name
 	metrics *metrics
 	events  *broker
@@ -278,6 +279,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts:       opts,
 		log:        opts.Logger,
 		now:        opts.Now,
+		grid:       grid{base: opts.Now()},
 		self:       cfg.NodeName,
 		events:     newBroker(),
 		encodeMeta: NodeMeta.Encode,

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hashicorp/memberlist"
 
 	"github.com/vipd/vipd/agent/apipb"
 )
@@ -34,7 +35,7 @@ const (
 	DefaultBindPort         = 7946
 	DefaultRejoinInterval   = 30 * time.Second
 	DefaultHandoffTimeout   = 10 * time.Second
-	DefaultHealthInterval   = 250 * time.Millisecond
+	DefaultHealthInterval   = 300 * time.Millisecond
 	DefaultHealthTimeout    = 500 * time.Millisecond
 	DefaultHealthRise       = 2
 	DefaultHealthFall       = 3
@@ -102,8 +103,10 @@ type ClusterConfig struct {
 	// RejoinInterval is how often peers that are not alive members are
 	// joined again. [30s]
 	RejoinInterval string `toml:"rejoin_interval"`
-	// FailureDetection is "lan" (memberlist's LAN defaults, about 5 s to
-	// declare a node dead) or "fast" (about 1 s on a quiet LAN). [fast]
+	// FailureDetection sets the lease's timers (lease.go): "fast" (an owner
+	// heartbeats every 100 ms, releases its VIPs after 300 ms without a
+	// majority's answer, and its peers take it for gone after 400 ms) or
+	// "lan" (250 ms, 1.2 s, 1.6 s: for loaded hosts and lossy links). [fast]
 	FailureDetection string `toml:"failure_detection"`
 	// RequireQuorum makes a node that sees fewer than a majority of the
 	// known members release its VIPs. [true with 3 or more known members]
@@ -130,6 +133,9 @@ type ClusterConfig struct {
 	bindAddr       netip.Addr
 	peerAddrs      []string
 	allowed        []netip.Prefix // parsed allowed_networks
+	// tuneMemberlist, when set, changes memberlist's configuration last
+	// (tests that turn gossip and probes off).
+	tuneMemberlist func(*memberlist.Config)
 }
 
 // VIPConfig is one virtual IP.
@@ -163,8 +169,9 @@ type HealthConfig struct {
 	// Command is run (argv, no shell); exit status 0 is healthy.
 	Command []string `toml:"command"`
 	// Interval between checks: with fall 3 an apiserver that stops
-	// answering loses the VIP within about a second. At least 100ms.
-	// [250ms]
+	// answering loses the VIP within about a second. Checks fall on the
+	// lease's 100ms beat, so a multiple of 100ms costs the fewest
+	// wake-ups. At least 100ms. [300ms]
 	Interval string `toml:"interval"`
 	// Timeout of one check. At least 10ms. [500ms]
 	Timeout string `toml:"timeout"`

@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // configKeys lists every key path of the configuration ("cluster.peers",
@@ -92,6 +95,90 @@ func exampleSections(text string) map[string]map[string]bool {
 		}
 		if m := kv.FindStringSubmatch(line); m != nil {
 			out[cur][m[1]] = true
+		}
+	}
+	return out
+}
+
+// TestDocumentedDefaults keeps the defaults written in vipd.toml.example
+// ("[300ms]" in the comment above a key) and docs/configuration.md (the
+// table's default column) equal to the ones the code applies.
+func TestDocumentedDefaults(t *testing.T) {
+	example, err := os.ReadFile("../vipd.toml.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(v time.Duration) string {
+		if v%time.Second == 0 {
+			return fmt.Sprintf("%ds", int(v/time.Second))
+		}
+		return v.String()
+	}
+	defaults := map[string]string{
+		"cluster.bind_port":       strconv.Itoa(DefaultBindPort),
+		"cluster.rejoin_interval": d(DefaultRejoinInterval),
+		"cluster.handoff_timeout": d(DefaultHandoffTimeout),
+		"vip.health.interval":     d(DefaultHealthInterval),
+		"vip.health.timeout":      d(DefaultHealthTimeout),
+		"vip.health.rise":         strconv.Itoa(DefaultHealthRise),
+		"vip.health.fall":         strconv.Itoa(DefaultHealthFall),
+		"bgp.graceful_shutdown":   d(DefaultGracefulShutdown),
+		"bgp.peer.hold_time":      d(DefaultBGPHoldTime),
+		"bgp.listen_port":         strconv.Itoa(DefaultBGPListenPort),
+	}
+	bracketed := exampleDefaults(string(example))
+	for key, want := range defaults {
+		if got, ok := bracketed[key]; !ok {
+			t.Errorf("vipd.toml.example: no [default] in the comment above %s", key)
+		} else if got != want {
+			t.Errorf("vipd.toml.example: %s documented as [%s], the code's default is %s", key, got, want)
+		}
+		row := regexp.MustCompile("\\| `" + regexp.QuoteMeta(key) + "` \\| `([^`]*)` \\|").FindStringSubmatch(string(ref))
+		if row == nil {
+			t.Errorf("docs/configuration.md: no row with a default for %s", key)
+		} else if row[1] != want {
+			t.Errorf("docs/configuration.md: %s documented as %s, the code's default is %s", key, row[1], want)
+		}
+	}
+}
+
+// exampleDefaults maps key paths to the last "[...]" of the comment lines
+// right above the key in the example.
+func exampleDefaults(text string) map[string]string {
+	out := map[string]string{}
+	cur := ""
+	header := regexp.MustCompile(`^#?\s*\[\[?([a-z_.]+)\]\]?\s*$`)
+	kv := regexp.MustCompile(`^#?\s*#?\s*([a-z_]+)\s*=`)
+	bracket := regexp.MustCompile(`\[([^\]]+)\]`)
+	var comment []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if m := header.FindStringSubmatch(line); m != nil {
+			cur, comment = m[1], nil
+			continue
+		}
+		if m := kv.FindStringSubmatch(line); m != nil {
+			key := m[1]
+			if cur != "" {
+				key = cur + "." + key
+			}
+			for i := len(comment) - 1; i >= 0; i-- {
+				if b := bracket.FindAllStringSubmatch(comment[i], -1); b != nil {
+					out[key] = b[len(b)-1][1]
+					break
+				}
+			}
+			comment = nil
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			comment = append(comment, line)
+		} else {
+			comment = nil
 		}
 	}
 	return out

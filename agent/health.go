@@ -182,14 +182,18 @@ type checkRun struct {
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
+	grid    grid
 }
 
 // run checks every interval until ctx ends and sends each verdict change
-// (and the first verdict) to out, once for each of its VIPs.
+// (and the first verdict) to out, once for each of its VIPs. Checks after
+// the first fall on the grid's beats of the interval (with the lease's
+// rounds when the interval is a multiple of theirs); a check that takes
+// longer than the interval skips the beats it overran.
 func (r checkRun) run(ctx context.Context) {
 	vip := strings.Join(r.vips, ",")
 	rf := riseFall{rise: r.cfg.Rise, fall: r.cfg.Fall, healthy: r.initial}
-	t := time.NewTicker(r.cfg.interval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	first := true
 	var lastLogged time.Time
@@ -240,6 +244,8 @@ func (r checkRun) run(ctx context.Context) {
 				}
 			}
 		}
+		now := r.now()
+		t.Reset(r.grid.after(now, r.cfg.interval).Sub(now))
 		select {
 		case <-ctx.Done():
 			return
@@ -322,7 +328,7 @@ func (h *healthChecks) apply(vips map[string]*vipState) {
 		c := &checker{id: h.nextID, vips: names, cancel: cancel, done: make(chan struct{})}
 		h.running[k] = c
 		run := checkRun{id: c.id, vips: names, cfg: checks[k], probe: probe, initial: initial,
-			out: h.a.health, log: h.a.log, metrics: h.a.metrics, now: h.a.now}
+			out: h.a.health, log: h.a.log, metrics: h.a.metrics, now: h.a.now, grid: h.a.grid}
 		h.a.goroutines.Go(func() {
 			defer close(c.done)
 			run.run(ctx)

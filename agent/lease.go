@@ -116,6 +116,7 @@ type leaseTracker struct {
 	sent  []leaseSent // recent heartbeats, oldest first
 	peers map[string]*peerLease
 
+	grid       grid      // rounds fall on its beats of Interval
 	driver     bool      // this node drives rounds (set by the loop)
 	resign     bool      // it stopped: the next tick says so
 	hello      bool      // just started: the first tick says so to all
@@ -130,7 +131,7 @@ type leaseTracker struct {
 }
 
 func newLeaseTracker(self string, cfg leaseConfig, now time.Time, epoch uint64) *leaseTracker {
-	return &leaseTracker{cfg: cfg, self: self, started: now, epoch: epoch, peers: map[string]*peerLease{}, hello: true}
+	return &leaseTracker{cfg: cfg, self: self, started: now, epoch: epoch, peers: map[string]*peerLease{}, hello: true, grid: grid{base: now}}
 }
 
 func (l *leaseTracker) peer(name string) *peerLease {
@@ -251,9 +252,10 @@ func (l *leaseTracker) tick(base []string, now time.Time) ([]leaseSend, time.Tim
 			l.roundAt, l.roundSeq, l.roundAsked, l.retries = now, l.seq, "", 2
 		}
 	case !l.driver || len(peers) == 0:
-	case l.roundAt.IsZero() || now.Sub(l.roundAt) >= l.cfg.Interval:
-		// A driver's round. With more than one ack needed for a majority,
-		// every round asks all.
+	case l.roundAt.IsZero() || !now.Before(l.grid.after(l.roundAt, l.cfg.Interval)):
+		// A driver's round, on the grid's next beat (at most Interval
+		// after the last round; the first one at once). With more than
+		// one ack needed for a majority, every round asks all.
 		l.turn = (l.turn + 1) % len(peers)
 		ask, all := peers[l.turn], majority(len(peers)+1) > 2
 		if all {
@@ -285,7 +287,7 @@ func (l *leaseTracker) next(base []string, now time.Time) time.Time {
 	case l.retries < 2 && !l.answered(l.roundAsked, l.roundSeq):
 		next = l.roundAt.Add(l.cfg.Retry * time.Duration(l.retries+1))
 	default:
-		next = l.roundAt.Add(l.cfg.Interval)
+		next = l.grid.after(l.roundAt, l.cfg.Interval)
 	}
 	if w := l.watchDeadline(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
 		next = w

@@ -56,7 +56,7 @@ func (s leaseState) sameAs(o leaseState) bool {
 	return true
 }
 
-func newLeaseRunner(self string, cfg leaseConfig, now func() time.Time, send func([]byte, netip.AddrPort), wake func()) *leaseRunner {
+func newLeaseRunner(self string, cfg leaseConfig, g grid, now func() time.Time, send func([]byte, netip.AddrPort), wake func()) *leaseRunner {
 	r := &leaseRunner{
 		now: now, send: send, wake: wake,
 		tr:      newLeaseTracker(self, cfg, now(), rand.Uint64()),
@@ -65,6 +65,7 @@ func newLeaseRunner(self string, cfg leaseConfig, now func() time.Time, send fun
 		timer:   time.NewTimer(time.Hour),
 		kick:    make(chan struct{}, 1),
 	}
+	r.tr.grid = g
 	r.timer.Stop()
 	return r
 }

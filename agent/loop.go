@@ -16,7 +16,8 @@ func (a *Agent) loop(ctx, work context.Context) {
 	a.reconcile(work)
 	a.markReady()
 	for {
-		t.Reset(a.nextTick())
+		now := a.now()
+		t.Reset(a.grid.after(now, a.nextTick()).Sub(now))
 		var req *loopRequest
 		select {
 		case <-ctx.Done():
@@ -45,7 +46,8 @@ func (a *Agent) loop(ctx, work context.Context) {
 
 // nextTick is how long the loop may sleep when no event comes: short while
 // a timer-driven step is pending, IdleTick otherwise (which keeps an idle
-// agent's CPU use low and still pings the watchdog).
+// agent's CPU use low and still pings the watchdog). The loop wakes on the
+// grid's next beat of that period, with the other periodic timers.
 func (a *Agent) nextTick() time.Duration {
 	if len(a.st.waiters) > 0 || a.st.shuttingDown {
 		return a.opts.Tick

@@ -67,11 +67,14 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	// memberlist keeps its LAN defaults (a probe a second, a suspicion of
 	// several seconds with Lifeguard), robust on loaded hosts and lossy
 	// links: it declares members dead for membership's bookkeeping (status,
-	// rejoin), not for failover. "fast" gossips metadata every 100 ms, so a
-	// handoff's "I hold it now" travels in a round or two.
+	// rejoin), not for failover. A metadata change is pushed to every
+	// member at once (push), so gossip only repeats it: every 500 ms (each
+	// wake-up costs an idle node CPU), with enough retransmissions left
+	// after the pushes to reach members that missed theirs.
 	mc := memberlist.DefaultLANConfig()
+	mc.GossipInterval = 500 * time.Millisecond
+	mc.RetransmitMult = 8
 	if c.Cluster.FailureDetection == "fast" {
-		mc.GossipInterval = 200 * time.Millisecond
 		mc.PushPullInterval = 10 * time.Second
 		mc.TCPTimeout = 2 * time.Second
 	}
@@ -87,6 +90,9 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	// table per packet (most of the idle CPU and garbage) and saves
 	// nothing. Peers still read compressed messages from older versions.
 	mc.EnableCompression = false
+	if c.Cluster.tuneMemberlist != nil {
+		c.Cluster.tuneMemberlist(mc)
+	}
 	return mc
 }
 
@@ -246,12 +252,14 @@ func (m *membership) setMeta(b []byte) {
 }
 
 // runPublisher re-advertises metadata when it changes, off the reconcile
-// loop. It does not wait for the update to be gossiped (memberlist's
-// UpdateNode can wait until every retransmission went out): a newer update
-// replaces an older one still queued, and waiting would hold the newer one
-// back, so a node's last word before leaving could reach a peer after its
-// leave message.
+// loop, and pushes the update to every member at once. It does not wait
+// for the update to be gossiped (memberlist's UpdateNode can wait until
+// every retransmission went out): a newer update replaces an older one
+// still queued, and waiting would hold the newer one back, so a node's
+// last word before leaving could reach a peer after its leave message.
 func (m *membership) runPublisher(ctx context.Context) {
+	var pushes sync.WaitGroup
+	defer pushes.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,16 +269,35 @@ func (m *membership) runPublisher(ctx context.Context) {
 			if !m.final {
 				// Queued now; the wait only bounds the call.
 				_ = m.list.UpdateNode(time.Millisecond)
+				m.push(&pushes)
 			}
 			m.pubMu.Unlock()
 		}
 	}
 }
 
+// push sends this node's queued metadata update to every other alive member
+// now, rather than at the next gossip round: a memberlist ping carries the
+// queued broadcasts with it, so "I hold the VIP now" (the old owner may
+// release) or "I am unhealthy" (the next one may claim) arrives in one round
+// trip. Gossip still repeats the update for a member that missed the ping.
+// Each ping waits for its ack (at most memberlist's probe timeout) in a
+// goroutine counted by wg.
+func (m *membership) push(wg *sync.WaitGroup) {
+	for _, n := range m.list.Members() {
+		if n.Name == m.self || n.State != memberlist.StateAlive {
+			continue
+		}
+		name, addr := n.Name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
+		wg.Go(func() { _, _ = m.list.Ping(name, addr) })
+	}
+}
+
 // advertiseFinal makes b this node's last metadata before it leaves and
-// waits up to wait for it to be gossiped. Nothing is advertised after it: a
-// newer queued update would replace b, and the leave message replaces any
-// update still queued, so peers would see the node die rather than leave.
+// pushes it to every alive member, waiting up to wait for their acks.
+// Nothing is advertised after it: a newer queued update would replace b,
+// and the leave message replaces any update still queued, so peers would
+// see the node die rather than leave.
 func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	m.pubMu.Lock()
 	defer m.pubMu.Unlock()
@@ -278,8 +305,18 @@ func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	m.metaMu.Lock()
 	m.meta = b
 	m.metaMu.Unlock()
-	if err := m.list.UpdateNode(wait); err != nil {
-		m.log.Debug("final metadata may not have reached every member before leaving", "err", err)
+	_ = m.list.UpdateNode(time.Millisecond)
+	var pushes sync.WaitGroup
+	m.push(&pushes)
+	done := make(chan struct{})
+	go func() { pushes.Wait(); close(done) }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// The pings end by themselves within memberlist's probe timeout.
+		m.log.Debug("final metadata may not have reached every member before leaving")
 	}
 }
 

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -16,8 +18,9 @@ import (
 )
 
 // TestMemberlistConfig: memberlist keeps its robust LAN failure detection
-// in both modes (the lease does fast detection), "fast" gossips metadata
-// every 100ms, and neither compresses (LZW's per-packet table was most of an
+// in both modes (the lease does fast detection), gossips every 500ms
+// (metadata is pushed, gossip repeats it) with retransmissions left after
+// the pushes, and neither compresses (LZW's per-packet table was most of an
 // idle node's garbage and saves nothing on our small messages).
 func TestMemberlistConfig(t *testing.T) {
 	lan := memberlist.DefaultLANConfig()
@@ -27,8 +30,8 @@ func TestMemberlistConfig(t *testing.T) {
 		suspicion int
 		gossip    time.Duration
 	}{
-		{"fast", lan.ProbeInterval, lan.SuspicionMult, 100 * time.Millisecond},
-		{"lan", lan.ProbeInterval, lan.SuspicionMult, lan.GossipInterval},
+		{"fast", lan.ProbeInterval, lan.SuspicionMult, 500 * time.Millisecond},
+		{"lan", lan.ProbeInterval, lan.SuspicionMult, 500 * time.Millisecond},
 	} {
 		t.Run(tt.detection, func(t *testing.T) {
 			src := strings.Replace(goodConfig, `rejoin_interval = "10s"`, `rejoin_interval = "10s"`+"\nfailure_detection = \""+tt.detection+"\"", 1)
@@ -39,6 +42,9 @@ func TestMemberlistConfig(t *testing.T) {
 			mc := memberlistConfig(c)
 			if mc.EnableCompression {
 				t.Error("compression is on")
+			}
+			if mc.RetransmitMult < 8 {
+				t.Errorf("retransmit mult %d: pushes to 7 members would use up every retransmission", mc.RetransmitMult)
 			}
 			if mc.ProbeInterval != tt.probe || mc.SuspicionMult != tt.suspicion || mc.GossipInterval != tt.gossip {
 				t.Errorf("probe interval %v, suspicion mult %d, gossip %v; want %v, %d, %v", mc.ProbeInterval, mc.SuspicionMult, mc.GossipInterval, tt.probe, tt.suspicion, tt.gossip)
@@ -249,5 +255,61 @@ func TestAdmission(t *testing.T) {
 	tr := &transport{allowed: &m.allowed}
 	if !tr.admits(netip.MustParseAddr("192.0.2.13")) || tr.admits(netip.MustParseAddr("192.0.2.50")) || tr.admits(netip.MustParseAddr("203.0.113.9")) {
 		t.Error("transport filter admits the wrong addresses")
+	}
+}
+
+// TestMetadataPushed: a metadata change reaches the other members by the
+// push alone: with gossip, probes and state exchanges turned off after the
+// join, only the publisher's pings can carry it.
+func TestMetadataPushed(t *testing.T) {
+	ports := []int{freePort(t), freePort(t)}
+	var ms []*membership
+	for i, name := range []string{"cp-1", "cp-2"} {
+		src := fmt.Sprintf("node_name = %q\nstate_dir = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\npeers = [\"127.0.0.1:%d\"]\n"+
+			"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n", name, t.TempDir(), ports[i], ports[1-i])
+		c, err := Parse(name+".toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Cluster.tuneMemberlist = func(mc *memberlist.Config) {
+			mc.GossipInterval = time.Hour
+			mc.ProbeInterval = time.Hour
+			mc.PushPullInterval = time.Hour
+		}
+		meta, _ := NodeMeta{Valid: true}.Encode()
+		m, err := newMembership(c, slog.New(slog.NewTextHandler(io.Discard, nil)), meta, nil, time.Now, func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.shutdown() })
+		ms = append(ms, m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ms[0].runPublisher(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if _, err := ms[1].join([]string{fmt.Sprintf("127.0.0.1:%d", ports[0])}); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(want NodeMeta) bool {
+		for _, n := range ms[1].snapshot() {
+			if n.Name == "cp-1" {
+				return n.Meta.Withdrawn == want.Withdrawn && n.Meta.VIPs[vipKey("a")].Held == want.VIPs[vipKey("a")].Held
+			}
+		}
+		return false
+	}
+	held := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{vipKey("a"): {Healthy: true, Held: true}}}
+	b, err := held.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms[0].setMeta(b)
+	deadline := time.Now().Add(10 * time.Second)
+	for !seen(held) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cp-2 never saw cp-1's new metadata: %+v", ms[1].snapshot())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

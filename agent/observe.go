@@ -75,15 +75,15 @@ func (a *Agent) wakeLoop() {
 // event says it changed.
 const verifyEvery = time.Second
 
-// verifyHeld reads back every VIP this node holds (at most once per
-// verifyEvery, and at once after an interface event) and repairs drift: an
+// verifyHeld reads back every VIP this node holds (once per beat of
+// verifyEvery on the grid, and at once after an interface event) and repairs drift: an
 // address removed behind vipd's back (ip addr del, a network manager, ip
 // addr flush) or a route gone from the speaker is announced again, with a
 // new gratuitous ARP / NA burst. A VIP that cannot be put back (the
 // interface is gone, the kernel refuses) is released and this node marks
 // itself unable to carry it until its retry, so a peer takes over.
 func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, event bool) {
-	if !event && now.Sub(a.st.lastVerify) < verifyEvery {
+	if !event && now.Before(a.grid.after(a.st.lastVerify, verifyEvery)) {
 		return
 	}
 	a.st.lastVerify = now

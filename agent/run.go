@@ -89,7 +89,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
-	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.now, ml.sendHeartbeat, a.wakeLoop)
+	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.grid, a.now, ml.sendHeartbeat, a.wakeLoop)
 	ml.setOnHeartbeat(a.lease.receive)
 	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
 	// A first status before the API serves: nothing held, nobody elected.
