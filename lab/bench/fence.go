@@ -43,6 +43,12 @@ const (
 	// cutWindow is how long the membership traffic is dropped.
 	cutWindow = 10 * time.Second
 	cutTable  = "benchcut"
+	// quietBeforeCut is how long the lab stays steady before a cut or the
+	// stress load: a node that regained quorum less than 3 s ago (vipd's
+	// staleHolderSettle, after the previous trial's heal) settles 1 s
+	// before claiming when the field changes, which a cut right after a
+	// heal would measure instead of the fence.
+	quietBeforeCut = 4 * time.Second
 	// Stress: burnersPerCore busy loops per CPU (bounded to burnFor), and
 	// stressLoss percent of the owner's incoming packets dropped for
 	// stressWindow.
@@ -63,6 +69,10 @@ func cutTrial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 		tr.Err = fmt.Sprintf(format, args...)
 		return tr
 	}
+	if _, err := waitSteady(l, sys); err != nil {
+		return fail("before the event: %v", err)
+	}
+	time.Sleep(quietBeforeCut)
 	owner, err := waitSteady(l, sys)
 	if err != nil {
 		return fail("before the event: %v", err)
@@ -166,6 +176,10 @@ func stressTrial(l *netlab.Lab, sys system, run int) (tr StressTrial) {
 		tr.Err = fmt.Sprintf(format, args...)
 		return tr
 	}
+	if _, err := waitSteady(l, sys); err != nil {
+		return fail("before the load: %v", err)
+	}
+	time.Sleep(quietBeforeCut)
 	owner, err := waitSteady(l, sys)
 	if err != nil {
 		return fail("before the load: %v", err)

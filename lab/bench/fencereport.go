@@ -191,7 +191,7 @@ func writeCut(b *strings.Builder, r *Results, command string) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## Membership cut: fencing, vipd vs keepalived\n\n")
 	p("Produced by `%s` (scenarios %s).\n\n", command, strings.Join(CutScenarios, ", "))
-	p("The owner keeps its link and its clients but loses its membership traffic for %v: nftables in the owner's own namespace drops ", cutWindow)
+	p("The lab is steady for %v, then the owner keeps its link and its clients but loses its membership traffic for %v: nftables in the owner's own namespace drops ", quietBeforeCut, cutWindow)
 	p("vipd's UDP and TCP port %d (memberlist and the lease's heartbeats) or keepalived's VRRP (IP protocol 112), as the scenario says; then the table is deleted (heal). ", 7946)
 	p("Holders are read through netlink on every node every %v (no process per sample), from the cut until %v after the lab is steady again. ", cutSampleEvery, afterHeal)
 	p("Client probes every %v (%v timeout). Times in ms as min / median / max over the runs.\n\n", probeInterval, probeTimeout)
@@ -213,7 +213,7 @@ func writeCut(b *strings.Builder, r *Results, command string) {
 	for _, sc := range CutScenarios {
 		p("- `%s`: %s.\n", sc, CutTitle[sc])
 	}
-	p("\n")
+	p("\nThe same cut, vipd only, 20 runs per direction with every run's numbers: `make fence-proof` (lab/fence), written to docs/fence-proof.md.\n\n")
 	failed := 0
 	for _, t := range r.Failover {
 		if t.Err != "" && has(CutScenarios, t.Scenario) {

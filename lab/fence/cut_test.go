@@ -22,6 +22,12 @@ const (
 	maxMedianGap = 500 * time.Millisecond
 	// cutTable is the nftables table that drops the membership traffic.
 	cutTable = "fencecut"
+	// quietBeforeCut is how long the lab is steady before a cut: a node
+	// that regained quorum less than 3 s ago (vipd's staleHolderSettle,
+	// after the previous run's heal) settles 1 s before claiming when the
+	// field changes, which a cut right after a heal would measure instead
+	// of the fence.
+	quietBeforeCut = 4 * time.Second
 )
 
 // cutVariant is one direction of the membership cut.
@@ -76,6 +82,8 @@ type cutRun struct {
 	twoCut, twoHeal         int
 	samplesCut, samplesHeal int
 	maxStep                 time.Duration
+	// steadyAt is when the lab was steady again after the heal.
+	steadyAt time.Time
 }
 
 // TestFenceMembershipCut cuts the owner's membership traffic (UDP and TCP
@@ -102,8 +110,10 @@ func TestFenceMembershipCut(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			l, vip, _ := cluster(t)
 			var rs []cutRun
+			steady := time.Now()
 			for run := 1; run <= runs; run++ {
-				r := cutOnce(t, l, vip, v, run, cutWindow)
+				r := cutOnce(t, l, vip, v, run, cutWindow, steady)
+				steady = r.steadyAt
 				rs = append(rs, r)
 				t.Logf("%s run %d: %s -> %s, client gap %s (%d failed probes), first release +%s, first claim +%s, "+
 					"two-holder samples %d of %d in the cut, %d of %d after the heal, longest sampling step %s",
@@ -130,11 +140,13 @@ func TestFenceMembershipCut(t *testing.T) {
 	}
 }
 
-// cutOnce runs one cut on the current owner and checks it; failures are
+// cutOnce runs one cut on the current owner, at least quietBeforeCut
+// after the lab was last steady (steady), and checks it; failures are
 // reported with t.Errorf (the next run still goes) or t.Fatalf when the
 // lab cannot go on.
-func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int, cutWindow time.Duration) cutRun {
+func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int, cutWindow time.Duration, steady time.Time) cutRun {
 	t.Helper()
+	time.Sleep(time.Until(steady.Add(quietBeforeCut)))
 	owner, err := l.WaitSteady(vip, settle)
 	if err != nil {
 		t.Fatalf("%s run %d, before the cut: %v", v.name, run, err)
@@ -159,6 +171,7 @@ func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int,
 		t.Fatalf("%s run %d, heal: %v", v.name, run, err)
 	}
 	_, steadyErr := l.WaitSteady(vip, settle)
+	r.steadyAt = time.Now()
 	time.Sleep(afterHeal)
 	ss, sampleErrs := rec.Stop()
 	pr.Stop()
