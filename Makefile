@@ -3,6 +3,7 @@
 #   make demo      (root) 3-node lab in network namespaces showing a failover
 #   make test      all tests; network-namespace tests run when root (VIPD_NETNS_TESTS=1 is set here)
 #   make bench     (root) failover gaps and footprint, written to docs/benchmarks.md
+#   make fence-proof  (root) the membership-cut lab, 20 runs per direction, written to docs/fence-proof.md
 #   make packages  static binaries + .deb and .rpm in dist/
 #   make man       man pages and vipctl's shell completions in dist/gen/
 #   make alerts-test  promtool check/test of packaging/prometheus/ (also run by go test when promtool is installed)
@@ -14,7 +15,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet fmt fuzz demo bench proto clean packages man alerts-test
+.PHONY: all build test unit netns-test vet fmt fuzz demo bench fence-proof proto clean packages man alerts-test
 
 all: build
 
@@ -62,6 +63,27 @@ demo: build
 
 bench: build
 	lab/bench.sh
+
+# fence-proof runs lab/fence's TestFenceMembershipCut (the owner loses only
+# its membership traffic: both ways, only in, only out) FENCE_RUNS times per
+# direction, one go test per direction (its full log in
+# $TMPDIR/vipd-fence-proof-DIRECTION.log), and writes each direction's
+# per-run numbers into $(FENCE_PROOF) (its section replaced, the others
+# kept).
+FENCE_RUNS       ?= 20
+FENCE_DIRECTIONS ?= symmetric in-only out-only
+FENCE_PROOF      ?= docs/fence-proof.md
+fence-proof: build
+	@failed=; for d in $(FENCE_DIRECTIONS); do \
+		log="$${TMPDIR:-/tmp}/vipd-fence-proof-$$d.log"; \
+		echo "fence-proof: $$d, $(FENCE_RUNS) runs (log $$log)"; \
+		VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) VIPD_FENCE_RUNS=$(FENCE_RUNS) VIPD_FENCE_SUMMARY=$(abspath $(FENCE_PROOF)) \
+			$(GO) test -count=1 -p 1 -timeout 60m -v -run "^TestFenceMembershipCut$$/^$$d$$" ./lab/fence/ >"$$log" 2>&1 \
+			|| failed="$$failed $$d"; \
+		grep -E 'cut_test.go:[0-9]+: [a-z-]+( run [0-9]+)?: |^ *--- ' "$$log" | cut -c1-400; \
+	done; \
+	echo "fence-proof: wrote $(FENCE_PROOF)"; \
+	test -z "$$failed" || { echo "fence-proof: FAILED:$$failed"; exit 1; }
 
 # man writes vipd(8), vipctl(8) and vipd.toml(5) (from docs/man, vipctl's
 # command tree and docs/configuration.md) and vipctl's bash, zsh and fish

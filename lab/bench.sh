@@ -4,7 +4,8 @@
 # measurements (nothing in them is edited by hand).
 #
 #   RUNS=5          trials per failover scenario, per BGP scenario, READY samples
-#   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate
+#   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
+#                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
 #   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)

@@ -51,14 +51,14 @@ func TestSplitTime(t *testing.T) {
 		{at(100), 2}, {at(130), 1}, // 30ms after the heal at 100
 		{at(150), 2}, // last sample counts one interval
 	}
-	total, after := splitTime(samples, at(100))
+	total, after := splitTime(samples, at(100), sampleEvery)
 	if want := 40*time.Millisecond + 30*time.Millisecond + sampleEvery; total != want {
 		t.Errorf("total = %v, want %v", total, want)
 	}
 	if want := 30*time.Millisecond + sampleEvery; after != want {
 		t.Errorf("after heal = %v, want %v", after, want)
 	}
-	if total, after := splitTime([]holderSample{{at(0), 1}, {at(20), 0}}, at(10)); total != 0 || after != 0 {
+	if total, after := splitTime([]holderSample{{at(0), 1}, {at(20), 0}}, at(10), sampleEvery); total != 0 || after != 0 {
 		t.Errorf("one or no holder: got %v, %v, want 0, 0", total, after)
 	}
 }

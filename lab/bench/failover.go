@@ -63,17 +63,44 @@ type system interface {
 	unhandoff(h *netlab.Host) error
 	// crash kills h's agent with SIGKILL; start brings it back.
 	crash(h *netlab.Host) error
+	// membership are the nft matches of the agent's membership traffic
+	// (what the cut scenarios drop).
+	membership() []string
+	// logPath is h's agent log.
+	logPath(h *netlab.Host) string
 }
 
 // Failover runs every scenario in scenarios runs times against sys in lab
-// l (HTTP servers and agents already running) and returns the trials.
-func failover(ctx context.Context, l *netlab.Lab, sys system, scenarios []string, runs int, log io.Writer) []Trial {
+// l (HTTP servers and agents already running) and returns the trials: the
+// failover and cut scenarios' as Trials, the stress scenario's apart.
+func failover(ctx context.Context, l *netlab.Lab, sys system, scenarios []string, runs int, log io.Writer) ([]Trial, []StressTrial) {
 	var trials []Trial
+	var stress []StressTrial
 	for _, sc := range scenarios {
 		for run := 1; run <= runs && ctx.Err() == nil; run++ {
-			tr := trial(l, sys, sc, run)
+			if sc == StressScenario {
+				st := stressTrial(l, sys, run)
+				status := fmt.Sprintf("%d burners, %d%% loss on %s for %v: %d of %d holder samples off the owner, dead %d gone %d fenced %d, VRRP state changes %d, %d of %d probes failed",
+					st.Burners, st.LossPercent, st.From, st.Window, st.Off, st.Samples, st.Dead, st.Gone, st.Fenced, st.StateChanges, st.Failed, st.Probes)
+				if st.Err != "" {
+					status = "ERROR " + st.Err
+					waitSteady(l, sys)
+				}
+				fmt.Fprintf(log, "%s %-10s %-9s run %d: %s\n", time.Now().Format("15:04:05"), sys.name(), sc, run, status)
+				stress = append(stress, st)
+				continue
+			}
+			var tr Trial
+			if _, ok := cutDirection[sc]; ok {
+				tr = cutTrial(l, sys, sc, run)
+			} else {
+				tr = trial(l, sys, sc, run)
+			}
 			status := fmt.Sprintf("gap %v takeover %v failed %d split %v (after heal %v) %s->%s %s",
 				tr.Gap, tr.Takeover, tr.Failed, tr.Split, tr.SplitAfterHeal, tr.From, tr.To, tr.FirstFailure)
+			if tr.Release > 0 || tr.Claim > 0 {
+				status += fmt.Sprintf(" release %v claim %v", tr.Release, tr.Claim)
+			}
 			if tr.Err != "" {
 				status = "ERROR " + tr.Err
 			}
@@ -86,7 +113,7 @@ func failover(ctx context.Context, l *netlab.Lab, sys system, scenarios []string
 			}
 		}
 	}
-	return trials
+	return trials, stress
 }
 
 // waitSteady waits until sys agrees on one owner, exactly that node has
@@ -188,7 +215,7 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 
 	g := netlab.Analyze(pr.Probes(), []netlab.Event{ev, healEv}, probeInterval)[0]
 	tr.Gap, tr.Failed, tr.To, tr.Takeover = g.Outage, g.Failed, g.After, g.ToNewNode
-	tr.Split, tr.SplitAfterHeal = splitTime(samples, healEv.Time)
+	tr.Split, tr.SplitAfterHeal = splitTime(samples, healEv.Time, sampleEvery)
 	for _, p := range pr.Probes() {
 		if !p.OK && !p.Start.Before(ev.Time) && p.Start.Before(healEv.Time) {
 			tr.FirstFailure = p.Detail
@@ -322,13 +349,14 @@ func (w *holderWatch) stop() []holderSample {
 }
 
 // splitTime sums, over samples that saw two or more holders, the time to
-// the next sample: in total and from heal on.
-func splitTime(samples []holderSample, heal time.Time) (total, afterHeal time.Duration) {
+// the next sample (every, the sampling interval, for the last one): in
+// total and from heal on.
+func splitTime(samples []holderSample, heal time.Time, every time.Duration) (total, afterHeal time.Duration) {
 	for i, s := range samples {
 		if s.n < 2 {
 			continue
 		}
-		d := sampleEvery
+		d := every
 		if i+1 < len(samples) {
 			d = samples[i+1].at.Sub(s.at)
 		}

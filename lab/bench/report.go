@@ -239,6 +239,7 @@ func (r *Results) Targets() []Target {
 	} else {
 		add("BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router)", "not measured", false, true)
 	}
+	ts = append(ts, r.fenceTargets()...)
 	fp := r.Footprint
 	if fp != nil && fp.Idle1.Window > 0 {
 		add("idle RSS under 40 MiB (vipd, 1 VIP)", fmt.Sprintf("%.1f MiB", float64(fp.Idle1.RSSKiB)/1024), fp.Idle1.RSSKiB < 40*1024, false)
@@ -283,7 +284,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 	}
 	p("\n")
 
-	if len(r.Failover) > 0 {
+	if r.hasScenario(Scenarios) {
 		p("## L2 failover: vipd vs keepalived\n\n")
 		p("![client-observed gap and takeover per scenario, min/median/max](%s)\n\n", svg)
 		p("Three nodes on one bridge, VIP 192.0.2.10/32, client probing it every %v (TCP connect + HTTP GET, %v timeout). ", probeInterval, probeTimeout)
@@ -318,7 +319,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		p("Failed trials:\n\n")
 		n := 0
 		for _, t := range r.Failover {
-			if t.Err != "" {
+			if t.Err != "" && has(Scenarios, t.Scenario) {
 				p("- %s %s run %d: %s\n", t.System, t.Scenario, t.Run, t.Err)
 				n++
 			}
@@ -345,6 +346,9 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 			p("A reset (\"connection reset by peer\") is a probe whose connection was open to the old owner when the client switched to the new owner's MAC: the new owner has no such connection and answers with a reset. Moving an L2 address cannot carry open TCP connections.\n\n")
 		}
 	}
+
+	writeCut(&b, r, command)
+	writeStress(&b, r, command)
 
 	if len(r.BGP) > 0 {
 		p("## BGP: route at the router, gap at the client\n\n")

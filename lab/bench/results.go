@@ -29,8 +29,10 @@ type Results struct {
 	Vipd string
 	// Runs is the number of trials per scenario asked for.
 	Runs int
-	// Failover holds one entry per L2 failover trial.
+	// Failover holds one entry per L2 failover and membership cut trial.
 	Failover []Trial
+	// Stress holds one entry per stress trial.
+	Stress []StressTrial `json:",omitempty"`
 	// BGP holds one entry per BGP trial.
 	BGP []BGPTrial
 	// Footprint of vipd (nil when not measured).
@@ -66,6 +68,10 @@ type Trial struct {
 	Split time.Duration
 	// SplitAfterHeal is the part of Split after the heal.
 	SplitAfterHeal time.Duration
+	// Release and Claim (membership cut scenarios) are from the event to
+	// the first holder sample without the owner, and to the first with
+	// another node holding (0: not within the cut).
+	Release, Claim time.Duration `json:",omitempty"`
 	// FirstFailure is the error of the first failed probe in the window.
 	FirstFailure string `json:",omitempty"`
 	// Err is set when the trial did not complete; its figures are not used.

@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// Runs per scenario (and per BGP scenario, and READY samples).
 	Runs int
-	// Scenarios of the failover part (a subset of Scenarios).
+	// Scenarios of the failover part (a subset of AllScenarios()).
 	Scenarios []string
 	// Systems of the failover part (a subset of Systems).
 	Systems []string
@@ -79,7 +79,9 @@ func Run(ctx context.Context, c Config) *Results {
 					}
 					sys = ks
 				}
-				r.Failover = append(r.Failover, failover(ctx, l, sys, c.Scenarios, c.Runs, c.Log)...)
+				trials, stress := failover(ctx, l, sys, c.Scenarios, c.Runs, c.Log)
+				r.Failover = append(r.Failover, trials...)
+				r.Stress = append(r.Stress, stress...)
 			})
 			if err != nil {
 				r.Errors = append(r.Errors, err.Error())

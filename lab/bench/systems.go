@@ -62,6 +62,10 @@ func (s *vipdSystem) steady() (bool, string) {
 	return true, ""
 }
 
+func (s *vipdSystem) membership() []string { return netlab.MembershipMatches() }
+
+func (s *vipdSystem) logPath(h *netlab.Host) string { return filepath.Join(h.Dir, "vipd.log") }
+
 func (s *vipdSystem) handoff(h *netlab.Host) error {
 	_, err := s.l.Vipctl(h, "withdraw", "--wait", "--timeout", "15s")
 	return err
@@ -130,6 +134,13 @@ type keepalivedSystem struct {
 func (s *keepalivedSystem) name() string { return "keepalived" }
 
 func (s *keepalivedSystem) dir(h *netlab.Host) string { return filepath.Join(h.Dir, "keepalived") }
+
+// membership: keepalived's membership traffic is VRRP (IP protocol 112).
+func (s *keepalivedSystem) membership() []string { return netlab.VRRPMatches() }
+
+func (s *keepalivedSystem) logPath(h *netlab.Host) string {
+	return filepath.Join(s.dir(h), "keepalived.log")
+}
 
 // start runs keepalived in the foreground in h's namespace, VRRP only,
 // logging to the console, without respawning its VRRP child, with pid

@@ -138,3 +138,37 @@ func TestVipdConfigNamesPeersAndVIPs(t *testing.T) {
 		t.Errorf("config of a lab without IPv6 has an IPv6 VIP:\n%s", cfg)
 	}
 }
+
+func TestDropRuleset(t *testing.T) {
+	for _, tc := range []struct {
+		dir     Direction
+		in, out bool
+	}{{Both, true, true}, {In, true, false}, {Out, false, true}} {
+		t.Run(string(tc.dir), func(t *testing.T) {
+			rs, err := dropRuleset("cut", tc.dir, MembershipMatches())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(rs, "hook input"); got != tc.in {
+				t.Errorf("input chain: %t, want %t:\n%s", got, tc.in, rs)
+			}
+			if got := strings.Contains(rs, "hook output"); got != tc.out {
+				t.Errorf("output chain: %t, want %t:\n%s", got, tc.out, rs)
+			}
+			for _, want := range []string{"table inet cut {", "th dport 7946 drop", "th sport 7946 drop", "meta l4proto { tcp, udp }"} {
+				if !strings.Contains(rs, want) {
+					t.Errorf("ruleset lacks %q:\n%s", want, rs)
+				}
+			}
+			if strings.Count(rs, "{") != strings.Count(rs, "}") {
+				t.Errorf("unbalanced braces:\n%s", rs)
+			}
+		})
+	}
+	if _, err := dropRuleset("cut", "sideways", MembershipMatches()); err == nil {
+		t.Error("unknown direction: want an error")
+	}
+	if _, err := dropRuleset("cut", Both, nil); err == nil {
+		t.Error("no matches (a filter that drops nothing): want an error")
+	}
+}

@@ -11,8 +11,8 @@ import (
 type Tools struct {
 	// Vipd and Vipctl come from $VIPD_BIN when set, else they are built.
 	Vipd, Vipctl string
-	// Probe and HTTPD are built from lab/netlab/cmd.
-	Probe, HTTPD string
+	// Probe, HTTPD and Burn are built from lab/netlab/cmd.
+	Probe, HTTPD, Burn string
 }
 
 // BuildTools builds the lab's helper binaries into dir/bin and locates vipd
@@ -22,8 +22,9 @@ type Tools struct {
 func BuildTools(t testing.TB, dir string) Tools {
 	t.Helper()
 	bin := filepath.Join(dir, "bin")
-	pkgs := []string{"github.com/vipd/vipd/lab/netlab/cmd/probe", "github.com/vipd/vipd/lab/netlab/cmd/httpd"}
-	tools := Tools{Probe: filepath.Join(bin, "probe"), HTTPD: filepath.Join(bin, "httpd")}
+	pkgs := []string{"github.com/vipd/vipd/lab/netlab/cmd/probe", "github.com/vipd/vipd/lab/netlab/cmd/httpd",
+		"github.com/vipd/vipd/lab/netlab/cmd/burn"}
+	tools := Tools{Probe: filepath.Join(bin, "probe"), HTTPD: filepath.Join(bin, "httpd"), Burn: filepath.Join(bin, "burn")}
 	if vb := os.Getenv("VIPD_BIN"); vb != "" {
 		tools.Vipd, tools.Vipctl = filepath.Join(vb, "vipd"), filepath.Join(vb, "vipctl")
 		for _, p := range []string{tools.Vipd, tools.Vipctl} {

@@ -68,7 +68,7 @@ func list(s string, all []string) ([]string, error) {
 func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	runs := fs.Int("runs", 5, "trials per scenario")
-	scenarios := fs.String("scenarios", "all", "failover scenarios: "+strings.Join(bench.Scenarios, ","))
+	scenarios := fs.String("scenarios", "all", "failover scenarios: "+strings.Join(bench.AllScenarios(), ","))
 	systems := fs.String("systems", "all", "systems compared: "+strings.Join(bench.Systems, ","))
 	parts := fs.String("parts", "all", "parts: "+strings.Join(bench.Parts, ","))
 	bin := fs.String("bin", "bin", "directory holding vipd and vipctl")
@@ -80,7 +80,7 @@ func run(args []string) error {
 	}
 	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs}
 	var err error
-	if c.Scenarios, err = list(*scenarios, bench.Scenarios); err != nil {
+	if c.Scenarios, err = list(*scenarios, bench.AllScenarios()); err != nil {
 		return err
 	}
 	if c.Systems, err = list(*systems, bench.Systems); err != nil {

@@ -1,0 +1,132 @@
+package fence
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/lab/netlab"
+)
+
+const (
+	// settle bounds convergence after start and after every heal (a member
+	// memberlist took for dead comes back through the rejoin loop, every
+	// rejoin_interval: 5 s in the lab).
+	settle = 20 * time.Second
+	// probeInterval is the client's probe interval; sampleEvery the holder
+	// sampling interval.
+	probeInterval = 20 * time.Millisecond
+	sampleEvery   = 10 * time.Millisecond
+	// healthURL is what every node's vipd checks: its own lab httpd.
+	healthURL = "http://127.0.0.1:6443/readyz"
+)
+
+// options are vipd's defaults as far as the lab allows: failure_detection
+// "fast", a health check on the lab httpd at the default interval, rise
+// and fall; rejoin_interval 5 s (30 s by default) only so a member taken
+// for dead rejoins quickly after a heal.
+func options() netlab.VipdOptions {
+	return netlab.VipdOptions{VIPs: []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}}}
+}
+
+// cluster starts 3 nodes with the client namespace, the lab httpd and vipd
+// (options()) on each, waits until every node sees every other alive and
+// exactly one holds the VIP, and returns the lab, the VIP and its holder.
+func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
+	t.Helper()
+	l := netlab.New(t, netlab.Options{})
+	l.StartHTTPAll()
+	l.StartVipds(options())
+	vip := options().VIPs[0]
+	owner, err := l.WaitSteady(vip, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, vip, owner
+}
+
+// runsFromEnv is VIPD_FENCE_RUNS (3 when unset).
+func runsFromEnv(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("VIPD_FENCE_RUNS")
+	if s == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("VIPD_FENCE_RUNS=%q: want a positive number", s)
+	}
+	return n
+}
+
+// median of ds (the mean of the middle two for an even count; 0 for none).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// logLines returns the lines of h's vipd log stamped in [from, to] (zero
+// to: no end) that contain any of words.
+func logLines(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
+	t.Helper()
+	s, err := h.VipdLog()
+	if err != nil {
+		t.Fatalf("vipd log of %s: %v", h.Name, err)
+	}
+	return matchLines(s, from, to, words...)
+}
+
+// matchLines is logLines over a log's text: slog's text lines start with
+// "time=RFC3339Nano".
+func matchLines(log string, from, to time.Time, words ...string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if !ok || !strings.HasPrefix(line, "time=") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.Before(from) || (!to.IsZero() && at.After(to)) {
+			continue
+		}
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// onlyHolder reports whether every sample saw exactly name holding, and
+// describes the first one that did not.
+func onlyHolder(ss netlab.HolderSamples, name string) (bool, string) {
+	for _, s := range ss {
+		if len(s.Holders) != 1 || s.Holders[0] != name {
+			return false, fmt.Sprintf("%s holders %v", s.At.Format("15:04:05.000"), s.Holders)
+		}
+	}
+	return true, ""
+}
+
+// multi returns the samples that saw two or more holders.
+func multi(ss netlab.HolderSamples) netlab.HolderSamples {
+	return ss.Where(func(s netlab.HolderSample) bool { return len(s.Holders) >= 2 })
+}
+
+// ms formats d in whole milliseconds.
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+}
