@@ -753,3 +753,42 @@ func TestReloadKeepsHolder(t *testing.T) {
 		t.Errorf("log_level after reload = %q, want debug", lvl)
 	}
 }
+
+// TestClusterDeafOwnerHandsOver: the owner stops hearing its peers (every
+// membership and lease packet to it dropped; its own still go out, so the
+// others keep hearing it). It fences itself and must stay fenced, not claim
+// again, until a majority hears it: the others then see it fenced and one
+// of them takes the VIP. Never two holders. When it hears again, the VIP
+// stays where it went (no preemption).
+func TestClusterDeafOwnerHandsOver(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	overlap := func() int {
+		c.w.mu.Lock()
+		defer c.w.mu.Unlock()
+		return c.w.overlap
+	}
+	before := overlap()
+	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	got := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")
+	// Stays there for a while: the deaf node does not take it back.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if h := c.w.holdersOf(c.vip); len(h) > 1 || (len(h) == 1 && h[0] == owner) {
+			t.Fatalf("holders %v while %s is deaf; %s took over", h, owner, got[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.nodes[owner].agent.members.setAllowed(nil)
+	c.waitMember(owner, got[0], StateAlive)
+	deadline = time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != got[0] {
+			t.Fatalf("holders %v after %s hears again, want only %s", h, owner, got[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := overlap() - before; n > 0 {
+		t.Errorf("%d announcements while another node held the VIP", n)
+	}
+}

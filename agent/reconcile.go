@@ -59,6 +59,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 			wantDrive = true
 		}
 	}
+	if a.st.fenced {
+		wantDrive = true // its rounds bring the evidence that unfences it
+	}
 	if wantDrive != a.st.driving {
 		a.st.driving, a.st.drivingSince = wantDrive, now
 		a.lease.setBase(q.base, q.required, members, wantDrive)
@@ -166,15 +169,29 @@ func (a *Agent) logQuorumOnce(alive, known int) {
 // observeLease records the lease's state for the pass, and logs and
 // publishes changes of this node's fence and of the members gone. A node is
 // fenced when it drives rounds (it holds, or is about to claim) and has had
-// no majority evidence for the release time.
+// no majority evidence for the release time; it stays fenced until it has
+// fresh evidence again.
 func (a *Agent) observeLease(ls leaseState, now time.Time) {
 	old := a.st.lease
 	a.st.lease = ls
 	wasFenced := a.st.fenced
 	release := a.lease.tr.cfg.Release
-	a.st.fenced = ls.required && !ls.canHold && a.st.driving && now.Sub(a.st.drivingSince) >= release
-	if !ls.canHold && a.st.driving && a.holdsAny() && ls.required {
+	switch {
+	case !ls.required || ls.canHold:
+		a.st.fenced = false
+	case a.st.fenced:
+		// A fenced node stays fenced (and keeps driving rounds, so that
+		// the answers that end it can come) until a majority hears it
+		// again. Were it to unfence as soon as it released, it would elect
+		// itself again (to itself it is still the best node), drive, fence
+		// and so on, and its metadata would flicker between fenced and
+		// not: the others, who may still hear it (only its incoming
+		// traffic lost), would never see it fenced long enough to take
+		// over.
+	case a.st.driving && a.holdsAny():
 		a.st.fenced = true // a holder never holds without evidence
+	case a.st.driving && now.Sub(a.st.drivingSince) >= release:
+		a.st.fenced = true
 	}
 	if a.st.fenced != wasFenced {
 		if a.st.fenced {
@@ -185,6 +202,12 @@ func (a *Agent) observeLease(ls leaseState, now time.Time) {
 			a.log.Warn("fenced: no majority of the known members confirmed hearing this node recently; holding no VIP", "evidence_age", age)
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fenced: no majority evidence for " + age})
 		} else {
+			// What this node knows of the others may be stale (it may have
+			// heard nothing for a while, as when only its incoming traffic
+			// was lost): a join of every known peer exchanges the full
+			// state, within the settle period before it may claim.
+			a.rejoinEvery.Store(true)
+			a.kickRejoin()
 			a.log.Info("fence held again: a majority hears this node")
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}
