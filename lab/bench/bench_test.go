@@ -187,19 +187,24 @@ func sample() *Results {
 
 func TestTargets(t *testing.T) {
 	got := map[string]Target{}
-	for _, tg := range sample().Targets() {
+	r := sample()
+	r.Failover = append(r.Failover, Trial{System: "vipd", Scenario: "health", Run: 1, From: "n1", To: "n2",
+		Gap: 1200 * time.Millisecond, Takeover: 1210 * time.Millisecond, Failed: 60})
+	for _, tg := range r.Targets() {
 		got[tg.Goal] = tg
 	}
 	for goal, want := range map[string]struct{ met, unknown bool }{
-		"planned handoff: zero failed probes (vipd)":                                 {false, false}, // run 2 lost 2 probes
-		"link down: median gap under 1.5 s (vipd, fast)":                             {true, false},
-		"agent crash: median under 1.5 s (vipd, fast)":                               {false, true},
-		"split-brain time 0 after partitions heal (vipd)":                            {false, false}, // 20ms after heal
-		"idle RSS under 40 MiB (vipd, 1 VIP)":                                        {true, false},
-		"idle CPU under 1% of a core (vipd, 1 VIP)":                                  {true, false},
-		"READY under 1 s after start, peers reachable":                               {false, false}, // max 1.2s
-		"address removed on the owner: VIP answers again within 1 s (vipd)":          {true, false},
-		"owner interface deleted and recreated: VIP answers again within 2 s (vipd)": {true, false},
+		"planned handoff: zero failed probes (vipd)":                                                     {false, false}, // run 2 lost 2 probes
+		"owner link down: median client gap under 0.5 s (vipd, fast)":                                    {false, false}, // 1.2 s
+		"owner cut off at the bridge: median client gap under 0.5 s (vipd, fast)":                        {false, true},
+		"owner's health endpoint failing: median client gap under 1.5 s (vipd, default health settings)": {true, false}, // 1.2 s
+		"agent crash: new owner answers, median under 0.5 s (vipd, fast)":                                {false, true},
+		"split-brain time 0 after partitions heal (vipd)":                                                {false, false}, // 20ms after heal
+		"idle RSS under 40 MiB (vipd, 1 VIP)":                                                            {true, false},
+		"idle CPU under 1% of a core (vipd, 1 VIP)":                                                      {true, false},
+		"READY under 1 s after start, peers reachable":                                                   {false, false}, // max 1.2s
+		"address removed on the owner: VIP answers again within 1 s (vipd)":                              {true, false},
+		"owner interface deleted and recreated: VIP answers again within 2 s (vipd)":                     {true, false},
 	} {
 		tg, ok := got[goal]
 		if !ok {
