@@ -216,6 +216,9 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 	g := netlab.Analyze(pr.Probes(), []netlab.Event{ev, healEv}, probeInterval)[0]
 	tr.Gap, tr.Failed, tr.To, tr.Takeover = g.Outage, g.Failed, g.After, g.ToNewNode
 	tr.Split, tr.SplitAfterHeal = splitTime(samples, healEv.Time, sampleEvery)
+	if sys.name() == "vipd" && tr.To != "" && tr.To != owner.Name {
+		tr.Elected, tr.Holding = breakdown(vipdLogs(l), owner.Name, tr.To, ev.Time)
+	}
 	for _, p := range pr.Probes() {
 		if !p.OK && !p.Start.Before(ev.Time) && p.Start.Before(healEv.Time) {
 			tr.FirstFailure = p.Detail

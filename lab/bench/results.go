@@ -72,6 +72,10 @@ type Trial struct {
 	// the first holder sample without the owner, and to the first with
 	// another node holding (0: not within the cut).
 	Release, Claim time.Duration `json:",omitempty"`
+	// Elected and Holding (vipd) are from the event to the first ownership
+	// change away from the old owner logged by another node, and to the
+	// new owner's "holding VIP" log line (0: not found). See breakdown.
+	Elected, Holding time.Duration `json:",omitempty"`
 	// FirstFailure is the error of the first failed probe in the window.
 	FirstFailure string `json:",omitempty"`
 	// Err is set when the trial did not complete; its figures are not used.
