@@ -302,7 +302,7 @@ before the cut until 3 s after the lab is steady again after the heal. Times are
 func summarySection(v cutVariant, rs []cutRun, cut time.Duration, version string, failed bool, at time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## %s: %s\n\n", v.name, v.title)
-	fmt.Fprintf(&b, "%s, vipd %s, %d runs, cut %v.\n\n", at.UTC().Format("2006-01-02 15:04 MST"), version, len(rs), cut)
+	fmt.Fprintf(&b, "%s, %s, %d runs, cut %v.\n\n", at.UTC().Format("2006-01-02 15:04 MST"), version, len(rs), cut)
 	b.WriteString("| run | owner | VIP at the end | gap | release | claim | two holders (cut / heal) | samples (cut / heal) | longest sampling step |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	var gaps []time.Duration

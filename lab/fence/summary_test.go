@@ -40,7 +40,7 @@ func TestSummarySection(t *testing.T) {
 	s := summarySection(cutVariants[1], rs, 10*time.Second, "vipd 1.0", true, time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC))
 	for _, want := range []string{
 		"## in-only: only the owner's incoming",
-		"2026-01-02 03:04 UTC, vipd vipd 1.0, 3 runs, cut 10s.",
+		"2026-01-02 03:04 UTC, vipd 1.0, 3 runs, cut 10s.",
 		"| 1 | n1 | n2 | 180 ms | 310 ms | 450 ms | 0 / 0 | 990 / 700 | 14 ms |",
 		"| 3 | n3 | - | 700 ms | never | never | 0 / 0 | 980 / 650 | 11 ms |",
 		"Client gap median 240 ms, longest 700 ms; samples with two holders: 2. Result: FAILED.",
