@@ -378,3 +378,36 @@ func TestLeaseQuiet(t *testing.T) {
 		t.Errorf("one holder: %d heartbeats in 10 s, want about %d (%d rounds of %d)", got, perRound*rounds, rounds, perRound)
 	}
 }
+
+// TestViewMemberStaleHeld: a member heard again after the lease took it
+// for gone holds nothing in the election until its metadata changes after
+// that: it released when its fence expired, whatever its old metadata says.
+func TestViewMemberStaleHeld(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	held := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{7: {Healthy: true, Held: true}}}
+	m := memberInfo{Name: "c", State: StateAlive, Meta: held, Since: t0.Add(5 * time.Second), MetaSince: t0}
+	gone := leaseState{expired: map[string]time.Time{}, lastGone: map[string]time.Time{"c": t0.Add(time.Second)}}
+
+	v := viewMember(m, gone)
+	if v.State != StateAlive || v.Meta.VIP(7).Held || !v.Meta.VIP(7).Healthy {
+		t.Errorf("heard again, metadata from before it was gone: %+v, want alive, healthy, not holding", v)
+	}
+	if !m.Meta.VIP(7).Held {
+		t.Error("viewMember changed the member's own metadata")
+	}
+	// Metadata received after it was gone is believed.
+	m.MetaSince = t0.Add(2 * time.Second)
+	if v := viewMember(m, gone); !v.Meta.VIP(7).Held {
+		t.Errorf("metadata newer than the gone time: %+v, want holding", v)
+	}
+	// Never gone: believed.
+	m.MetaSince = t0
+	if v := viewMember(m, leaseState{}); !v.Meta.VIP(7).Held {
+		t.Errorf("never gone: %+v, want holding", v)
+	}
+	// Gone now, nothing changed since: dead.
+	now := leaseState{expired: map[string]time.Time{"c": t0.Add(6 * time.Second)}, lastGone: map[string]time.Time{"c": t0.Add(6 * time.Second)}}
+	if v := viewMember(m, now); v.State != StateDead {
+		t.Errorf("gone: %+v, want dead", v)
+	}
+}

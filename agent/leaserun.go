@@ -42,6 +42,10 @@ type leaseState struct {
 	canHold  bool                 // fence valid now (or not required)
 	evidence time.Time            // the newest majority evidence (zero: none)
 	expired  map[string]time.Time // members gone, on positive evidence, and since when
+	// lastGone is, for every member ever taken for gone (heard again
+	// since or not), when it last was: whatever it published before then
+	// about holding VIPs is no longer true (its fence had expired).
+	lastGone map[string]time.Time
 }
 
 func (s leaseState) sameAs(o leaseState) bool {
@@ -103,11 +107,14 @@ func (r *leaseRunner) state() leaseState {
 }
 
 func (r *leaseRunner) stateLocked(now time.Time) leaseState {
-	st := leaseState{required: r.required, expired: map[string]time.Time{}}
+	st := leaseState{required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
 	for _, n := range r.base {
 		if n != r.tr.self && r.tr.expired(n, r.base, r.required, now) {
 			st.expired[n] = r.tr.peers[n].goneAt
+		}
+		if p := r.tr.peers[n]; n != r.tr.self && p != nil && !p.goneAt.IsZero() {
+			st.lastGone[n] = p.goneAt
 		}
 	}
 	return st

@@ -28,6 +28,8 @@ type memberInfo struct {
 	Meta    NodeMeta
 	// Since is when the member's state or metadata last changed.
 	Since time.Time
+	// MetaSince is when its metadata last changed (or was first seen).
+	MetaSince time.Time
 	raw   string // the metadata as received
 }
 
@@ -443,9 +445,12 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 	}
 	m.mu.Lock()
 	prev, seen := m.nodes[n.Name]
-	info.Since = prev.Since
+	info.Since, info.MetaSince = prev.Since, prev.MetaSince
 	if !seen || prev.State != st || prev.raw != info.raw {
 		info.Since = m.now()
+	}
+	if !seen || prev.raw != info.raw {
+		info.MetaSince = info.Since
 	}
 	m.nodes[n.Name] = info
 	m.mu.Unlock()

@@ -147,15 +147,35 @@ func (a *Agent) view(members []memberInfo) []Member {
 		if m.Name == a.self {
 			continue
 		}
-		st := m.State
-		// Gone for the lease, unless membership saw it change since (it
-		// restarted, or rejoined, and says so in its metadata).
-		if at, gone := a.st.lease.expired[m.Name]; gone && st <= StateSuspect && !m.Since.After(at) {
-			st = StateDead
-		}
-		out = append(out, Member{Name: m.Name, State: st, Meta: m.Meta})
+		out = append(out, viewMember(m, a.st.lease))
 	}
 	return append(out, Member{Name: a.self, State: StateAlive, Meta: a.localMeta()})
+}
+
+// viewMember is one other member as the election sees it:
+//   - gone for the lease (positive evidence that its fence expired), unless
+//     membership saw it change since (it restarted, or rejoined, and says so
+//     in its metadata): dead;
+//   - heard again after it was gone, but with metadata from before that:
+//     holding nothing. Its fence had expired, so it released; what it said
+//     about holding before is stale until its current metadata arrives.
+//     Believing it would make the node that took over release to it ("the
+//     highest ranked holder wins") and leave the VIP dark until it claims
+//     again, after a heal.
+func viewMember(m memberInfo, ls leaseState) Member {
+	st, meta := m.State, m.Meta
+	if at, gone := ls.expired[m.Name]; gone && st <= StateSuspect && !m.Since.After(at) {
+		st = StateDead
+	}
+	if at, was := ls.lastGone[m.Name]; was && !m.MetaSince.After(at) && len(meta.VIPs) > 0 {
+		vips := make(map[uint32]VIPMeta, len(meta.VIPs))
+		for k, v := range meta.VIPs {
+			v.Held = false
+			vips[k] = v
+		}
+		meta.VIPs = vips
+	}
+	return Member{Name: m.Name, State: st, Meta: meta}
 }
 
 func (a *Agent) logQuorumOnce(alive, known int) {
