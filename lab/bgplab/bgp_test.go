@@ -117,19 +117,31 @@ func TestFRR(t *testing.T) {
 			return s + "\n" + r + "\n" + z
 		},
 	})
-	runScenario(t, l)
+	runScenario(t, l, step{"owner-fence", ownerFence})
+}
+
+// step is an extra announce=owner subtest of runScenario.
+type step struct {
+	name string
+	run  func(*testing.T, *lab)
 }
 
 // runScenario runs the whole proof against l's router: announce=owner
-// first, then all vipds are stopped (SIGTERM) and restarted with
-// announce=all.
-func runScenario(t *testing.T, l *lab) {
+// first, then the extra announce=owner steps, then all vipds are stopped
+// (SIGTERM) and restarted with announce=all.
+func runScenario(t *testing.T, l *lab, ownerSteps ...step) {
 	for _, n := range l.nodes {
 		l.startHTTP(n)
 	}
 	t.Run("owner", func(t *testing.T) { ownerMode(t, l) })
 	if t.Failed() {
 		return
+	}
+	for _, s := range ownerSteps {
+		t.Run(s.name, func(t *testing.T) { s.run(t, l) })
+		if t.Failed() {
+			return
+		}
 	}
 	l.stopAll()
 	l.waitView(10*time.Second, "no route once every vipd stopped", func(v view) (bool, string) {

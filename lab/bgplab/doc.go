@@ -18,7 +18,14 @@
 //     3s hold time plus one second;
 //   - a client probing the VIP through the router every 20ms loses no probe
 //     while a node drains with vipctl withdraw --wait;
-//   - vipd --check reports bad BGP settings as PATH:LINE:COL lines.
+//   - vipd --check reports bad BGP settings as PATH:LINE:COL lines;
+//   - the fence (TestFRR, subtest owner-fence): an owner whose membership
+//     traffic (UDP and TCP port 7946, both ways) is dropped by nftables in
+//     its own namespace, its BGP session up, withdraws its path and leaves
+//     lo before any other node announces, and the VIP moves to another
+//     node. Holders (the VIP on lo, read through netlink in every node
+//     namespace every 10 ms) and the router's paths (read in a loop) never
+//     show two holders or two paths, in the cut or after the heal.
 //
 // TestFRRBFD and TestBIRDBFD run the same lab with BFD (100ms x 3) on both
 // sides (FRR bfdd with `neighbor NODES bfd profile vipd`, BIRD `protocol

@@ -420,6 +420,17 @@ type status struct {
 		Holders []string `json:"holders"`
 	} `json:"vips"`
 	BGPPeers []bgpPeer `json:"bgp_peers"`
+	// Quorum, KnownMembers and AliveMembers: whether this node sees a
+	// majority of the known members (itself included) alive.
+	Quorum       bool  `json:"quorum"`
+	KnownMembers int32 `json:"known_members"`
+	AliveMembers int32 `json:"alive_members"`
+	// Fence is this node's lease on holding VIPs: State "held" or
+	// "expired" (a majority has not confirmed hearing it recently).
+	Fence struct {
+		State         string `json:"state"`
+		EvidenceAgeMs int64  `json:"evidence_age_ms"`
+	} `json:"fence"`
 }
 
 // bgpPeer is one entry of bgp_peers in `vipctl status --json`.

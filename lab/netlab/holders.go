@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -40,41 +41,61 @@ type HolderRecorder struct {
 // test.
 func (l *Lab) RecordHolders(addr netip.Addr, interval, max time.Duration) *HolderRecorder {
 	l.t.Helper()
-	type node struct {
+	var nodes []HolderNode
+	for _, n := range l.Nodes {
+		nodes = append(nodes, HolderNode{Name: n.Name, NS: n.NS})
+	}
+	return RecordHoldersIn(l.t, nodes, addr, interval, max)
+}
+
+// HolderNode is a node RecordHoldersIn samples: its name in the samples and
+// its network namespace.
+type HolderNode struct {
+	Name string
+	NS   string
+}
+
+// RecordHoldersIn is RecordHolders for namespaces of any lab (such as
+// lab/bgplab's, whose nodes bind a BGP VIP on lo): it samples which of
+// nodes have addr on any interface every interval until Stop, or until max
+// passes. Failures to open the namespaces stop the test.
+func RecordHoldersIn(t testing.TB, nodes []HolderNode, addr netip.Addr, interval, max time.Duration) *HolderRecorder {
+	t.Helper()
+	type handle struct {
 		name string
 		h    *netlink.Handle
 	}
-	var nodes []node
+	var hs []handle
 	closeAll := func() {
-		for _, n := range nodes {
+		for _, n := range hs {
 			n.h.Close()
 		}
 	}
-	for _, n := range l.Nodes {
+	for _, n := range nodes {
 		nsh, err := netns.GetFromName(n.NS)
 		if err != nil {
 			closeAll()
-			l.t.Fatalf("netlab: open namespace %s: %v", n.NS, err)
+			t.Fatalf("netlab: open namespace %s: %v", n.NS, err)
 		}
 		h, err := netlink.NewHandleAt(nsh)
 		nsh.Close()
 		if err != nil {
 			closeAll()
-			l.t.Fatalf("netlab: netlink socket in %s: %v", n.NS, err)
+			t.Fatalf("netlab: netlink socket in %s: %v", n.NS, err)
 		}
-		nodes = append(nodes, node{n.Name, h})
+		hs = append(hs, handle{n.Name, h})
 	}
 	r := &HolderRecorder{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		defer closeAll()
 		deadline := time.Now().Add(max)
-		t := time.NewTicker(interval)
-		defer t.Stop()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
 		for time.Now().Before(deadline) {
 			var s HolderSample
 			var errs []string
-			for _, n := range nodes {
+			for _, n := range hs {
 				addrs, err := n.h.AddrList(nil, netlink.FAMILY_ALL)
 				if err != nil {
 					errs = append(errs, fmt.Sprintf("%s: %v", n.name, err))
@@ -95,7 +116,7 @@ func (l *Lab) RecordHolders(addr netip.Addr, interval, max time.Duration) *Holde
 			select {
 			case <-r.stop:
 				return
-			case <-t.C:
+			case <-tick.C:
 			}
 		}
 	}()
