@@ -169,6 +169,16 @@ func ownerFence(t *testing.T, l *lab) {
 	if n := len(inCut); n == 0 || len(inCut[n-1].Holders) != 1 || inCut[n-1].Holders[0] != to.name {
 		t.Errorf("at the end of the cut the holders were not exactly %s (the router's path): %s", to.name, strings.Join(inCut.Transitions(), "; "))
 	}
+	// A heal changes nothing the election cares about (preempt is off and
+	// the node that took over is healthy): the VIP stays where it went,
+	// without a moment with no holder.
+	if final != to {
+		t.Errorf("after the heal the VIP moved from %s to %s; want it to stay (no preemption): %s",
+			to.name, final.name, strings.Join(afterHeal.Transitions(), "; "))
+	}
+	if gap := longestEmpty(afterHeal); gap > 3*holderEvery {
+		t.Errorf("after the heal no node held the VIP for %s: %s", fmtMS(gap), strings.Join(afterHeal.Transitions(), "; "))
+	}
 	if ok, detail := onlyHolder(ss.Between(steady, time.Time{}), final.name); !ok {
 		t.Errorf("after the heal the lab was steady with %s as owner, but then: %s", final.name, detail)
 	}
