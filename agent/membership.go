@@ -30,7 +30,7 @@ type memberInfo struct {
 	Since time.Time
 	// MetaSince is when its metadata last changed (or was first seen).
 	MetaSince time.Time
-	raw   string // the metadata as received
+	raw       string // the metadata as received
 }
 
 // membership wraps memberlist: it publishes this node's metadata, keeps a
@@ -285,12 +285,19 @@ func (m *membership) runPublisher(ctx context.Context) {
 // trip. Gossip still repeats the update for a member that missed the ping.
 // Each ping waits for its ack (at most memberlist's probe timeout) in a
 // goroutine counted by wg.
+//
+// The members come from this node's own table: memberlist's Members()
+// hands out pointers to nodes it keeps changing (a data race).
 func (m *membership) push(wg *sync.WaitGroup) {
-	for _, n := range m.list.Members() {
-		if n.Name == m.self || n.State != memberlist.StateAlive {
+	for _, n := range m.snapshot() {
+		if n.Name == m.self || n.State != StateAlive {
 			continue
 		}
-		name, addr := n.Name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
+		ap, err := netip.ParseAddrPort(n.Address)
+		if err != nil {
+			continue
+		}
+		name, addr := n.Name, net.UDPAddrFromAddrPort(ap)
 		wg.Go(func() { _, _ = m.list.Ping(name, addr) })
 	}
 }
