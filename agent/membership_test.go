@@ -299,6 +299,16 @@ func TestMetadataPushed(t *testing.T) {
 		}
 		return false
 	}
+	// cp-1 pushes to the members in its table: wait until cp-2 is there
+	// (the join's state exchange reaches it a moment after Join returns).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if slices.ContainsFunc(ms[0].snapshot(), func(n memberInfo) bool { return n.Name == "cp-2" && n.State == StateAlive }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cp-1 never saw cp-2 join: %+v", ms[0].snapshot())
+		}
+	}
 	held := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{vipKey("a"): {Healthy: true, Held: true}}}
 	b, err := held.Encode()
 	if err != nil {
