@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"testing"
 	"time"
@@ -409,5 +410,36 @@ func TestViewMemberStaleHeld(t *testing.T) {
 	now := leaseState{expired: map[string]time.Time{"c": t0.Add(6 * time.Second)}, lastGone: map[string]time.Time{"c": t0.Add(6 * time.Second)}}
 	if v := viewMember(m, now); v.State != StateDead {
 		t.Errorf("gone: %+v, want dead", v)
+	}
+}
+
+// TestLeaseRunnerGraceWhenFenceStarts: a holder in a cluster of two (no
+// fence) that grows to three has one interval for its first answers before
+// it counts as fenced, and is fenced after that without them; a new base
+// makes it send its first round at once (a kick).
+func TestLeaseRunnerGraceWhenFenceStarts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	now := t0
+	cfg := leaseConfigFor("fast")
+	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
+	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
+	r.setBase([]string{"a", "b"}, false, members[:1], true)
+	<-r.kick // driving
+	if st := r.state(); !st.canHold {
+		t.Fatal("fenced without quorum required")
+	}
+	now = now.Add(time.Second)
+	r.setBase([]string{"a", "b", "c"}, true, members, true)
+	select {
+	case <-r.kick:
+	default:
+		t.Error("a new base did not kick the runner")
+	}
+	if st := r.state(); !st.canHold {
+		t.Error("fenced the moment the fence started to apply")
+	}
+	now = now.Add(cfg.Interval)
+	if st := r.state(); st.canHold {
+		t.Errorf("still may hold %v after the fence started, without an answer", cfg.Interval)
 	}
 }

@@ -27,13 +27,16 @@ type leaseRunner struct {
 
 	mu       sync.Mutex
 	tr       *leaseTracker
-	base     []string                  // the quorum base, set by the loop
-	required bool                      // quorum required: the fence applies
-	addrs    map[string]netip.AddrPort // member -> membership address
-	probing  map[string]bool
-	last     leaseState
-	timer    *time.Timer
-	kick     chan struct{}
+	base     []string // the quorum base, set by the loop
+	required bool     // quorum required: the fence applies
+	// requiredSince is when the fence last started to apply (the third
+	// member joined): see stateLocked.
+	requiredSince time.Time
+	addrs         map[string]netip.AddrPort // member -> membership address
+	probing       map[string]bool
+	last          leaseState
+	timer         *time.Timer
+	kick          chan struct{}
 }
 
 // leaseState is what the loop needs of the lease.
@@ -79,8 +82,12 @@ func newLeaseRunner(self string, cfg leaseConfig, g grid, now func() time.Time, 
 // or is about to claim one). The loop calls it every pass.
 func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo, driver bool) {
 	r.mu.Lock()
-	if !slices.Equal(r.base, base) {
+	grown := !slices.Equal(r.base, base)
+	if grown {
 		r.base = slices.Clone(base)
+	}
+	if required && !r.required {
+		r.requiredSince = r.now()
 	}
 	r.required = required
 	for _, m := range members {
@@ -88,7 +95,10 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 			r.addrs[m.Name] = ap
 		}
 	}
-	changed := driver != r.tr.driver
+	// A new base (a member joined or left) runs a tick at once: a driver's
+	// first heartbeat to a new member, and its answer, should not wait
+	// for the next beat.
+	changed := driver != r.tr.driver || grown
 	r.tr.setDriver(driver)
 	r.mu.Unlock()
 	if changed {
@@ -109,6 +119,16 @@ func (r *leaseRunner) state() leaseState {
 func (r *leaseRunner) stateLocked(now time.Time) leaseState {
 	st := leaseState{required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
+	if !st.canHold && r.required && now.Sub(r.requiredSince) < r.tr.cfg.Interval {
+		// The fence has just started to apply (a cluster of two grew to
+		// three): a holder has had no reason to collect a majority's
+		// answers yet. One interval for its first round's answers (a
+		// millisecond on a LAN), instead of releasing at once and
+		// moving the VIP because a member joined. Nobody can claim in
+		// that time: that needs a majority's votes after Claim (> Release
+		// > Interval) of silence.
+		st.canHold = true
+	}
 	for _, n := range r.base {
 		if n != r.tr.self && r.tr.expired(n, r.base, r.required, now) {
 			st.expired[n] = r.tr.peers[n].goneAt
