@@ -157,15 +157,17 @@ sed -e "s#/usr/bin/vipd #$work/root/usr/bin/vipd #g" packaging/systemd/vipd.serv
 check "unit uses the built binary in the verify copy" grep -q "^ExecStart=$work/root/usr/bin/vipd " "$unit"
 verify_clean() { # prints verify's output; fails unless exit 0 and no output
 	local out rc=0
-	out=$(systemd-analyze verify "$1" 2>&1) || rc=$?
+	out=$(systemd-analyze verify "$@" 2>&1) || rc=$?
 	if [ -n "$out" ] || [ "$rc" -ne 0 ]; then echo "exit $rc: $out"; return 1; fi
 }
 not() { ! "$@"; }
-check "systemd-analyze verify is clean" verify_clean "$unit"
+# The man pages the unit's Documentation= names are not installed yet (the
+# installed unit below is verified with them).
+check "systemd-analyze verify is clean" verify_clean --man=no "$unit"
 sed 's/^Type=notify/Type=notify\nNoSuchSetting=1/' "$unit" >"$work/unit/broken.service"
-check "negative control: verify flags an unknown key" not verify_clean "$work/unit/broken.service"
+check "negative control: verify flags an unknown key" not verify_clean --man=no "$work/unit/broken.service"
 sed "s#$work/root/usr/bin/vipd #/nonexistent/vipd #" "$unit" >"$work/unit/missing.service"
-check "negative control: verify flags a missing binary" not verify_clean "$work/unit/missing.service"
+check "negative control: verify flags a missing binary" not verify_clean --man=no "$work/unit/missing.service"
 check "systemd-analyze security exposure <= 3.0" systemd-analyze security --offline=true --threshold=30 "$unit"
 for key in Type=notify NotifyAccess=main WatchdogSec=10s Restart=on-failure User=vipd \
 	"ExecStartPre=/usr/bin/vipd --check --config /etc/vipd/vipd.toml" \
