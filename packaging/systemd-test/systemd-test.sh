@@ -472,7 +472,9 @@ step_6b() {
 	local i moved=""
 	trap 'peer_stop; ct c1 systemctl stop lab-httpd.service 2>/dev/null || true' EXIT
 	ct c1 systemd-run --unit lab-httpd /usr/local/bin/lab-httpd -name c1 -listen 127.0.0.1:6443
-	c1_config "$(printf '[vip.health]\nurl = "http://127.0.0.1:6443/readyz"')"
+	# c1 lists the peer: without a key_file only configured peers are
+	# admitted (issue 18).
+	c1_config "$(printf '[vip.health]\nurl = "http://127.0.0.1:6443/readyz"')" "peers = [\"$PEER_IP\"]"
 	ct c1 systemctl restart vipd.service
 	healthy_holder() { c1_has_vip && ct c1 vipctl status | grep -E '^c1 \(this node\) .* alive +no +yes' >/dev/null; }
 	st_wait 15 healthy_holder || fail "c1 does not hold the VIP as a healthy node after the restart"
