@@ -81,23 +81,43 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 // the keys written (or commented out) under it.
 func exampleSections(text string) map[string]map[string]bool {
 	out := map[string]map[string]bool{"": {}}
+	walkExample(text, func(table, key string, _ []string) {
+		if out[table] == nil {
+			out[table] = map[string]bool{}
+		}
+		if key != "" {
+			out[table][key] = true
+		}
+	})
+	return out
+}
+
+// walkExample calls f for every table header of the example (key "") and
+// for every key written or commented out under it, with the comment lines
+// right above the key.
+func walkExample(text string, f func(table, key string, comment []string)) {
 	cur := ""
 	header := regexp.MustCompile(`^#?\s*\[\[?([a-z_.]+)\]\]?\s*$`)
 	kv := regexp.MustCompile(`^#?\s*#?\s*([a-z_]+)\s*=`)
+	var comment []string
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if m := header.FindStringSubmatch(line); m != nil {
-			cur = m[1]
-			if out[cur] == nil {
-				out[cur] = map[string]bool{}
-			}
+			cur, comment = m[1], nil
+			f(cur, "", nil)
 			continue
 		}
 		if m := kv.FindStringSubmatch(line); m != nil {
-			out[cur][m[1]] = true
+			f(cur, m[1], comment)
+			comment = nil
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			comment = append(comment, line)
+		} else {
+			comment = nil
 		}
 	}
-	return out
 }
 
 // TestDocumentedDefaults keeps the defaults written in vipd.toml.example
@@ -150,36 +170,20 @@ func TestDocumentedDefaults(t *testing.T) {
 // right above the key in the example.
 func exampleDefaults(text string) map[string]string {
 	out := map[string]string{}
-	cur := ""
-	header := regexp.MustCompile(`^#?\s*\[\[?([a-z_.]+)\]\]?\s*$`)
-	kv := regexp.MustCompile(`^#?\s*#?\s*([a-z_]+)\s*=`)
 	bracket := regexp.MustCompile(`\[([^\]]+)\]`)
-	var comment []string
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if m := header.FindStringSubmatch(line); m != nil {
-			cur, comment = m[1], nil
-			continue
+	walkExample(text, func(table, key string, comment []string) {
+		if key == "" {
+			return
 		}
-		if m := kv.FindStringSubmatch(line); m != nil {
-			key := m[1]
-			if cur != "" {
-				key = cur + "." + key
+		if table != "" {
+			key = table + "." + key
+		}
+		for i := len(comment) - 1; i >= 0; i-- {
+			if b := bracket.FindAllStringSubmatch(comment[i], -1); b != nil {
+				out[key] = b[len(b)-1][1]
+				return
 			}
-			for i := len(comment) - 1; i >= 0; i-- {
-				if b := bracket.FindAllStringSubmatch(comment[i], -1); b != nil {
-					out[key] = b[len(b)-1][1]
-					break
-				}
-			}
-			comment = nil
-			continue
 		}
-		if strings.HasPrefix(line, "#") {
-			comment = append(comment, line)
-		} else {
-			comment = nil
-		}
-	}
+	})
 	return out
 }
