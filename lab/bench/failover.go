@@ -146,16 +146,14 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 		tr.Err = fmt.Sprintf(format, args...)
 		return tr
 	}
-	owner, err := waitSteady(l, sys)
+	owner, pr, err := startTrial(l, sys)
+	if owner != nil {
+		tr.From = owner.Name
+	}
 	if err != nil {
 		return fail("before the event: %v", err)
 	}
-	tr.From = owner.Name
-	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Timeout: probeTimeout, Duration: 3 * time.Minute})
 	defer pr.Stop()
-	if err := pr.WaitServedBy(owner.Name, 10, time.Now(), 10*time.Second); err != nil {
-		return fail("before the event: %v", err)
-	}
 	hw := watchHolders(l, netlab.VIP4, sampleEvery)
 	defer hw.stop()
 
@@ -226,6 +224,22 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 		}
 	}
 	return tr
+}
+
+// startTrial waits for the steady state and starts the client's prober,
+// returning once the owner has answered it; the caller stops the prober.
+// The owner is returned also when the client was not answered.
+func startTrial(l *netlab.Lab, sys system) (*netlab.Host, *netlab.Prober, error) {
+	owner, err := waitSteady(l, sys)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Timeout: probeTimeout, Duration: 3 * time.Minute})
+	if err := pr.WaitServedBy(owner.Name, 10, time.Now(), 10*time.Second); err != nil {
+		pr.Stop()
+		return owner, nil, err
+	}
+	return owner, pr, nil
 }
 
 // waitServedByOther waits until servedRun probes in a row started after

@@ -73,16 +73,14 @@ func cutTrial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 		return fail("before the event: %v", err)
 	}
 	time.Sleep(quietBeforeCut)
-	owner, err := waitSteady(l, sys)
+	owner, pr, err := startTrial(l, sys)
+	if owner != nil {
+		tr.From = owner.Name
+	}
 	if err != nil {
 		return fail("before the event: %v", err)
 	}
-	tr.From = owner.Name
-	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Timeout: probeTimeout, Duration: 3 * time.Minute})
 	defer pr.Stop()
-	if err := pr.WaitServedBy(owner.Name, 10, time.Now(), 10*time.Second); err != nil {
-		return fail("before the event: %v", err)
-	}
 	rec := l.RecordHolders(netlab.VIP4, cutSampleEvery, 3*time.Minute)
 	defer rec.Stop()
 	ev := pr.Mark(scenario)
