@@ -29,8 +29,7 @@ func (a *Agent) observeLinks(names []string) {
 			continue
 		}
 		if !down {
-			a.rejoinEvery.Store(true)
-			a.kickRejoin()
+			a.rejoinAll()
 		}
 		v.down = down
 		a.log.Warn("VIP interface state", "vip", name, "interface", v.cfg.Interface, "down", down)

@@ -226,8 +226,7 @@ func (a *Agent) observeLease(ls leaseState, now time.Time) {
 			// heard nothing for a while, as when only its incoming traffic
 			// was lost): a join of every known peer exchanges the full
 			// state, within the settle period before it may claim.
-			a.rejoinEvery.Store(true)
-			a.kickRejoin()
+			a.rejoinAll()
 			a.log.Info("fence held again: a majority hears this node")
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}

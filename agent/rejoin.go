@@ -108,6 +108,14 @@ func (a *Agent) kickRejoin() {
 	}
 }
 
+// rejoinAll makes the rejoin loop join every known peer now, alive ones
+// included: the state exchange of a join refreshes a view that may be stale
+// (a link back up, a fence lifted).
+func (a *Agent) rejoinAll() {
+	a.rejoinEvery.Store(true)
+	a.kickRejoin()
+}
+
 // rejoinTargets returns the addresses to join: the cached and configured
 // peers that are not currently alive members. Cached peers are matched by
 // name (their address may be stale only if the node moved), configured
