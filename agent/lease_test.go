@@ -424,15 +424,15 @@ func TestLeaseRunnerGraceWhenFenceStarts(t *testing.T) {
 	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
 	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
 	r.setBase([]string{"a", "b"}, false, members[:1], true)
-	<-r.kick // driving
+	if !r.takeKick() {
+		t.Fatal("driving did not kick the runner")
+	}
 	if st := r.state(); !st.canHold {
 		t.Fatal("fenced without quorum required")
 	}
 	now = now.Add(time.Second)
 	r.setBase([]string{"a", "b", "c"}, true, members, true)
-	select {
-	case <-r.kick:
-	default:
+	if !r.takeKick() {
 		t.Error("a new base did not kick the runner")
 	}
 	if st := r.state(); !st.canHold {
@@ -441,5 +441,44 @@ func TestLeaseRunnerGraceWhenFenceStarts(t *testing.T) {
 	now = now.Add(cfg.Interval)
 	if st := r.state(); st.canHold {
 		t.Errorf("still may hold %v after the fence started, without an answer", cfg.Interval)
+	}
+}
+
+// takeKick reports whether a kick is pending and takes it, as run does.
+func (r *leaseRunner) takeKick() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.kicked
+	r.kicked = false
+	return k
+}
+
+// TestLeaseRunnerKeepsKick: a heartbeat that arrives after a kick (a new
+// base) and before the runner took it does not move its alarm to the
+// heartbeat's later deadline: the tick the kick asked for still runs at
+// once.
+func TestLeaseRunnerKeepsKick(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := newLeaseRunner("a", leaseConfigFor("fast"), grid{base: t0}, func() time.Time { return t0 }, func([]byte, netip.AddrPort) {}, func() {})
+	k, ok := r.alarm.(*kernelAlarm)
+	if !ok {
+		t.Skip("no timerfd: the runner uses a time.Timer")
+	}
+	defer k.close()
+	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
+	r.setBase([]string{"a", "b"}, false, members, false)
+	r.takeKick()
+	r.tr.tick(r.base, t0)                                    // as run would: the hello to b
+	r.setBase([]string{"a", "b", "c"}, true, members, false) // a new base: kick
+	p, err := heartbeat{From: "b", Epoch: 1, Seq: 1, Driver: true}.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.receive(p, netip.MustParseAddrPort("192.0.2.12:7946")) // its silence deadline: 2 intervals on
+	if d, err := k.remaining(); err != nil || d != 0 {
+		t.Errorf("the heartbeat moved the kicked alarm to %v (%v)", d, err)
+	}
+	if !r.takeKick() {
+		t.Error("the kick is gone")
 	}
 }

@@ -35,8 +35,11 @@ type leaseRunner struct {
 	addrs         map[string]netip.AddrPort // member -> membership address
 	probing       map[string]bool
 	last          leaseState
-	timer         *time.Timer
-	kick          chan struct{}
+	// alarm wakes run: at the tracker's next deadline, or at once after a
+	// kick. kicked keeps a kick from being moved later by a heartbeat
+	// that arrives before run took it.
+	alarm  alarm
+	kicked bool
 }
 
 // leaseState is what the loop needs of the lease.
@@ -69,11 +72,9 @@ func newLeaseRunner(self string, cfg leaseConfig, g grid, now func() time.Time, 
 		tr:      newLeaseTracker(self, cfg, now(), rand.Uint64()),
 		addrs:   map[string]netip.AddrPort{},
 		probing: map[string]bool{},
-		timer:   time.NewTimer(time.Hour),
-		kick:    make(chan struct{}, 1),
+		alarm:   newAlarm(),
 	}
 	r.tr.grid = g
-	r.timer.Stop()
 	return r
 }
 
@@ -98,15 +99,12 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 	// A new base (a member joined or left) runs a tick at once: a driver's
 	// first heartbeat to a new member, and its answer, should not wait
 	// for the next beat.
-	changed := driver != r.tr.driver || grown
+	if driver != r.tr.driver || grown {
+		r.kicked = true
+		r.alarm.set(0)
+	}
 	r.tr.setDriver(driver)
 	r.mu.Unlock()
-	if changed {
-		select {
-		case r.kick <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // state computes the lease's state now.
@@ -173,27 +171,27 @@ func (r *leaseRunner) receive(b []byte, from netip.AddrPort) {
 	}
 }
 
-// resetLocked arms the timer for next (zero: disarms it).
+// resetLocked arms the alarm for next (zero: disarms it), unless a kick
+// is pending.
 func (r *leaseRunner) resetLocked(next, now time.Time) {
-	if next.IsZero() {
-		r.timer.Stop()
-		return
+	switch {
+	case r.kicked:
+	case next.IsZero():
+		r.alarm.stop()
+	default:
+		r.alarm.set(next.Sub(now))
 	}
-	r.timer.Reset(max(next.Sub(now), 0))
 }
 
 // run ticks until ctx ends.
 func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
-	defer r.timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.timer.C:
-		case <-r.kick:
-		}
+	defer r.alarm.close()
+	unhook := context.AfterFunc(ctx, r.alarm.close)
+	defer unhook()
+	for r.alarm.wait() {
 		now := r.now()
 		r.mu.Lock()
+		r.kicked = false
 		sends, next := r.tr.tick(r.base, now)
 		silent := r.tr.silent(r.base, now)
 		changed := r.publishLocked(now)

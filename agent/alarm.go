@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// alarm is a one-shot timer that its owner moves, earlier or later, as
+// often as it likes, and that wakes the process only when it fires.
+//
+// The lease runner needs one: a node that listens moves its "the holder
+// fell silent" deadline on every heartbeat, and a holder arms a retry
+// deadline with every round that the answer then makes moot. time.Timer
+// does not do this cheaply. The Go runtime keeps timers in a heap that it
+// fixes lazily: a timer moved later stays in the heap at its old time, and
+// the process wakes at that old time (its poller thread, then sysmon) only
+// to find nothing due. That was one wasted wake-up per heartbeat, a third
+// of an idle holder's, and on a virtual machine each costs a few hundred
+// microseconds of CPU however little it does.
+//
+// kernelAlarm is a timerfd: timerfd_settime moves the kernel's timer in
+// place, and the runtime's poller waits for it like for a socket.
+// goAlarm, a time.Timer, is the fallback where timerfd is not available.
+type alarm interface {
+	// set makes it fire after d (at once for d <= 0), replacing any
+	// setting before.
+	set(d time.Duration)
+	// stop disarms it.
+	stop()
+	// wait blocks until it fires (true) or is closed (false).
+	wait() bool
+	// close ends a wait in progress and every wait after it.
+	close()
+}
+
+// newAlarm returns a kernelAlarm, or a goAlarm when the kernel refuses a
+// timerfd.
+func newAlarm() alarm {
+	if k, err := newKernelAlarm(); err == nil {
+		return k
+	}
+	return newGoAlarm()
+}
+
+// kernelAlarm is an alarm on a timerfd (CLOCK_MONOTONIC).
+type kernelAlarm struct {
+	f *os.File
+}
+
+func newKernelAlarm() (*kernelAlarm, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("timerfd_create: %w", err)
+	}
+	// Non-blocking: os.NewFile registers it with the runtime's poller, so
+	// a read parks the goroutine, not a thread.
+	return &kernelAlarm{f: os.NewFile(uintptr(fd), "alarm")}, nil
+}
+
+// settime arms the timerfd for d from now (zero: disarmed). Through
+// RawConn.Control, so a set racing close never touches a reused fd.
+func (k *kernelAlarm) settime(d time.Duration) {
+	rc, err := k.f.SyscallConn()
+	if err != nil {
+		return // closed
+	}
+	_ = rc.Control(func(fd uintptr) {
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+		_ = unix.TimerfdSettime(int(fd), 0, &spec, nil)
+	})
+}
+
+func (k *kernelAlarm) set(d time.Duration) {
+	// A zero it_value would disarm it: at once is a nanosecond.
+	k.settime(max(d, time.Nanosecond))
+}
+
+func (k *kernelAlarm) stop() { k.settime(0) }
+
+// wait reads the expiration count. Re-arming resets the count, so a timer
+// that fired and was moved before the read does not end the wait: the
+// read finds nothing and the runtime waits again.
+func (k *kernelAlarm) wait() bool {
+	var b [8]byte
+	_, err := k.f.Read(b[:])
+	return err == nil
+}
+
+func (k *kernelAlarm) close() { _ = k.f.Close() }
+
+// remaining is how long until it fires (zero: disarmed), from the kernel.
+func (k *kernelAlarm) remaining() (time.Duration, error) {
+	rc, err := k.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var spec unix.ItimerSpec
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { gerr = unix.TimerfdGettime(int(fd), &spec) }); err != nil {
+		return 0, err
+	}
+	if gerr != nil {
+		return 0, fmt.Errorf("timerfd_gettime: %w", gerr)
+	}
+	return time.Duration(spec.Value.Nano()), nil
+}
+
+// goAlarm is an alarm on a time.Timer.
+type goAlarm struct {
+	t      *time.Timer
+	done   chan struct{}
+	closer sync.Once
+}
+
+func newGoAlarm() *goAlarm {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &goAlarm{t: t, done: make(chan struct{})}
+}
+
+func (g *goAlarm) set(d time.Duration) { g.t.Reset(max(d, 0)) }
+func (g *goAlarm) stop()               { g.t.Stop() }
+func (g *goAlarm) close()              { g.closer.Do(func() { g.t.Stop(); close(g.done) }) }
+
+func (g *goAlarm) wait() bool {
+	select {
+	case <-g.t.C:
+		return true
+	case <-g.done:
+		return false
+	}
+}
