@@ -193,8 +193,12 @@ type checkRun struct {
 func (r checkRun) run(ctx context.Context) {
 	vip := strings.Join(r.vips, ",")
 	rf := riseFall{rise: r.cfg.Rise, fall: r.cfg.Fall, healthy: r.initial}
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+	// An alarm, not a time.Timer: on the grid's beat it fires at the same
+	// kernel instant as the lease's round, in one wake-up (a runtime timer
+	// wakes the process up to a millisecond early, and once more).
+	t := newAlarm()
+	defer t.close()
+	defer context.AfterFunc(ctx, t.close)()
 	first := true
 	var lastLogged time.Time
 	suppressed := 0
@@ -245,11 +249,9 @@ func (r checkRun) run(ctx context.Context) {
 			}
 		}
 		now := r.now()
-		t.Reset(r.grid.after(now, r.cfg.interval).Sub(now))
-		select {
-		case <-ctx.Done():
+		t.set(r.grid.after(now, r.cfg.interval).Sub(now))
+		if !t.wait() {
 			return
-		case <-t.C:
 		}
 	}
 }
