@@ -422,6 +422,7 @@ func TestLeaseRunnerGraceWhenFenceStarts(t *testing.T) {
 	now := t0
 	cfg := leaseConfigFor("fast")
 	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
+	defer r.alarm.close()
 	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
 	r.setBase([]string{"a", "b"}, false, members[:1], true)
 	if !r.takeKick() {
