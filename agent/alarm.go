@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +50,9 @@ func newAlarm() alarm {
 // kernelAlarm is an alarm on a timerfd (CLOCK_MONOTONIC).
 type kernelAlarm struct {
 	f *os.File
+	// rc reaches the fd for timerfd_settime; its Control fails once f is
+	// closed, so a set racing close never touches a reused fd.
+	rc syscall.RawConn
 }
 
 func newKernelAlarm() (*kernelAlarm, error) {
@@ -58,17 +62,19 @@ func newKernelAlarm() (*kernelAlarm, error) {
 	}
 	// Non-blocking: os.NewFile registers it with the runtime's poller, so
 	// a read parks the goroutine, not a thread.
-	return &kernelAlarm{f: os.NewFile(uintptr(fd), "alarm")}, nil
+	f := os.NewFile(uintptr(fd), "alarm")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("timerfd: %w", err)
+	}
+	return &kernelAlarm{f: f, rc: rc}, nil
 }
 
-// settime arms the timerfd for d from now (zero: disarmed). Through
-// RawConn.Control, so a set racing close never touches a reused fd.
+// settime arms the timerfd for d from now (zero: disarmed); nothing once
+// closed. It runs on every heartbeat: the RawConn is made once.
 func (k *kernelAlarm) settime(d time.Duration) {
-	rc, err := k.f.SyscallConn()
-	if err != nil {
-		return // closed
-	}
-	_ = rc.Control(func(fd uintptr) {
+	_ = k.rc.Control(func(fd uintptr) {
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
 		_ = unix.TimerfdSettime(int(fd), 0, &spec, nil)
 	})
@@ -94,13 +100,9 @@ func (k *kernelAlarm) close() { _ = k.f.Close() }
 
 // remaining is how long until it fires (zero: disarmed), from the kernel.
 func (k *kernelAlarm) remaining() (time.Duration, error) {
-	rc, err := k.f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
 	var spec unix.ItimerSpec
 	var gerr error
-	if err := rc.Control(func(fd uintptr) { gerr = unix.TimerfdGettime(int(fd), &spec) }); err != nil {
+	if err := k.rc.Control(func(fd uintptr) { gerr = unix.TimerfdGettime(int(fd), &spec) }); err != nil {
 		return 0, err
 	}
 	if gerr != nil {

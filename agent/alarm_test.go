@@ -87,12 +87,8 @@ func TestKernelAlarmRearmedBeforeRead(t *testing.T) {
 		t.Fatal("a 1 µs alarm had not fired after a second")
 	}
 	k.set(time.Hour)
-	rc, err := k.f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rerr error
-	if err := rc.Control(func(fd uintptr) {
+	if err := k.rc.Control(func(fd uintptr) {
 		var b [8]byte
 		_, rerr = unix.Read(int(fd), b[:])
 	}); err != nil {
