@@ -98,19 +98,6 @@ func (k *kernelAlarm) wait() bool {
 
 func (k *kernelAlarm) close() { _ = k.f.Close() }
 
-// remaining is how long until it fires (zero: disarmed), from the kernel.
-func (k *kernelAlarm) remaining() (time.Duration, error) {
-	var spec unix.ItimerSpec
-	var gerr error
-	if err := k.rc.Control(func(fd uintptr) { gerr = unix.TimerfdGettime(int(fd), &spec) }); err != nil {
-		return 0, err
-	}
-	if gerr != nil {
-		return 0, fmt.Errorf("timerfd_gettime: %w", gerr)
-	}
-	return time.Duration(spec.Value.Nano()), nil
-}
-
 // goAlarm is an alarm on a time.Timer.
 type goAlarm struct {
 	t      *time.Timer

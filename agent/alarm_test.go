@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -97,4 +98,17 @@ func TestKernelAlarmRearmedBeforeRead(t *testing.T) {
 	if !errors.Is(rerr, unix.EAGAIN) {
 		t.Errorf("read after the move: %v, want EAGAIN (nothing to take)", rerr)
 	}
+}
+
+// remaining is how long until it fires (zero: disarmed), from the kernel.
+func (k *kernelAlarm) remaining() (time.Duration, error) {
+	var spec unix.ItimerSpec
+	var gerr error
+	if err := k.rc.Control(func(fd uintptr) { gerr = unix.TimerfdGettime(int(fd), &spec) }); err != nil {
+		return 0, err
+	}
+	if gerr != nil {
+		return 0, fmt.Errorf("timerfd_gettime: %w", gerr)
+	}
+	return time.Duration(spec.Value.Nano()), nil
 }
