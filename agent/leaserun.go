@@ -186,8 +186,7 @@ func (r *leaseRunner) resetLocked(next, now time.Time) {
 // run ticks until ctx ends.
 func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
 	defer r.alarm.close()
-	unhook := context.AfterFunc(ctx, r.alarm.close)
-	defer unhook()
+	defer context.AfterFunc(ctx, r.alarm.close)()
 	for r.alarm.wait() {
 		now := r.now()
 		r.mu.Lock()
