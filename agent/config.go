@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 	"github.com/hashicorp/memberlist"
@@ -257,11 +258,33 @@ type Problem struct {
 	Msg       string
 }
 
+// Error gives the problem on one line: control characters in the message
+// (the TOML library quotes the rune it stopped at raw, a newline included)
+// are written as Go escapes, so each line of a ConfigError is one problem
+// that starts with the file name.
 func (p Problem) Error() string {
+	msg := oneLine(p.Msg)
 	if p.Line == 0 {
-		return fmt.Sprintf("%s: %s", p.Path, p.Msg)
+		return fmt.Sprintf("%s: %s", p.Path, msg)
 	}
-	return fmt.Sprintf("%s:%d:%d: %s", p.Path, p.Line, p.Col, p.Msg)
+	return fmt.Sprintf("%s:%d:%d: %s", p.Path, p.Line, p.Col, msg)
+}
+
+// oneLine escapes the control characters of s (\n, \t, \x00 ...).
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // ConfigError lists every problem found in a configuration file.

@@ -149,6 +149,13 @@ func TestParseBadConfigs(t *testing.T) {
 			want: []string{`2:9: expected '.' or ']' to end table name`},
 		},
 		{
+			// The library quotes the rune it stopped at raw; a newline
+			// there must not start a line without the file name.
+			name: "syntax error at a newline stays on one line",
+			toml: "a = 0b\nb = 0o\tc\n",
+			want: []string{`1:5: not a binary number: '0b\n'`},
+		},
+		{
 			name: "health needs url or command, bad url",
 			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[vip.health]\nurl = \"ftp://x\"\ninterval = \"-1s\"\n",
 			want: []string{`8:1: health url must be http:// or https://`, `9:1: duration must be positive`},
@@ -195,6 +202,11 @@ func TestParseBadConfigs(t *testing.T) {
 			for _, w := range tt.want {
 				if !strings.Contains(text, "bad.toml:"+w) && !strings.Contains(text, "bad.toml: "+w) {
 					t.Errorf("missing %q in:\n%s", w, text)
+				}
+			}
+			for _, line := range strings.Split(text, "\n") {
+				if !strings.HasPrefix(line, "bad.toml:") {
+					t.Errorf("line without the file name: %q", line)
 				}
 			}
 			for _, p := range ce.Problems {
