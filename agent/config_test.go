@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/BurntSushi/toml"
 )
 
 const goodConfig = `node_name = "cp-1"
@@ -274,5 +276,45 @@ func TestKeyIndexPositions(t *testing.T) {
 	}
 	if _, ok := ki.pos["t.x"]; ok {
 		t.Errorf("line inside a multi-line string taken for a key")
+	}
+}
+
+// TestKeyIndexQuotingAndNesting: quoted keys are placed under the name the
+// decoder gives them (escapes decoded, "=", "]" and "#" inside quotes
+// being part of the name), and nothing inside a value that spans lines
+// (an array with strings holding brackets, a multi-line inline table, a
+// literal multi-line string ending in extra quotes) is taken for a key.
+func TestKeyIndexQuotingAndNesting(t *testing.T) {
+	text := strings.Join([]string{
+		`"a\tb" = 1`,            // 1
+		`"k=]#" = 2`,            // 2
+		`[""]`,                  // 3
+		`"\u00e9" = 3`,          // 4
+		`[t."x.y"]`,             // 5
+		`arr = [ "]", '[', """`, // 6
+		`y = 1 ] """, # ]`,      // 7
+		`]`,                     // 8
+		`inl = { p = 1,`,        // 9
+		`  q = [2] }`,           // 10
+		`lit = '''z = 1'''''`,   // 11
+		`esc = "say \"x = 1\""`, // 12
+		`after = 4 # "unclosed`, // 13
+	}, "\n") + "\n"
+	ki := indexKeys([]byte(text))
+	want := map[string]keyPos{
+		"a\tb": {1, 1}, "k=]#": {2, 1}, "": {3, 1}, ".\u00e9": {4, 1},
+		"t.x.y": {5, 1}, "t.x.y.arr": {6, 1}, "t.x.y.inl": {9, 1},
+		"t.x.y.lit": {11, 1}, "t.x.y.esc": {12, 1}, "t.x.y.after": {13, 1},
+	}
+	for k, w := range want {
+		if got, ok := ki.pos[k]; !ok || got != w {
+			t.Errorf("%q at %v (found %v), want %v", k, got, ok, w)
+		}
+	}
+	if len(ki.pos) != len(want) {
+		t.Errorf("indexed %d keys, want %d: %v", len(ki.pos), len(want), ki.pos)
+	}
+	if _, err := toml.Decode(text, new(map[string]any)); err != nil {
+		t.Fatalf("the test's text is not valid TOML: %v", err)
 	}
 }
