@@ -289,7 +289,7 @@ func (l *leaseTracker) next(base []string, now time.Time) time.Time {
 	default:
 		next = l.grid.after(l.roundAt, l.cfg.Interval)
 	}
-	if w := l.watchDeadline(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
+	if w := l.watchDeadline(now); !w.IsZero() && (next.IsZero() || w.Before(next)) {
 		next = w
 	}
 	return next
@@ -299,7 +299,14 @@ func (l *leaseTracker) next(base []string, now time.Time) time.Time {
 // intervals after it was last heard (zero: no driver is expected). A
 // heartbeat from it moves the deadline, so a node that only listens wakes
 // only when a driver falls silent.
-func (l *leaseTracker) watchDeadline() time.Time {
+//
+// Once the alarm is up, a deadline that has passed is moot: the alarm's
+// rounds (every half interval) take over until the driver is heard or
+// gone. Returned, it would make the next tick due at once, again and
+// again: a busy loop for as long as a driver is silent and not yet gone,
+// on every node, which on a loaded host (many members, many drivers)
+// delays the very heartbeats the fence waits for.
+func (l *leaseTracker) watchDeadline(now time.Time) time.Time {
 	var next time.Time
 	for _, p := range l.peers {
 		if !p.driver || p.gone || p.expectSince.IsZero() {
@@ -309,7 +316,11 @@ func (l *leaseTracker) watchDeadline() time.Time {
 		if p.heard.After(since) {
 			since = p.heard
 		}
-		if d := since.Add(2 * l.cfg.Interval); next.IsZero() || d.Before(next) {
+		d := since.Add(2 * l.cfg.Interval)
+		if !l.alarmSince.IsZero() && !d.After(now) {
+			continue
+		}
+		if next.IsZero() || d.Before(next) {
 			next = d
 		}
 	}

@@ -24,7 +24,8 @@ type leaseSim struct {
 	queue []simMsg
 	now   time.Duration // real time since start
 	epoch time.Time
-	sent  int // heartbeats sent, all nodes
+	sent  int            // heartbeats sent, all nodes
+	ticks map[string]int // ticks run, per node
 }
 
 type simMsg struct {
@@ -36,7 +37,7 @@ type simMsg struct {
 
 func newLeaseSim(cfg leaseConfig, rates map[string]float64, delay time.Duration) *leaseSim {
 	s := &leaseSim{cfg: cfg, rate: rates, tr: map[string]*leaseTracker{}, next: map[string]time.Duration{},
-		delay: delay, epoch: time.Unix(1_000_000, 0)}
+		delay: delay, epoch: time.Unix(1_000_000, 0), ticks: map[string]int{}}
 	for n := range rates {
 		s.names = append(s.names, n)
 	}
@@ -91,6 +92,7 @@ func (s *leaseSim) step() {
 		if s.next[n] < 0 || s.now < s.next[n] {
 			continue
 		}
+		s.ticks[n]++
 		sends, next := s.tr[n].tick(s.names, s.local(n))
 		for _, snd := range sends {
 			for _, to := range s.names {
@@ -380,6 +382,40 @@ func TestLeaseQuiet(t *testing.T) {
 	}
 }
 
+// TestLeaseSilentDriverNoBusyLoop: while a driver is silent and not yet
+// gone (its alarm deadline passed, the alarm is up), the others tick on the
+// alarm's half-interval rounds, not at once again and again. The simulator
+// runs a tick as soon as the tracker says one is due, in steps of a
+// millisecond, so a deadline left in the past shows as a tick every step.
+func TestLeaseSilentDriverNoBusyLoop(t *testing.T) {
+	cfg := leaseConfigFor("fast")
+	s := newLeaseSim(cfg, map[string]float64{"x": 1, "w": 1, "y": 1}, time.Millisecond)
+	s.drive("x")
+	for s.now < time.Second {
+		s.step()
+	}
+	cut := s.now
+	s.drop = func(from, to string, now time.Duration) bool { return from == "x" || to == "x" }
+	before := s.ticks["w"]
+	gone := time.Duration(0)
+	for s.now < cut+2*time.Second {
+		s.step()
+		if gone == 0 && s.expired("w", "x") {
+			gone = s.now - cut
+		}
+	}
+	if gone == 0 {
+		t.Fatalf("w never took the silent x for gone")
+	}
+	// The alarm asks everyone every half interval while a driver is
+	// silent, and stays up for Claim after; a few more ticks for the
+	// deadlines in between.
+	ticks := s.ticks["w"] - before
+	if limit := int(2*time.Second/(cfg.Interval/2)) + 10; ticks > limit {
+		t.Errorf("w ticked %d times in the 2 s after x fell silent (x gone for w after %v), want at most %d: a busy loop", ticks, gone, limit)
+	}
+}
+
 // TestViewMemberStaleHeld: a member heard again after the lease took it
 // for gone holds nothing in the election until its metadata changes after
 // that: it released when its fence expired, whatever its old metadata says.
@@ -481,5 +517,68 @@ func TestLeaseRunnerKeepsKick(t *testing.T) {
 	}
 	if !r.takeKick() {
 		t.Error("the kick is gone")
+	}
+}
+
+// countingAlarm is an alarm that counts how often it is set or stopped.
+type countingAlarm struct{ sets, stops int }
+
+func (c *countingAlarm) set(time.Duration) { c.sets++ }
+func (c *countingAlarm) stop()             { c.stops++ }
+func (c *countingAlarm) wait() bool        { return false }
+func (c *countingAlarm) close()            {}
+
+// TestLeaseRunnerArmsOnlyOnChange: a driver's answers arrive between its
+// rounds and leave its next deadline (the next round) where it was; they
+// do not set the alarm again. With many members every node receives many
+// heartbeats per round, and each re-arm is a system call.
+func TestLeaseRunnerArmsOnlyOnChange(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	now := t0
+	cfg := leaseConfigFor("fast")
+	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
+	r.alarm.close()
+	ca := &countingAlarm{}
+	r.alarm = ca
+	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
+	r.setBase([]string{"a", "b", "c"}, true, members, true)
+	// What run does when the kick fires: the hello and the first round.
+	r.mu.Lock()
+	r.kicked, r.armed = false, time.Time{}
+	sends, next := r.tr.tick(r.base, now)
+	r.resetLocked(next, now)
+	r.mu.Unlock()
+	if len(sends) == 0 || ca.sets != 2 { // the kick, then the retry deadline
+		t.Fatalf("first round: %d heartbeats, alarm set %d times; want some, and 2", len(sends), ca.sets)
+	}
+	round := sends[len(sends)-1].HB
+	unchanged := 0
+	for i, from := range []string{"b", "c", "b", "c"} {
+		now = now.Add(time.Millisecond)
+		hb := heartbeat{From: from, Epoch: uint64(7 + i%2), Seq: uint64(1 + i/2), Reply: true,
+			Entries: []heartbeatEntry{{Name: "a", Epoch: r.tr.epoch, Seq: round.Seq}}}
+		p, err := hb.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		armed, sets := r.armed, ca.sets
+		r.receive(p, netip.MustParseAddrPort(members[i%2].Address))
+		if want := r.tr.next(r.base, now); !r.armed.Equal(want) {
+			t.Fatalf("heartbeat %d from %s: armed for %v, the tracker's next is %v", i, from, r.armed.Sub(t0), want.Sub(t0))
+		}
+		switch {
+		case r.armed.Equal(armed) && ca.sets != sets:
+			t.Errorf("heartbeat %d from %s left the deadline at %v and set the alarm again", i, from, armed.Sub(t0))
+		case r.armed.Equal(armed):
+			unchanged++
+		case ca.sets != sets+1:
+			t.Errorf("heartbeat %d from %s moved the deadline %v -> %v with %d sets", i, from, armed.Sub(t0), r.armed.Sub(t0), ca.sets-sets)
+		}
+	}
+	if unchanged == 0 {
+		t.Fatal("every heartbeat moved the deadline: the test shows nothing")
+	}
+	if ok, _ := r.tr.fence(r.base, true, now); !ok {
+		t.Error("fence not held after both answers")
 	}
 }

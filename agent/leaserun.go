@@ -40,6 +40,12 @@ type leaseRunner struct {
 	// that arrives before run took it.
 	alarm  alarm
 	kicked bool
+	// armed is the deadline the alarm is set for (zero: disarmed, fired
+	// or kicked). A heartbeat that leaves the next deadline where it was
+	// (a driver's next round; most heartbeats, with many members) costs
+	// no system call: on a virtual machine re-arming a kernel timer costs
+	// a trip to the hypervisor.
+	armed time.Time
 }
 
 // leaseState is what the loop needs of the lease.
@@ -100,7 +106,7 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 	// first heartbeat to a new member, and its answer, should not wait
 	// for the next beat.
 	if driver != r.tr.driver || grown {
-		r.kicked = true
+		r.kicked, r.armed = true, time.Time{}
 		r.alarm.set(0)
 	}
 	r.tr.setDriver(driver)
@@ -172,14 +178,17 @@ func (r *leaseRunner) receive(b []byte, from netip.AddrPort) {
 }
 
 // resetLocked arms the alarm for next (zero: disarms it), unless a kick
-// is pending.
+// is pending or it is armed for next already.
 func (r *leaseRunner) resetLocked(next, now time.Time) {
 	switch {
-	case r.kicked:
+	case r.kicked, next.Equal(r.armed):
 	case next.IsZero():
 		r.alarm.stop()
 	default:
 		r.alarm.set(next.Sub(now))
+	}
+	if !r.kicked {
+		r.armed = next
 	}
 }
 
@@ -190,7 +199,7 @@ func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
 	for r.alarm.wait() {
 		now := r.now()
 		r.mu.Lock()
-		r.kicked = false
+		r.kicked, r.armed = false, time.Time{} // a one-shot alarm that fired is disarmed
 		sends, next := r.tr.tick(r.base, now)
 		silent := r.tr.silent(r.base, now)
 		changed := r.publishLocked(now)
