@@ -259,6 +259,27 @@ func TestMarkdown(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
+	if strings.Contains(md, "Not from the run above") {
+		t.Errorf("the report's own scale numbers are said to come from elsewhere")
+	}
+}
+
+// TestMarkdownScaleSource: scale numbers spliced in from another run say
+// where they come from, in their section.
+func TestMarkdownScaleSource(t *testing.T) {
+	r := sample()
+	r.Scale = &Scale{Nodes: 16, VIPs: 100, Start: 7109 * time.Millisecond, Leave: 711 * time.Millisecond, Moved: 12,
+		Source: "`PARTS=scale make bench` on vipd a705295"}
+	md := Markdown(r, Machine{NProc: 2}, nil, "RUNS=10 make bench", "benchmarks.svg")
+	scale, _, _ := strings.Cut(md[strings.Index(md, "## Scale"):], "\n## ")
+	for _, want := range []string{
+		"Not from the run above: `PARTS=scale make bench` on vipd a705295.",
+		"| start of every vipd to settled | 7109 |",
+	} {
+		if !strings.Contains(scale, want) {
+			t.Errorf("scale section lacks %q:\n%s", want, scale)
+		}
+	}
 }
 
 func TestChartIsWellFormedSVG(t *testing.T) {

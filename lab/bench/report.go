@@ -481,6 +481,9 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 	if sc := r.Scale; sc != nil {
 		p("## Scale\n\n")
 		p("%d node namespaces, %d L2 VIPs (no health check), one run. Settled: every VIP on exactly one node, holding for %v (the time is when it was first reached).\n\n", sc.Nodes, sc.VIPs, stableFor)
+		if sc.Source != "" {
+			p("Not from the run above: %s.\n\n", sc.Source)
+		}
 		p("| | ms |\n|---|---|\n")
 		if sc.Start > 0 {
 			p("| start of every vipd to settled | %s |\n", ms(sc.Start))

@@ -148,6 +148,11 @@ type Scale struct {
 	Moved int
 	// Errors of parts that did not complete.
 	Errors []string `json:",omitempty"`
+	// Source names the run these numbers come from when it is not the
+	// report's own (a scale part re-measured and spliced into a full
+	// run's results): its command, vipd version and time. The report
+	// says so in the section.
+	Source string `json:",omitempty"`
 }
 
 // Save writes r as indented JSON.
