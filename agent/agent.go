@@ -202,6 +202,9 @@ type loopState struct {
 	// quorumRegained is when this node last regained quorum; its view of
 	// the other side is stale for a moment after that.
 	quorumRegained time.Time
+	// heardOnly are the members last counted alive only by their lease
+	// heartbeats (membership said dead), for the log.
+	heardOnly []string
 }
 
 // vipState is what the loop knows and remembers of one VIP.

@@ -399,6 +399,19 @@ func (l *leaseTracker) sentAt(seq uint64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// heardWithin returns the members whose last heartbeat arrived less than d
+// before now, sorted.
+func (l *leaseTracker) heardWithin(d time.Duration, now time.Time) []string {
+	var out []string
+	for n, p := range l.peers {
+		if !p.heard.IsZero() && now.Sub(p.heard) < d {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // refused records that name's membership port refused a connection: its
 // vipd is gone, so it holds no lease.
 func (l *leaseTracker) refused(name string, now time.Time) {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -229,6 +230,37 @@ func TestLeaseLossTolerated(t *testing.T) {
 		}
 		if s.expired("w", "x") || s.expired("y", "x") {
 			t.Fatalf("x taken for gone at %v with 30%% loss", s.now)
+		}
+	}
+}
+
+// TestLeaseHolderHearsEveryMember: a holder hears every other member within
+// Claim, all the time, in both failure_detection modes and with clocks 1%
+// apart: hasQuorum counts members recentlyHeard as alive, so a member that
+// gossip declares dead for a moment (a node back from a partition spreads
+// the deaths it concluded) does not cost the holder its quorum.
+func TestLeaseHolderHearsEveryMember(t *testing.T) {
+	for _, mode := range []string{"fast", "lan"} {
+		cfg := leaseConfigFor(mode)
+		s := newLeaseSim(cfg, map[string]float64{"x": 1.01, "w": 0.99, "y": 1}, 2*time.Millisecond)
+		s.drive("x")
+		for s.now < time.Second {
+			s.step()
+		}
+		for s.now < 20*time.Second {
+			s.step()
+			if got := s.tr["x"].heardWithin(cfg.Claim, s.local("x")); !slices.Equal(got, []string{"w", "y"}) {
+				t.Fatalf("%s: holder x heard %v within Claim (%v) at %v, want [w y]", mode, got, cfg.Claim, s.now)
+			}
+		}
+		// A member silent for Claim is no longer heard.
+		s.drop = func(from, to string, now time.Duration) bool { return from == "y" }
+		cut := s.now
+		for s.now < cut+cfg.Claim+cfg.Interval {
+			s.step()
+		}
+		if got := s.tr["x"].heardWithin(cfg.Claim, s.local("x")); !slices.Equal(got, []string{"w"}) {
+			t.Errorf("%s: %v after y fell silent, x heard %v within Claim, want [w]", mode, s.now-cut, got)
 		}
 	}
 }

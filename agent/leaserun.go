@@ -113,6 +113,18 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 	r.mu.Unlock()
 }
 
+// recentlyHeard returns the members whose heartbeat arrived less than
+// Claim ago, sorted: direct evidence that they are alive and reach this
+// node (hasQuorum counts them alive whatever membership says). A holder
+// hears each member at least every two rounds (with three members it asks
+// one per round, in turn; with more, all), so Claim (four rounds) leaves
+// room for a loaded host. It decides nothing about safety: the fence does.
+func (r *leaseRunner) recentlyHeard() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tr.heardWithin(r.tr.cfg.Claim, r.now())
+}
+
 // state computes the lease's state now.
 func (r *leaseRunner) state() leaseState {
 	r.mu.Lock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -18,8 +19,14 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
 	members := a.forgetRemoved(a.members.snapshot())
-	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
+	q := hasQuorum(a.self, a.cache.get(), members, a.lease.recentlyHeard(), c.Cluster.RequireQuorum)
 	a.lease.setBase(q.base, q.required, members, a.st.driving)
+	if !slices.Equal(q.heardOnly, a.st.heardOnly) {
+		if len(q.heardOnly) > 0 {
+			a.log.Info("membership says dead but the lease hears them: counted alive for quorum", "members", q.heardOnly)
+		}
+		a.st.heardOnly = q.heardOnly
+	}
 	a.observeLease(a.lease.state(), now)
 
 	names := a.vipNames()

@@ -178,6 +178,9 @@ type quorum struct {
 	alive    int
 	known    int
 	base     []string // the known members' names, sorted, this node included
+	// heardOnly are the members counted alive only because the lease
+	// heard them (membership says dead or left), sorted.
+	heardOnly []string
 }
 
 // hasQuorum reports whether this node sees a majority of the known members,
@@ -191,7 +194,19 @@ type quorum struct {
 // with 1 of 3 there is none, so two survivors split by a partition cannot
 // both hold a VIP. A new member (a control-plane node joining) enters the
 // base when it joins.
-func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *bool) quorum {
+//
+// A member counts as alive when membership says alive or suspect, or when
+// heard names it: the lease heard its heartbeat a moment ago (leaseRunner's
+// recentlyHeard). Membership can declare a live member dead for a moment:
+// a node back from a partition gossips the deaths it concluded while cut
+// off, every node that knew the member at that incarnation believes it
+// until the member refutes it, a few milliseconds later. A holder that
+// counted only membership lost quorum for those milliseconds and released,
+// and with nobody holding the VIP went to the highest ranked node, the one
+// just back: a second outage and a move with preempt off. A heartbeat just
+// received is direct evidence; gossip is hearsay. Names in heard that are
+// not known members do not count.
+func hasQuorum(self string, cached []CachedPeer, members []memberInfo, heard []string, require *bool) quorum {
 	knownSet := map[string]bool{self: true}
 	for _, p := range cached {
 		knownSet[p.Name] = true
@@ -203,7 +218,15 @@ func hasQuorum(self string, cached []CachedPeer, members []memberInfo, require *
 			aliveSet[m.Name] = true
 		}
 	}
-	q := quorum{known: len(knownSet), alive: len(aliveSet)}
+	var heardOnly []string
+	for _, n := range heard {
+		if knownSet[n] && !aliveSet[n] {
+			aliveSet[n] = true
+			heardOnly = append(heardOnly, n)
+		}
+	}
+	sort.Strings(heardOnly)
+	q := quorum{known: len(knownSet), alive: len(aliveSet), heardOnly: heardOnly}
 	for n := range knownSet {
 		q.base = append(q.base, n)
 	}

@@ -70,27 +70,37 @@ func TestQuorum(t *testing.T) {
 		name         string
 		cache        []CachedPeer
 		members      []memberInfo
+		heard        []string
 		require      *bool
 		ok, required bool
 		alive, known int
+		heardOnly    []string
 	}{
-		{"single node bootstrap: not required", nil, nil, nil, true, false, 1, 1},
-		{"two known: not required by default", []CachedPeer{{"b", ""}}, nil, nil, true, false, 1, 2},
-		{"three known, all alive", cache3, alive("b", "c"), nil, true, true, 3, 3},
-		{"three known, one other alive: majority", cache3, alive("b"), nil, true, true, 2, 3},
-		{"isolated of three: no quorum", cache3, nil, nil, false, true, 1, 3},
-		{"isolated but quorum disabled", cache3, nil, &no, true, false, 1, 3},
-		{"two known, required explicitly, isolated", []CachedPeer{{"b", ""}}, nil, &yes, false, true, 1, 2},
-		{"dead members still count as known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateDead}, {Name: "d", State: StateDead}}, nil, false, true, 2, 4},
-		{"left members stay known (etcd-like): 2 of 3 is quorum", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, nil, true, true, 2, 3},
-		{"a left member and a partition: 1 of 3 is no quorum", nil, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateLeft}}, nil, false, true, 1, 3},
+		{"single node bootstrap: not required", nil, nil, nil, nil, true, false, 1, 1, nil},
+		{"two known: not required by default", []CachedPeer{{"b", ""}}, nil, nil, nil, true, false, 1, 2, nil},
+		{"three known, all alive", cache3, alive("b", "c"), nil, nil, true, true, 3, 3, nil},
+		{"three known, one other alive: majority", cache3, alive("b"), nil, nil, true, true, 2, 3, nil},
+		{"isolated of three: no quorum", cache3, nil, nil, nil, false, true, 1, 3, nil},
+		{"isolated but quorum disabled", cache3, nil, nil, &no, true, false, 1, 3, nil},
+		{"two known, required explicitly, isolated", []CachedPeer{{"b", ""}}, nil, nil, &yes, false, true, 1, 2, nil},
+		{"dead members still count as known", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateDead}, {Name: "d", State: StateDead}}, nil, nil, false, true, 2, 4, nil},
+		{"left members stay known (etcd-like): 2 of 3 is quorum", nil, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, nil, nil, true, true, 2, 3, nil},
+		{"a left member and a partition: 1 of 3 is no quorum", nil, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateLeft}}, nil, nil, false, true, 1, 3, nil},
+		// A node back from a partition gossiped that b died: membership
+		// believes it until b refutes it, but b's heartbeat just arrived.
+		{"dead by gossip but heard by the lease: alive", cache3, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateDead}}, []string{"b"}, nil, true, true, 2, 3, []string{"b"}},
+		{"heard but not known: a stranger does not count", cache3, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateDead}}, []string{"x", "y"}, nil, false, true, 1, 3, nil},
+		{"heard and alive count once", cache3, alive("b"), []string{"b"}, nil, true, true, 2, 3, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q := hasQuorum("a", tt.cache, tt.members, tt.require)
+			q := hasQuorum("a", tt.cache, tt.members, tt.heard, tt.require)
 			ok, required, alive, known := q.ok, q.required, q.alive, q.known
 			if ok != tt.ok || required != tt.required || alive != tt.alive || known != tt.known {
 				t.Errorf("hasQuorum = ok %v required %v alive %d known %d; want %v %v %d %d", ok, required, alive, known, tt.ok, tt.required, tt.alive, tt.known)
+			}
+			if want := tt.heardOnly; !slices.Equal(q.heardOnly, want) {
+				t.Errorf("hasQuorum: heardOnly %v, want %v", q.heardOnly, want)
 			}
 		})
 	}

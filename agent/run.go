@@ -94,7 +94,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
-	q := hasQuorum(a.self, a.cache.get(), members, c.Cluster.RequireQuorum)
+	q := hasQuorum(a.self, a.cache.get(), members, nil, c.Cluster.RequireQuorum)
 	a.lease.setBase(q.base, q.required, members, false)
 	a.st.lease = a.lease.state()
 	a.publishSnapshot(members, a.view(members), q)

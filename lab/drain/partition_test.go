@@ -1,6 +1,9 @@
 package drain
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +130,18 @@ func TestPartitionAndHeal(t *testing.T) {
 		}
 		if holder != next {
 			t.Errorf("after the heal: %s holds the VIP, want %s to keep it (preempt off)", holder, next)
+		}
+		// The healed node gossips the deaths it concluded while cut off;
+		// a member dead in the holder's view for a moment must not cost
+		// it quorum (agent.hasQuorum counts members the lease hears).
+		// Whether the gossip lands depends on incarnations: log when it
+		// did, so a run shows the path was taken.
+		if b, err := os.ReadFile(filepath.Join(l.Node(next).Dir, "vipd.log")); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "counted alive for quorum") {
+					t.Logf("heal: %s: %s", next, line)
+				}
+			}
 		}
 		tail := after.Between(converged, time.Time{})
 		if len(tail) < 100 {
