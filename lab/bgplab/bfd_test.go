@@ -298,8 +298,10 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	time.Sleep(500 * time.Millisecond)
 	total, failed, by, fails := countProbes(pr.snapshot(), start, time.Now())
 	t.Logf("withdraw --wait of %s with bfd: %d probes, %d lost, answered by %s", cur.name, total, failed, fmtCounts(by))
-	if failed > 0 {
-		t.Errorf("%d probes lost during the planned withdraw: %v", failed, fails)
+	if bad, why := plannedLoss(fails); bad {
+		t.Errorf("planned withdraw: %s", why)
+	} else if failed > 0 {
+		t.Logf("planned withdraw: %s", why)
 	}
 	if ok, d := r.up(cur); !ok {
 		t.Errorf("bfd with %s not up after a withdraw (a withdraw is not a failure): %s", cur.name, d)
@@ -323,8 +325,10 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	results := pr.stop(t)
 	total, failed, by, fails = countProbes(results, start, time.Now())
 	t.Logf("SIGTERM of %s with bfd: %d probes, %d lost, answered by %s", cur.name, total, failed, fmtCounts(by))
-	if failed > 0 {
-		t.Errorf("%d probes lost during the SIGTERM drain: %v", failed, fails)
+	if bad, why := plannedLoss(fails); bad {
+		t.Errorf("SIGTERM drain: %s", why)
+	} else if failed > 0 {
+		t.Logf("SIGTERM drain: %s", why)
 	}
 	assertLogged(t, cur, `msg="bfd session state"`, "to=admin_down", "diag=administratively_down")
 }

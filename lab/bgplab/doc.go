@@ -34,7 +34,9 @@
 // (its bridge port detached and its ingress dropped, both carriers up)
 // moves the client to another node within the BFD detection time; a
 // planned withdraw loses no probe and leaves BFD up; SIGTERM loses no
-// probe, closes BGP with a CEASE and then BFD with AdminDown.
+// probe, closes BGP with a CEASE and then BFD with AdminDown. "Loses no
+// probe" in a planned step allows the one connection that may be open
+// across the router's path change, which the next node resets (plannedLoss).
 //
 // TestPolicy peers one vipd with two routers of different AS: BIRD sending
 // 10,000 IPv6 and 257 IPv4 routes (the VIP prefixes among them) and FRR

@@ -728,3 +728,25 @@ func countProbes(rs []probeResult, from, to time.Time) (total, failed int, by ma
 	}
 	return total, failed, by, fails
 }
+
+// plannedLoss says whether fails (countProbes' failed probes of a planned
+// withdraw or stop) are more than a make-before-break handoff may cost.
+//
+// None is what most runs see. One is allowed when it is a reset: a probe
+// whose TCP connection was open to the leaving node at the moment the router
+// took that node's path out of its forwarding table sends its next segment to
+// another node, which has no such connection and answers with a reset. No
+// stateless router can carry an open connection across a path change (the
+// L2 lab allows the same one probe, see lab/drain's maxPlannedGap); CI saw it
+// once in the SIGTERM step of TestFRRBFD. A second failure, or a timeout or
+// "unreachable" (a blackhole), means the handoff broke.
+func plannedLoss(fails []string) (bad bool, why string) {
+	switch {
+	case len(fails) == 0:
+		return false, "no probe lost"
+	case len(fails) == 1 && strings.Contains(fails[0], "connection reset by peer"):
+		return false, "one connection open across the router's path change was reset: " + fails[0]
+	default:
+		return true, fmt.Sprintf("%d probes lost (at most one, a reset, is allowed): %v", len(fails), fails)
+	}
+}
