@@ -204,23 +204,28 @@ type quorum struct {
 // counted only membership lost quorum for those milliseconds and released,
 // and with nobody holding the VIP went to the highest ranked node, the one
 // just back: a second outage and a move with preempt off. A heartbeat just
-// received is direct evidence; gossip is hearsay. Names in heard that are
-// not known members do not count.
+// received is direct evidence; gossip is hearsay. heard overrides only
+// "dead": a member that left said so itself (its last heartbeats may still
+// be recent), and names membership does not show as members do not count.
 func hasQuorum(self string, cached []CachedPeer, members []memberInfo, heard []string, require *bool) quorum {
 	knownSet := map[string]bool{self: true}
 	for _, p := range cached {
 		knownSet[p.Name] = true
 	}
 	aliveSet := map[string]bool{self: true}
+	dead := map[string]bool{}
 	for _, m := range members {
 		knownSet[m.Name] = true
-		if m.State == StateAlive || m.State == StateSuspect {
+		switch m.State {
+		case StateAlive, StateSuspect:
 			aliveSet[m.Name] = true
+		case StateDead:
+			dead[m.Name] = true
 		}
 	}
 	var heardOnly []string
 	for _, n := range heard {
-		if knownSet[n] && !aliveSet[n] {
+		if dead[n] {
 			aliveSet[n] = true
 			heardOnly = append(heardOnly, n)
 		}

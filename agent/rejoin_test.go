@@ -90,6 +90,8 @@ func TestQuorum(t *testing.T) {
 		// believes it until b refutes it, but b's heartbeat just arrived.
 		{"dead by gossip but heard by the lease: alive", cache3, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateDead}}, []string{"b"}, nil, true, true, 2, 3, []string{"b"}},
 		{"heard but not known: a stranger does not count", cache3, []memberInfo{{Name: "b", State: StateDead}, {Name: "c", State: StateDead}}, []string{"x", "y"}, nil, false, true, 1, 3, nil},
+		{"left but heard a moment ago: it said it left", cache3, []memberInfo{{Name: "b", State: StateAlive}, {Name: "c", State: StateLeft}}, []string{"b", "c"}, nil, true, true, 2, 3, nil},
+		{"cached only, heard: not a member yet", cache3, nil, []string{"b", "c"}, nil, false, true, 1, 3, nil},
 		{"heard and alive count once", cache3, alive("b"), []string{"b"}, nil, true, true, 2, 3, nil},
 	}
 	for _, tt := range tests {
