@@ -89,7 +89,7 @@ type cutRun struct {
 // TestFenceMembershipCut cuts the owner's membership traffic (UDP and TCP
 // port 7946, as source or destination) with nftables in the owner's own
 // namespace while the client keeps reaching it, in three directions
-// (cutVariants), VIPD_FENCE_RUNS times each (3 by default). Holders are
+// (cutVariants), VIPD_FENCE_RUNS times each (2 by default). Holders are
 // read through netlink every 10 ms from just before the cut until 3 s
 // after the lab is steady again after the heal. Every run: not one sample
 // with two holders, in the cut or after the heal, the VIP on one other

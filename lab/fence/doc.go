@@ -8,7 +8,7 @@
 //     other node claims it. Holders are sampled every 10 ms through netlink
 //     for 10 s after the cut and after the heal: not one sample may show two
 //     holders, the VIP must end on another node, and the client's gap stays
-//     under 0.5 s (median of VIPD_FENCE_RUNS runs per direction, 3 by
+//     under 0.5 s (median of VIPD_FENCE_RUNS runs per direction, 2 by
 //     default; `make fence-proof` runs 20 and writes docs/fence-proof.md).
 //   - No false failover: with at least three CPU burners per core and 30 %
 //     of the packets arriving at the owner dropped for 30 s, the VIP never
