@@ -481,6 +481,48 @@ func TestViewMemberStaleHeld(t *testing.T) {
 	}
 }
 
+// TestViewMemberDeadByGossipButHeard: a holder that membership says is dead
+// (a healed node's stale gossip) while the lease heard it a moment ago stays
+// alive for the election, holding; not heard, or left, it is not.
+func TestViewMemberDeadByGossipButHeard(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	k := vipKey("apiserver")
+	held := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true, Held: true}}}
+	m := memberInfo{Name: "c", State: StateDead, Meta: held, Since: t0, MetaSince: t0}
+	heard := leaseState{heard: map[string]bool{"c": true}}
+
+	v := viewMember(m, heard)
+	if v.State != StateSuspect || !v.Meta.VIP(k).Held {
+		t.Errorf("dead by gossip, heard: %+v, want suspect and holding", v)
+	}
+	// a and b are eligible; c holds: the election keeps c, and a sees the
+	// VIP held elsewhere.
+	healthy := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true}}}
+	view := []Member{v, {Name: "a", State: StateAlive, Meta: healthy}, {Name: "b", State: StateAlive, Meta: healthy}}
+	if r := Elect(view, ElectionVIP{Name: "apiserver"}); r.Owner != "c" {
+		t.Errorf("dead by gossip, heard: elected %q (%s), want c, the holder", r.Owner, r.Reason)
+	}
+	if !heldElsewhere("a", "apiserver", view) {
+		t.Error("dead by gossip, heard: a sees no holder, want c")
+	}
+	if r := Elect([]Member{viewMember(m, leaseState{}), view[1], view[2]}, ElectionVIP{Name: "apiserver"}); r.Owner == "c" {
+		t.Errorf("dead, not heard: elected c (%s), want another", r.Reason)
+	}
+	if v := viewMember(m, leaseState{}); v.State != StateDead {
+		t.Errorf("dead, not heard: %+v, want dead", v)
+	}
+	left := m
+	left.State = StateLeft
+	if v := viewMember(left, heard); v.State != StateLeft {
+		t.Errorf("left, heard: %+v, want left", v)
+	}
+	// Gone for the lease wins over a heartbeat from before it.
+	gone := leaseState{heard: map[string]bool{"c": true}, expired: map[string]time.Time{"c": t0.Add(time.Second)}}
+	if v := viewMember(m, gone); v.State != StateDead {
+		t.Errorf("dead and gone for the lease: %+v, want dead", v)
+	}
+}
+
 // TestLeaseRunnerGraceWhenFenceStarts: a holder in a cluster of two (no
 // fence) that grows to three has one interval for its first answers before
 // it counts as fenced, and is fenced after that without them; a new base

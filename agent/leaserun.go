@@ -58,6 +58,11 @@ type leaseState struct {
 	// since or not), when it last was: whatever it published before then
 	// about holding VIPs is no longer true (its fence had expired).
 	lastGone map[string]time.Time
+	// heard are the members whose heartbeat arrived less than Claim ago
+	// (recentlyHeard). Not compared by sameAs: it changes with every
+	// heartbeat, and only matters when membership changes, which wakes
+	// the loop anyway.
+	heard map[string]bool
 }
 
 func (s leaseState) sameAs(o leaseState) bool {
@@ -133,7 +138,10 @@ func (r *leaseRunner) state() leaseState {
 }
 
 func (r *leaseRunner) stateLocked(now time.Time) leaseState {
-	st := leaseState{required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}}
+	st := leaseState{required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{}}
+	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
+		st.heard[n] = true
+	}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
 	if !st.canHold && r.required && now.Sub(r.requiredSince) < r.tr.cfg.Interval {
 		// The fence has just started to apply (a cluster of two grew to

@@ -168,9 +168,22 @@ func (a *Agent) view(members []memberInfo) []Member {
 //     about holding before is stale until its current metadata arrives.
 //     Believing it would make the node that took over release to it ("the
 //     highest ranked holder wins") and leave the VIP dark until it claims
-//     again, after a heal.
+//     again, after a heal;
+//   - dead for membership but heard by the lease less than Claim ago:
+//     suspect (alive for the election). A node back from a partition
+//     gossips the deaths it concluded while cut off, and a holder whose
+//     incarnation did not change in the meantime is dead for every node
+//     that believes it, until it refutes, a few milliseconds later. Taken
+//     for dead, the others would elect a new owner and claim at once (they
+//     have been eligible all along): two holders, and a move with preempt
+//     off. Its heartbeat is direct evidence; the gossip is hearsay. A
+//     member that left is not overridden: it said so itself.
 func viewMember(m memberInfo, ls leaseState) Member {
 	st, meta := m.State, m.Meta
+	_, expired := ls.expired[m.Name]
+	if st == StateDead && ls.heard[m.Name] && !expired {
+		st = StateSuspect
+	}
 	if at, gone := ls.expired[m.Name]; gone && st <= StateSuspect && !m.Since.After(at) {
 		st = StateDead
 	}
