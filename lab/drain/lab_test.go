@@ -3,7 +3,10 @@ package drain
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +158,23 @@ func checkSamplingErrs(t *testing.T, errs []string) {
 	if len(errs) > 0 {
 		t.Errorf("sampling holders: %d errors, first: %s", len(errs), errs[0])
 	}
+}
+
+// logLines returns the lines of h's vipd log that contain every part.
+func logLines(h *netlab.Host, parts ...string) []string {
+	b, err := os.ReadFile(filepath.Join(h.Dir, "vipd.log"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
 }

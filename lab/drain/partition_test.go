@@ -1,9 +1,6 @@
 package drain
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -136,12 +133,8 @@ func TestPartitionAndHeal(t *testing.T) {
 		// it quorum (agent.hasQuorum counts members the lease hears).
 		// Whether the gossip lands depends on incarnations: log when it
 		// did, so a run shows the path was taken.
-		if b, err := os.ReadFile(filepath.Join(l.Node(next).Dir, "vipd.log")); err == nil {
-			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, "counted alive for quorum") {
-					t.Logf("heal: %s: %s", next, line)
-				}
-			}
+		for _, line := range logLines(l.Node(next), "counted alive for quorum") {
+			t.Logf("heal: %s: %s", next, line)
 		}
 		tail := after.Between(converged, time.Time{})
 		if len(tail) < 100 {
