@@ -90,28 +90,13 @@ func logOf(t *testing.T, h *netlab.Host) string {
 	return s
 }
 
-// lines returns the lines of log that contain every one of words.
-func lines(log string, words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(log, "\n") {
-		all := line != ""
-		for _, w := range words {
-			all = all && strings.Contains(line, w)
-		}
-		if all {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // waitLog waits up to timeout for a line containing every one of words in
 // h's log after offset from, and returns it.
 func waitLog(t *testing.T, h *netlab.Host, from int, timeout time.Duration, words ...string) (string, bool) {
 	t.Helper()
 	var found string
 	ok, _ := netlab.Eventually(timeout, 20*time.Millisecond, func() (bool, string) {
-		ls := lines(logOf(t, h)[from:], words...)
+		ls := netlab.LogLines(logOf(t, h)[from:], words...)
 		if len(ls) == 0 {
 			return false, ""
 		}

@@ -126,7 +126,7 @@ func TestReloadKeepsOwner(t *testing.T) {
 					t.Errorf("%s: %s sees %s unhealthy after the reload", tc.name, n.Name, owner.Name)
 				}
 			}
-			for _, bad := range lines(logOf(t, owner)[logFrom:], "level=") {
+			for _, bad := range netlab.LogLines(logOf(t, owner)[logFrom:], "level=") {
 				if strings.Contains(bad, "released") || strings.Contains(bad, "handing off") || strings.Contains(bad, "health") {
 					t.Errorf("%s: %s logged after SIGHUP: %s", tc.name, owner.Name, bad)
 				}

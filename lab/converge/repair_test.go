@@ -216,7 +216,7 @@ func TestInterfaceRecreated(t *testing.T) {
 				tc.name, x.Name, deleted.Sub(ev.Time).Round(time.Millisecond), recreated.Sub(deleted).Round(time.Millisecond),
 				up.Sub(recreated).Round(time.Millisecond), failed, len(window), gap.Round(time.Millisecond), run,
 				again.Round(time.Millisecond), by, servers, final, converged.Sub(ev.Time).Round(time.Millisecond), samples.Summary(), samples.Transitions())
-			for _, line := range lines(logOf(t, x)[logFrom:], "level=") {
+			for _, line := range netlab.LogLines(logOf(t, x)[logFrom:], "level=") {
 				if !strings.Contains(line, "level=DEBUG") {
 					t.Logf("%s: %s", x.Name, line)
 				}

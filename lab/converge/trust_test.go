@@ -160,7 +160,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 		// nothing): without a key its admission refused the strangers;
 		// with one, their unencrypted traffic was refused and logged.
 		now := metricOf(t, l, owner, "vipd_membership_rejected_total")
-		mentions := lines(logOf(t, owner)[ownerLog:], attacker.IP.String())
+		mentions := netlab.LogLines(logOf(t, owner)[ownerLog:], attacker.IP.String())
 		t.Logf("owner %s: vipd_membership_rejected_total %v -> %v; %d log lines mention %s, e.g. %q",
 			owner.Name, rejected, now, len(mentions), attacker.IP, first(mentions))
 		if !keyed && now <= rejected {
@@ -192,11 +192,11 @@ func trustBoundaries(t *testing.T, keyed bool) {
 			t.Error(v)
 		}
 		samples := rec.Samples().Between(start, time.Time{})
-		added := lines(logOf(t, owner)[logs[owner.Name]:], "level=")
+		added := netlab.LogLines(logOf(t, owner)[logs[owner.Name]:], "level=")
 		t.Logf("flood from %s to %s (seed %d) in %v: %s; owner %s logged %d lines during it and the 2s after (bound %d), by message: %s; %s; holders %s",
 			attacker.IP, target, seed, sent.Sub(start).Round(time.Millisecond), fs, owner.Name, len(added), maxFloodLines, byMessage(added), w, samples.Summary())
 		for _, n := range l.Others(owner) {
-			t.Logf("%s (not targeted) logged %d lines", n.Name, len(lines(logOf(t, n)[logs[n.Name]:], "level=")))
+			t.Logf("%s (not targeted) logged %d lines", n.Name, len(netlab.LogLines(logOf(t, n)[logs[n.Name]:], "level=")))
 		}
 		if len(added) > maxFloodLines {
 			t.Errorf("owner %s logged %d lines for the flood, want at most %d; first: %s", owner.Name, len(added), maxFloodLines, strings.Join(added[:min(len(added), 10)], "\n"))

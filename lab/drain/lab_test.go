@@ -3,10 +3,7 @@ package drain
 import (
 	"bytes"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -162,19 +159,9 @@ func checkSamplingErrs(t *testing.T, errs []string) {
 
 // logLines returns the lines of h's vipd log that contain every part.
 func logLines(h *netlab.Host, parts ...string) []string {
-	b, err := os.ReadFile(filepath.Join(h.Dir, "vipd.log"))
+	log, err := h.VipdLog()
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		ok := true
-		for _, p := range parts {
-			ok = ok && strings.Contains(line, p)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
+	return netlab.LogLines(log, parts...)
 }

@@ -89,7 +89,7 @@ func TestFullStateDisk(t *testing.T) {
 	}
 	var lines []string
 	ok, _ := netlab.Eventually(5*time.Second, 100*time.Millisecond, func() (bool, string) {
-		lines = logLines(logOf(t, n), "save peer cache", "no space left on device")
+		lines = netlab.LogLines(logOf(t, n), "save peer cache", "no space left on device")
 		return len(lines) > 0, ""
 	})
 	if !ok {

@@ -103,21 +103,6 @@ func logOf(t *testing.T, h *netlab.Host) string {
 	return string(b)
 }
 
-// logLines returns the lines of log that contain every one of words.
-func logLines(log string, words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(log, "\n") {
-		all := true
-		for _, w := range words {
-			all = all && strings.Contains(line, w)
-		}
-		if all {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // logBetween returns the lines of h's log stamped between from and to
 // (slog's time=...Z) that contain any of words.
 func logBetween(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {

@@ -151,7 +151,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 func reportCryptLog(t *testing.T, node, log string) {
 	t.Helper()
 	for _, level := range []string{"ERROR", "WARN", "INFO", "DEBUG"} {
-		lines := logLines(log, "level="+level, "crypt")
+		lines := netlab.LogLines(log, "level="+level, "crypt")
 		if len(lines) > 0 {
 			t.Logf("%s log, %d %s lines on encryption, first: %s", node, len(lines), level, strings.TrimSpace(lines[0]))
 		}
@@ -226,7 +226,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 				t.Fatal(err)
 			}
 			ok, _ := netlab.Eventually(5*time.Second, 50*time.Millisecond, func() (bool, string) {
-				return len(logLines(logOf(t, n)[from:], "membership keys rotated")) > 0, ""
+				return len(netlab.LogLines(logOf(t, n)[from:], "membership keys rotated")) > 0, ""
 			})
 			if !ok {
 				t.Fatalf("%s: %s: no \"membership keys rotated\" in its log within 5s of SIGHUP:\n%s", n.Name, step.name, logOf(t, n)[from:])

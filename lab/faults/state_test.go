@@ -42,7 +42,7 @@ func TestCorruptStateFiles(t *testing.T) {
 		{"peer cache", "corrupt", "peers.json.corrupt"},
 		{"withdraw flag unreadable", "staying withdrawn"},
 	} {
-		if lines := logLines(log, words...); len(lines) == 0 {
+		if lines := netlab.LogLines(log, words...); len(lines) == 0 {
 			t.Errorf("%s's log has no line with %q", x.Name, words)
 		} else {
 			t.Logf("%s: %s", x.Name, strings.TrimSpace(lines[0]))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -97,6 +98,22 @@ func EditConfig(config string, edits ...string) (string, error) {
 func (h *Host) VipdLog() (string, error) {
 	b, err := os.ReadFile(filepath.Join(h.Dir, "vipd.log"))
 	return string(b), err
+}
+
+// LogLines returns the non-empty lines of log that contain every one of
+// words.
+func LogLines(log string, words ...string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		all := line != ""
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		if all {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // CachedPeer is one entry of a node's state_dir/peers.json.

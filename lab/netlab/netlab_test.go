@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,16 @@ func TestDropRuleset(t *testing.T) {
 	}
 	if _, err := dropRuleset("cut", Both, nil); err == nil {
 		t.Error("no matches (a filter that drops nothing): want an error")
+	}
+}
+
+func TestLogLines(t *testing.T) {
+	log := "time=1 msg=\"member state\" member=n3 state=dead\n\ntime=2 msg=\"member state\" member=n3 state=alive\ntime=3 msg=other state=dead\n"
+	got := LogLines(log, `msg="member state"`, "state=dead")
+	if want := []string{`time=1 msg="member state" member=n3 state=dead`}; !slices.Equal(got, want) {
+		t.Errorf("LogLines = %q, want %q", got, want)
+	}
+	if got := LogLines(log); len(got) != 3 {
+		t.Errorf("LogLines with no words = %q, want the 3 non-empty lines", got)
 	}
 }
