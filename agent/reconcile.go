@@ -180,11 +180,11 @@ func (a *Agent) view(members []memberInfo) []Member {
 //     member that left is not overridden: it said so itself.
 func viewMember(m memberInfo, ls leaseState) Member {
 	st, meta := m.State, m.Meta
-	_, expired := ls.expired[m.Name]
-	if st == StateDead && ls.heard[m.Name] && !expired {
+	at, gone := ls.expired[m.Name]
+	if st == StateDead && ls.heard[m.Name] && !gone {
 		st = StateSuspect
 	}
-	if at, gone := ls.expired[m.Name]; gone && st <= StateSuspect && !m.Since.After(at) {
+	if gone && st <= StateSuspect && !m.Since.After(at) {
 		st = StateDead
 	}
 	if at, was := ls.lastGone[m.Name]; was && !m.MetaSince.After(at) && len(meta.VIPs) > 0 {

@@ -179,7 +179,7 @@ type quorum struct {
 	known    int
 	base     []string // the known members' names, sorted, this node included
 	// heardOnly are the members counted alive only because the lease
-	// heard them (membership says dead or left), sorted.
+	// heard them (membership says dead), sorted.
 	heardOnly []string
 }
 
