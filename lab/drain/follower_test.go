@@ -34,33 +34,15 @@ func TestFollowerPartitionAndHeal(t *testing.T) {
 
 	cut := pr.Mark("cut " + cutNode.Name)
 	l.Cut(cutNode)
-	// The isolated node declares the others dead (its quorum goes) after
-	// memberlist's suspicion timeout, about 10 s with no one to confirm.
-	lost := false
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		st, err := l.Status(cutNode)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !st.Quorum {
-			lost = true
-			break
-		}
-	}
-	if !lost {
+	// The isolated node declares the others dead (its quorum goes).
+	if !waitNoQuorum(t, l, cutNode, 30*time.Second) {
 		t.Fatalf("isolated %s still reports quorum 30s after the cut", cutNode.Name)
 	}
 	t.Logf("isolated %s lost quorum %v after the cut", cutNode.Name, time.Since(cut.Time).Round(time.Millisecond))
 
 	heal := pr.Mark("heal " + cutNode.Name)
 	l.Uncut(cutNode)
-	bound := rejoinInterval + 5*time.Second
-	if err := l.WaitAlive(cutNode, l.Nodes, bound); err != nil {
-		t.Fatalf("after the heal: %v", err)
-	}
-	if err := l.WaitAlive(owner, []*netlab.Host{cutNode}, bound-time.Since(heal.Time)); err != nil {
-		t.Fatalf("after the heal: %v", err)
-	}
+	waitHealed(t, l, cutNode, owner, heal.Time)
 	time.Sleep(3 * time.Second)
 	// Whether the healed node's gossip made the others take the holder
 	// for dead depends on incarnations: log it, so a run shows whether

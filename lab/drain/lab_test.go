@@ -165,3 +165,34 @@ func logLines(h *netlab.Host, parts ...string) []string {
 	}
 	return netlab.LogLines(log, parts...)
 }
+
+// waitNoQuorum polls h's status every 100 ms, for up to timeout, until it
+// reports no quorum; it reports whether it did. An isolated node loses
+// quorum when memberlist declares the others dead, about 10 s after a cut
+// with no one to confirm.
+func waitNoQuorum(t *testing.T, l *netlab.Lab, h *netlab.Host, timeout time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		st, err := l.Status(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Quorum {
+			return true
+		}
+	}
+	return false
+}
+
+// waitHealed waits until healed sees every node alive and other sees healed
+// alive, within rejoin_interval + 5 s of heal in all.
+func waitHealed(t *testing.T, l *netlab.Lab, healed, other *netlab.Host, heal time.Time) {
+	t.Helper()
+	bound := rejoinInterval + 5*time.Second
+	if err := l.WaitAlive(healed, l.Nodes, bound); err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+	if err := l.WaitAlive(other, []*netlab.Host{healed}, bound-time.Since(heal)); err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+}

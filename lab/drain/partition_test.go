@@ -45,19 +45,9 @@ func TestPartitionAndHeal(t *testing.T) {
 		// Its quorum is membership's view: the isolated node loses it when
 		// memberlist declares the others dead, which takes longer than the
 		// lease's move (it is fenced long before).
-		quorumLost := false
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			st, err := l.Status(owner)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !st.Quorum {
-				quorumLost = true
-				t.Logf("isolated %s reports no quorum %v after the cut", owner.Name, time.Since(cut.Time).Round(time.Millisecond))
-				break
-			}
-		}
-		if !quorumLost {
+		if waitNoQuorum(t, l, owner, 30*time.Second) {
+			t.Logf("isolated %s reports no quorum %v after the cut", owner.Name, time.Since(cut.Time).Round(time.Millisecond))
+		} else {
 			t.Errorf("isolated %s still reports quorum 30s after the cut", owner.Name)
 		}
 		if err := pr.WaitServedBy(next, 25, cut.Time, 5*time.Second); err != nil {
@@ -98,12 +88,7 @@ func TestPartitionAndHeal(t *testing.T) {
 		heal := pr.Mark("heal " + owner.Name)
 		l.Uncut(owner)
 		bound := rejoinInterval + 5*time.Second
-		if err := l.WaitAlive(owner, l.Nodes, bound); err != nil {
-			t.Fatalf("after the heal: %v", err)
-		}
-		if err := l.WaitAlive(rest[0], []*netlab.Host{owner}, bound-time.Since(heal.Time)); err != nil {
-			t.Fatalf("after the heal: %v", err)
-		}
+		waitHealed(t, l, owner, rest[0], heal.Time)
 		rejoined := time.Since(heal.Time)
 		holder, err := l.WaitOneHolder(vip, bound-time.Since(heal.Time))
 		if err != nil {
