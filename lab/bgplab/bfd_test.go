@@ -298,11 +298,7 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	time.Sleep(500 * time.Millisecond)
 	total, failed, by, fails := countProbes(pr.snapshot(), start, time.Now())
 	t.Logf("withdraw --wait of %s with bfd: %d probes, %d lost, answered by %s", cur.name, total, failed, fmtCounts(by))
-	if bad, why := plannedLoss(fails); bad {
-		t.Errorf("planned withdraw: %s", why)
-	} else if failed > 0 {
-		t.Logf("planned withdraw: %s", why)
-	}
+	checkPlannedLoss(t, "planned withdraw", fails)
 	if ok, d := r.up(cur); !ok {
 		t.Errorf("bfd with %s not up after a withdraw (a withdraw is not a failure): %s", cur.name, d)
 	}
@@ -325,11 +321,7 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	results := pr.stop(t)
 	total, failed, by, fails = countProbes(results, start, time.Now())
 	t.Logf("SIGTERM of %s with bfd: %d probes, %d lost, answered by %s", cur.name, total, failed, fmtCounts(by))
-	if bad, why := plannedLoss(fails); bad {
-		t.Errorf("SIGTERM drain: %s", why)
-	} else if failed > 0 {
-		t.Logf("SIGTERM drain: %s", why)
-	}
+	checkPlannedLoss(t, "SIGTERM drain", fails)
 	assertLogged(t, cur, `msg="bfd session state"`, "to=admin_down", "diag=administratively_down")
 }
 

@@ -361,18 +361,11 @@ func allMode(t *testing.T, l *lab) {
 	// path leaves it) is the router rehashing a connection in flight to
 	// another node; a timeout or "unreachable" would be a blackhole.
 	// Compare the times with the vipd logs dumped below.
-	if bad, why := plannedLoss(fails); bad {
-		t.Errorf("withdraw --wait (started %s, %s seen %v later): %s",
-			start.Format("15:04:05.000"), gshut, seen.Sub(start).Round(time.Millisecond), why)
-	} else if failed > 0 {
-		t.Logf("withdraw --wait: %s", why)
-	}
+	checkPlannedLoss(t, fmt.Sprintf("withdraw --wait (started %s, %s seen %v later)",
+		start.Format("15:04:05.000"), gshut, seen.Sub(start).Round(time.Millisecond)), fails)
 	t.Logf("announce=all: before the withdraw the client was answered by %s", fmtCounts(before))
-	if all, _, _, allFails := countProbes(results, warm, end); len(allFails) > 0 {
-		if bad, why := plannedLoss(allFails); bad {
-			t.Errorf("of %d probes over the whole run: %s", all, why)
-		}
-	}
+	all, _, _, allFails := countProbes(results, warm, end)
+	checkPlannedLoss(t, fmt.Sprintf("of %d probes over the whole run", all), allFails)
 	if _, err := l.vipctl(n1, 10*time.Second, "restore"); err != nil {
 		t.Fatal(err)
 	}

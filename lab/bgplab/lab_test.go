@@ -750,3 +750,14 @@ func plannedLoss(fails []string) (bad bool, why string) {
 		return true, fmt.Sprintf("%d probes lost (at most one, a reset, is allowed): %v", len(fails), fails)
 	}
 }
+
+// checkPlannedLoss fails t when fails are more than a planned withdraw or
+// stop may cost (plannedLoss), and logs the one reset it may.
+func checkPlannedLoss(t *testing.T, what string, fails []string) {
+	t.Helper()
+	if bad, why := plannedLoss(fails); bad {
+		t.Errorf("%s: %s", what, why)
+	} else if len(fails) > 0 {
+		t.Logf("%s: %s", what, why)
+	}
+}
