@@ -1,4 +1,4 @@
-// Package agent is vipd's daemon: configuration, membership, election,
+// Package agent is vipd's daemon: membership, election,
 // health checks, state files, the local API and the reconcile loop that
 // drives the network towards what the election decides.
 //
@@ -19,6 +19,9 @@
 //	api.go        the gRPC server on the unix socket
 //	notify.go     systemd READY/STATUS/WATCHDOG
 //	metrics.go    Prometheus
+//
+// Its configuration is package agent/config's: the file's keys, defaults,
+// positions and checks, and the host checks of vipd --check.
 package agent
 
 import (
@@ -34,6 +37,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/vipd/vipd/agent/apipb"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -70,9 +75,9 @@ type ConflictWatcher interface {
 type Backends interface {
 	// Announcer returns the announcer of a VIP. It is called again after
 	// a reload for every VIP, and may return the same value.
-	Announcer(vip VIPConfig) (Announcer, error)
+	Announcer(vip config.VIPConfig) (Announcer, error)
 	// Reconfigure applies a reloaded configuration (BGP peers).
-	Reconfigure(ctx context.Context, c *Config) error
+	Reconfigure(ctx context.Context, c *config.Config) error
 	// BGPPeers reports BGP session state; nil without BGP.
 	BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus
 	// Close releases sockets and stops speakers.
@@ -88,7 +93,7 @@ type Options struct {
 	// [none: reload does not change the level]
 	LogLevel *slog.LevelVar
 	// Backends creates announcers. Required.
-	Backends func(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error)
+	Backends func(ctx context.Context, c *config.Config, lg *slog.Logger) (Backends, error)
 	// Notify sends a systemd notification ("READY=1", "STATUS=...",
 	// "WATCHDOG=1"). [sd_notify through $NOTIFY_SOCKET]
 	Notify func(state string)
@@ -166,7 +171,7 @@ type Agent struct {
 // loopState is the agent's mutable state. Only the loop goroutine reads or
 // writes it (other goroutines send the loop events or closures).
 type loopState struct {
-	cfg       *Config
+	cfg       *config.Config
 	vips      map[string]*vipState
 	withdrawn bool
 	// withdrawnSince is when the withdraw flag was set (its file's time
@@ -210,7 +215,7 @@ type loopState struct {
 // vipState is what the loop knows and remembers of one VIP.
 type vipState struct {
 	// Configuration.
-	cfg VIPConfig
+	cfg config.VIPConfig
 	ann Announcer
 
 	// What this node has and sees.
@@ -253,7 +258,7 @@ type conflict struct {
 
 // New returns an agent for cfg. It checks that the required collaborators
 // are there and applies defaults; Run does the work.
-func New(cfg *Config, opts Options) (*Agent, error) {
+func New(cfg *config.Config, opts Options) (*Agent, error) {
 	if cfg == nil {
 		return nil, errors.New("agent: nil configuration")
 	}
@@ -294,7 +299,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		rejoinKick: make(chan struct{}, 1),
 		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
 	}
-	a.peers.Store(&cfg.Cluster.peerAddrs)
+	peers := cfg.Cluster.PeerAddrs()
+	a.peers.Store(&peers)
 	a.metrics = newMetrics(a.bgpPeerMetrics)
 	return a, nil
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // wire is a fake network shared by in-process agents: it records which
@@ -120,22 +122,22 @@ func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 type fakeBackends struct{ ann *fakeAnnouncer }
 
 // fakeBackendsFor gives node its view of the fake wire.
-func fakeBackendsFor(w *wire, node string) func(context.Context, *Config, *slog.Logger) (Backends, error) {
-	return func(context.Context, *Config, *slog.Logger) (Backends, error) {
+func fakeBackendsFor(w *wire, node string) func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
+	return func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
 		return fakeBackends{&fakeAnnouncer{w: w, node: node}}, nil
 	}
 }
 
-func (b fakeBackends) Announcer(VIPConfig) (Announcer, error)          { return b.ann, nil }
-func (b fakeBackends) Reconfigure(context.Context, *Config) error      { return nil }
-func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus { return nil }
-func (b fakeBackends) Close() error                                    { return nil }
+func (b fakeBackends) Announcer(config.VIPConfig) (Announcer, error)     { return b.ann, nil }
+func (b fakeBackends) Reconfigure(context.Context, *config.Config) error { return nil }
+func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus   { return nil }
+func (b fakeBackends) Close() error                                      { return nil }
 
 // testNode is one in-process agent.
 type testNode struct {
 	name   string
 	port   int
-	cfg    *Config
+	cfg    *config.Config
 	cancel context.CancelFunc
 	done   chan error
 	agent  *Agent
@@ -196,7 +198,7 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 
 // config writes and loads a node's configuration; extra is appended to
 // the [cluster] table.
-func (c *testCluster) config(name, extra string) *Config {
+func (c *testCluster) config(name, extra string) *config.Config {
 	c.t.Helper()
 	n := c.nodes[name]
 	var peers []string
@@ -230,7 +232,7 @@ interface = "fake0"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	cfg, err := Load(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		c.t.Fatalf("config for %s: %v", name, err)
 	}

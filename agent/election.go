@@ -3,6 +3,8 @@ package agent
 import (
 	"hash/fnv"
 	"sort"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // MemberState is a member's liveness as membership sees it.
@@ -78,7 +80,7 @@ type Result struct {
 // wins. Rank is rendezvous hashing of (VIP, node name), which spreads VIPs
 // over nodes and moves only the VIPs of a node that goes.
 func Elect(members []Member, vip ElectionVIP) Result {
-	key := vipKey(vip.Name)
+	key := config.VIPKey(vip.Name)
 	var eligible []Member
 	anyHealthy := false
 	for _, m := range members {
@@ -188,11 +190,4 @@ func rank(vip, node string) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
-}
-
-// vipKey is the 32-bit key a VIP is known by in node metadata.
-func vipKey(name string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	return h.Sum32()
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // The lease: fast failure detection and fencing on top of membership.
@@ -614,7 +616,7 @@ func decodeHeartbeat(b []byte) (heartbeat, error) {
 		if s == "" {
 			return "", allowEmpty
 		}
-		return s, ValidNodeName(s)
+		return s, config.ValidNodeName(s)
 	}
 	var ok bool
 	if h.From, ok = str(false); !ok {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // leaseSim simulates the lease of three nodes, each with its own clock
@@ -486,7 +488,7 @@ func TestViewMemberStaleHeld(t *testing.T) {
 // alive for the election, holding; not heard, or left, it is not.
 func TestViewMemberDeadByGossipButHeard(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	k := vipKey("apiserver")
+	k := config.VIPKey("apiserver")
 	held := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true, Held: true}}}
 	m := memberInfo{Name: "c", State: StateDead, Meta: held, Since: t0, MetaSince: t0}
 	heard := leaseState{heard: map[string]bool{"c": true}}

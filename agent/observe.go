@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // observeLinks reads the link state of every L2 VIP's interface (once per
@@ -17,7 +19,7 @@ func (a *Agent) observeLinks(names []string) {
 	for _, name := range names {
 		v := a.st.vips[name]
 		down := false
-		if v.cfg.Mode == ModeL2 {
+		if v.cfg.Mode == config.ModeL2 {
 			up, seen := links[v.cfg.Interface]
 			if !seen {
 				up = a.opts.LinkUp(v.cfg.Interface)
@@ -93,7 +95,7 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 			continue
 		}
 		vctx, cancel := withTimeout(ctx)
-		present, err := ver.Verify(vctx, v.cfg.addr)
+		present, err := ver.Verify(vctx, v.cfg.Addr())
 		cancel()
 		if err != nil {
 			a.log.Warn("verify VIP", "vip", name, "err", err)
@@ -103,10 +105,10 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 			continue
 		}
 		a.metrics.repairs.WithLabelValues(name).Inc()
-		a.log.Warn("held VIP missing from the network; announcing it again", "vip", name, "address", v.cfg.addr, "interface", v.cfg.Interface)
+		a.log.Warn("held VIP missing from the network; announcing it again", "vip", name, "address", v.cfg.Addr(), "interface", v.cfg.Interface)
 		a.events.publish(&apipb.Event{Kind: "drift", Vip: name, Node: a.self, Message: "VIP address or route was removed behind vipd's back; announced again"})
 		actx, cancel := withTimeout(ctx)
-		err = v.ann.Announce(actx, v.cfg.addr)
+		err = v.ann.Announce(actx, v.cfg.Addr())
 		cancel()
 		if err == nil {
 			continue

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // reconcile is one pass of the loop: it reads the world (links, the
@@ -62,7 +64,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 
 	for _, v := range a.st.vips {
-		if v.held && v.cfg.Announce != "all" {
+		if v.held && v.cfg.Announce != config.AnnounceAll {
 			wantDrive = true
 		}
 	}
@@ -104,8 +106,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		Now:            a.now(),
 		Self:           a.self,
 		VIP:            v.cfg.Name,
-		AnnounceAll:    v.cfg.Announce == "all",
-		L2:             v.cfg.Mode == ModeL2,
+		AnnounceAll:    v.cfg.Announce == config.AnnounceAll,
+		L2:             v.cfg.Mode == config.ModeL2,
 		Election:       res,
 		View:           view,
 		Quorum:         q.ok,
@@ -115,7 +117,7 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		Planned:        a.st.withdrawn || a.st.shuttingDown,
 		Fenced:         a.st.fenced,
 		AwaitFence:     a.st.lease.required && !a.st.lease.canHold,
-		HandoffTimeout: c.Cluster.handoffTimeout,
+		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		Held:           v.held,
 		Down:           v.down,
 		DownIface:      v.cfg.Interface,
@@ -128,8 +130,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		LastEligible:   v.lastEligible,
 		SettleStarted:  v.settleStarted,
 	}
-	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == ModeBGP && c.BGP != nil {
-		in.Drain = c.BGP.gracefulShutdown
+	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == config.ModeBGP && c.BGP != nil {
+		in.Drain = c.BGP.GracefulShutdownDuration()
 	}
 	return in
 }

@@ -71,7 +71,7 @@ func (a *Agent) joinAll(addrs []string) int {
 // alive members, so a node cut off for a while comes back by itself.
 func (a *Agent) rejoinLoop(ctx context.Context) {
 	var interval time.Duration
-	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.rejoinInterval }); err != nil {
+	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.RejoinIntervalDuration() }); err != nil {
 		return
 	}
 	t := time.NewTicker(interval)

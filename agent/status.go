@@ -11,6 +11,8 @@ import (
 	"unicode"
 
 	"github.com/vipd/vipd/agent/apipb"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // statusSnapshot is what the loop publishes after every pass for the API:
@@ -44,7 +46,7 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 	s := &statusSnapshot{
 		node:      a.self,
 		version:   a.opts.Version,
-		address:   net.JoinHostPort(c.Cluster.bindAddr.String(), strconv.Itoa(c.Cluster.BindPort)),
+		address:   net.JoinHostPort(c.Cluster.BindAddr().String(), strconv.Itoa(c.Cluster.BindPort)),
 		withdrawn: a.st.withdrawn,
 		quorum:    q,
 		members:   members,
@@ -54,7 +56,7 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
 		s.vips = append(s.vips, vipSnapshot{
-			name: name, address: v.cfg.addr.String(), mode: v.cfg.Mode,
+			name: name, address: v.cfg.Addr().String(), mode: v.cfg.Mode,
 			owner: v.owner, reason: v.reason, preempt: v.cfg.Preempt,
 			held: v.held, healthy: v.healthy, healthDetail: v.healthDetail, healthSince: v.healthSince,
 		})
@@ -81,7 +83,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 		}
 		healthy := mb.Meta.Valid
 		for _, v := range s.vips {
-			if !mb.Meta.VIP(vipKey(v.name)).Healthy {
+			if !mb.Meta.VIP(config.VIPKey(v.name)).Healthy {
 				healthy = false
 			}
 		}
@@ -101,7 +103,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 			resp.Healthy = false
 		}
 		for _, m := range s.view {
-			if m.State <= StateSuspect && m.Meta.VIP(vipKey(v.name)).Held {
+			if m.State <= StateSuspect && m.Meta.VIP(config.VIPKey(v.name)).Held {
 				vs.Holders = append(vs.Holders, sanitize(m.Name))
 			}
 		}
@@ -163,7 +165,7 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 
 // ineligibleReason says why Elect does not count m as eligible for vip.
 func ineligibleReason(m Member, vip string) string {
-	vm := m.Meta.VIP(vipKey(vip))
+	vm := m.Meta.VIP(config.VIPKey(vip))
 	switch {
 	case m.State == StateDead:
 		return "dead"
