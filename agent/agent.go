@@ -7,7 +7,8 @@
 //	run.go        Run: start-up wiring, then the loop, then shutdown
 //	loop.go       the one goroutine that owns the agent's state
 //	observe.go    read the world: links, addresses, routes
-//	reconcile.go  one pass: observe, elect (election.go), decide, apply
+//	reconcile.go  one pass: observe, elect (election.go), decide, apply;
+//	              the lease's evidence (fence, quorum, the view)
 //	decide.go     the pure "what should this node do with this VIP" step
 //	handoff.go    apply a decision: claim, keep, hand off, release
 //	health.go     health checks and their verdicts
@@ -20,8 +21,11 @@
 //	notify.go     systemd READY/STATUS/WATCHDOG
 //	metrics.go    Prometheus
 //
-// Its configuration is package agent/config's: the file's keys, defaults,
-// positions and checks, and the host checks of vipd --check.
+// Two parts with their own invariants are packages of their own: the
+// configuration (agent/config: the file's keys, defaults, positions and
+// checks, and the host checks of vipd --check) and the lease (agent/lease:
+// fast failure detection and fencing, the safety argument in its doc.go).
+// The agent uses only their APIs.
 package agent
 
 import (
@@ -39,6 +43,8 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 
 	"github.com/vipd/vipd/agent/config"
+
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -129,8 +135,8 @@ type Agent struct {
 	opts    Options
 	log     *slog.Logger
 	now     func() time.Time
-	grid    grid   // periodic timers beat on it (grid.go)
-	self    string // node name
+	grid    lease.Grid // periodic timers beat on it
+	self    string     // node name
 	metrics *metrics
 	events  *broker
 	// encodeMeta is NodeMeta.Encode; tests make a node speak another
@@ -149,7 +155,7 @@ type Agent struct {
 	members  *membership
 	backends Backends
 	keyring  *memberlist.Keyring // nil without encryption
-	lease    *leaseRunner
+	lease    *lease.Runner
 
 	// Shared with the goroutines around the loop.
 	cache      peerCache
@@ -187,16 +193,13 @@ type loopState struct {
 	// saved in state_dir for vipd cleanup.
 	recorded map[string]CleanupTarget
 	// lease is the lease's state at the last pass: this node's fence and
-	// the members gone on positive evidence.
-	lease leaseState
-	// fenced: this node drove rounds (it held or was about to claim) and
+	// the evidence about the other members.
+	lease lease.State
+	// fence: whether this node drives lease rounds (it holds a VIP or is
+	// about to claim one), and whether it is fenced (it drove rounds and
 	// has had no majority evidence for the lease's release time: it holds
-	// nothing and tells the others it cannot carry the VIPs.
-	fenced bool
-	// driving: this node holds a VIP or is about to claim one, so its lease
-	// runs rounds; drivingSince is when it started.
-	driving      bool
-	drivingSince time.Time
+	// nothing and tells the others it cannot carry the VIPs).
+	fence lease.Fence
 
 	ready        bool
 	lastStatus   string
@@ -287,7 +290,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		opts:       opts,
 		log:        opts.Logger,
 		now:        opts.Now,
-		grid:       grid{base: opts.Now()},
+		grid:       lease.Grid{Base: opts.Now()},
 		self:       cfg.NodeName,
 		events:     newBroker(),
 		encodeMeta: NodeMeta.Encode,

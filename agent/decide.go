@@ -77,7 +77,7 @@ type decideInput struct {
 	QuorumRegained time.Time
 	// Planned: this node is withdrawn or shutting down.
 	Planned bool
-	// Fenced: this node's lease lost its majority evidence (lease.go): it
+	// Fenced: this node's lease lost its majority evidence (agent/lease): it
 	// may not hold the VIP (unless AnnounceAll) and is not eligible.
 	Fenced bool
 	// AwaitFence: this node has no fresh majority evidence yet (it just
@@ -134,7 +134,7 @@ type decision struct {
 // The rules, in order:
 //   - a VIP on a dead interface is released at once (nobody can reach it
 //     there, and the successor cannot tell this node it holds it);
-//   - a fenced node (no recent majority evidence, lease.go) releases at
+//   - a fenced node (no recent majority evidence, agent/lease) releases at
 //     once and claims nothing, except announce = "all" VIPs;
 //   - without quorum a held VIP is released at once;
 //   - this node wants the VIP when it is the elected owner (or, with

@@ -18,6 +18,8 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 
 	"github.com/vipd/vipd/agent/config"
+
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // healthResult is one VIP's health verdict after rise/fall smoothing.
@@ -196,7 +198,7 @@ type checkRun struct {
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
-	grid    grid
+	grid    lease.Grid
 }
 
 // run checks every interval until ctx ends and sends each verdict change
@@ -210,9 +212,9 @@ func (r checkRun) run(ctx context.Context) {
 	// An alarm, not a time.Timer: on the grid's beat it fires at the same
 	// kernel instant as the lease's round, in one wake-up (a runtime timer
 	// wakes the process up to a millisecond early, and once more).
-	t := newAlarm()
-	defer t.close()
-	defer context.AfterFunc(ctx, t.close)()
+	t := lease.NewAlarm()
+	defer t.Close()
+	defer context.AfterFunc(ctx, t.Close)()
 	first := true
 	var lastLogged time.Time
 	suppressed := 0
@@ -263,8 +265,8 @@ func (r checkRun) run(ctx context.Context) {
 			}
 		}
 		now := r.now()
-		t.set(r.grid.after(now, r.cfg.interval).Sub(now))
-		if !t.wait() {
+		t.Set(r.grid.After(now, r.cfg.interval).Sub(now))
+		if !t.Wait() {
 			return
 		}
 	}

@@ -66,7 +66,7 @@ type membership struct {
 // memberlistConfig builds memberlist's configuration from ours.
 func memberlistConfig(c *config.Config) *memberlist.Config {
 	// Failure detection that matters for the VIP is the lease's
-	// (lease.go: a holder's rounds every 100 ms, a holder fenced within
+	// (agent/lease: a holder's rounds every 100 ms, a holder fenced within
 	// 300 ms, a member taken for gone within 400 ms on positive evidence).
 	// memberlist keeps its LAN defaults (a probe a second, a suspicion of
 	// several seconds with Lifeguard), robust on loaded hosts and lossy

@@ -195,14 +195,14 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 	}
 	m.quorum.Set(b2f(quorum))
 	m.withdrawn.Set(b2f(a.st.withdrawn))
-	m.fenced.Set(b2f(a.st.fenced))
+	m.fenced.Set(b2f(a.st.fence.Fenced()))
 	switch ls := a.st.lease; {
-	case !ls.required:
+	case !ls.Required():
 		m.fenceAge.Set(0)
-	case ls.evidence.IsZero():
+	case ls.Evidence().IsZero():
 		m.fenceAge.Set(-1)
 	default:
-		m.fenceAge.Set(a.now().Sub(ls.evidence).Seconds())
+		m.fenceAge.Set(a.now().Sub(ls.Evidence()).Seconds())
 	}
 	since := 0.0
 	if a.st.withdrawn && !a.st.withdrawnSince.IsZero() {

@@ -84,7 +84,7 @@ const verifyEvery = time.Second
 // interface is gone, the kernel refuses) is released and this node marks
 // itself unable to carry it until its retry, so a peer takes over.
 func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, event bool) {
-	if !event && now.Before(a.grid.after(a.st.lastVerify, verifyEvery)) {
+	if !event && now.Before(a.grid.After(a.st.lastVerify, verifyEvery)) {
 		return
 	}
 	a.st.lastVerify = now

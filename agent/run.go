@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/config"
+
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // Run runs the agent until ctx ends, then hands its VIPs off (bounded by
@@ -91,14 +93,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
-	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.grid, a.now, ml.sendHeartbeat, a.wakeLoop)
-	ml.setOnHeartbeat(a.lease.receive)
-	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
+	a.lease = lease.NewRunner(lease.Config{Self: a.self, Timers: leaseTimers(c.Cluster.FailureDetection), Grid: a.grid, Now: a.now,
+		Send: ml.sendHeartbeat, Wake: a.wakeLoop, ValidName: config.ValidNodeName})
+	ml.setOnHeartbeat(a.lease.Receive)
+	a.goroutines.Go(func() { a.lease.Run(bg) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
 	q := hasQuorum(a.self, a.cache.get(), members, nil, c.Cluster.RequireQuorum)
-	a.lease.setBase(q.base, q.required, members, false)
-	a.st.lease = a.lease.state()
+	a.lease.SetBase(q.Base, q.Required, memberAddrs(members), false)
+	a.st.lease = a.lease.State()
 	a.publishSnapshot(members, a.view(members), q)
 
 	api, err := a.serveAPI(bg)
@@ -293,7 +296,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 
 // localMeta is what this node advertises now.
 func (a *Agent) localMeta() NodeMeta {
-	fenced := a.st.fenced
+	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
 		Removed: a.st.decommissioned, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
@@ -304,4 +307,12 @@ func (a *Agent) localMeta() NodeMeta {
 		}
 	}
 	return m
+}
+
+// leaseTimers are the lease's timers of a failure_detection mode.
+func leaseTimers(mode string) lease.Timers {
+	if mode == config.FailureDetectionLAN {
+		return lease.LANTimers()
+	}
+	return lease.FastTimers()
 }

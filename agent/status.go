@@ -13,6 +13,8 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 
 	"github.com/vipd/vipd/agent/config"
+
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // statusSnapshot is what the loop publishes after every pass for the API:
@@ -23,7 +25,7 @@ type statusSnapshot struct {
 	version   string
 	address   string // this node's membership address
 	withdrawn bool
-	quorum    quorum
+	quorum    lease.Quorum
 	members   []memberInfo
 	view      []Member
 	vips      []vipSnapshot
@@ -41,7 +43,7 @@ type vipSnapshot struct {
 }
 
 // publishSnapshot stores the status of this pass for the API.
-func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
+func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q lease.Quorum) {
 	c := a.st.cfg
 	s := &statusSnapshot{
 		node:      a.self,
@@ -51,7 +53,7 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 		quorum:    q,
 		members:   members,
 		view:      view,
-		fence:     a.st.lease.fenceStatus(a.lease.tr.cfg, a.now()),
+		fence:     fenceStatus(a.st.lease, a.now()),
 	}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
@@ -64,12 +66,29 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 	a.snapshot.Store(s)
 }
 
+// fenceStatus is the fence as `vipctl status` shows it.
+func fenceStatus(s lease.State, now time.Time) *apipb.FenceStatus {
+	fs := &apipb.FenceStatus{ReleaseAfterMs: s.Timers().Release.Milliseconds(), EvidenceAgeMs: -1}
+	switch {
+	case !s.Required():
+		fs.State = "off"
+	case s.CanHold():
+		fs.State = "held"
+	default:
+		fs.State = "expired"
+	}
+	if !s.Evidence().IsZero() {
+		fs.EvidenceAgeMs = now.Sub(s.Evidence()).Milliseconds()
+	}
+	return fs
+}
+
 // response builds the API's status answer (without BGP peers, which the API
 // server adds outside the loop).
 func (s *statusSnapshot) response() *apipb.StatusResponse {
 	resp := &apipb.StatusResponse{
-		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.ok, Version: s.version, Healthy: true,
-		KnownMembers: int32(s.quorum.known), AliveMembers: int32(s.quorum.alive),
+		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.OK, Version: s.version, Healthy: true,
+		KnownMembers: int32(s.quorum.Known), AliveMembers: int32(s.quorum.Alive),
 		Fence: s.fence,
 	}
 	byName := map[string]memberInfo{}
@@ -146,9 +165,9 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 		e := &apipb.NodeEligibility{Node: sanitize(m.Name), Eligible: slices.Contains(res.Eligible, m.Name)}
 		if m.Name == s.node {
 			since[m.Name] = v.healthSince
-			if e.Eligible && !s.quorum.ok {
+			if e.Eligible && !s.quorum.OK {
 				e.Eligible = false
-				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.alive, s.quorum.known)
+				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.Alive, s.quorum.Known)
 			}
 		}
 		if !e.Eligible && e.Reason == "" {

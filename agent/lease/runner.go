@@ -1,4 +1,4 @@
-package agent
+package lease
 
 import (
 	"context"
@@ -10,23 +10,48 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/vipd/vipd/agent/apipb"
 )
 
-// leaseRunner runs this node's lease (lease.go): it ticks when the tracker
-// has something to do (a driver's round, the alarm, a silent driver's
-// deadline), answers heartbeats from the packet reader as they arrive,
-// probes the membership port of members gone silent, and wakes the loop
-// when this node's fence or the set of members gone changes. The loop
-// reads its state each pass.
-type leaseRunner struct {
-	now  func() time.Time
-	send func(payload []byte, to netip.AddrPort)
-	wake func()
+// Config configures a Runner.
+type Config struct {
+	// Self is this node's name.
+	Self string
+	// Timers are the lease's timers (FastTimers, LANTimers).
+	Timers Timers
+	// Grid is the beat the rounds fall on. [a grid from NewRunner's call]
+	Grid Grid
+	// Now is the clock; it must carry a monotonic reading, as time.Now
+	// does. [time.Now]
+	Now func() time.Time
+	// Send sends a heartbeat's payload to a member's membership address.
+	// It must not block for long: it is called from Receive (an answer)
+	// and from the runner's goroutine. Required.
+	Send func(payload []byte, to netip.AddrPort)
+	// Wake is called when this node's fence or the set of members gone
+	// changed: the agent's loop then takes a State at once. It must not
+	// block. Required.
+	Wake func()
+	// ValidName reports whether a name a heartbeat carries can name a
+	// member; a heartbeat with another name is dropped. [any non-empty
+	// name]
+	ValidName func(string) bool
+}
+
+// Runner runs this node's lease: it ticks when the tracker has something
+// to do (a driver's round, the alarm, a silent driver's deadline), answers
+// heartbeats from the packet reader as they arrive, probes the membership
+// port of members gone silent, and wakes the agent's loop when this node's
+// fence or the set of members gone changes. The loop tells it the quorum
+// base every pass (SetBase) and reads its State. Its methods are safe for
+// concurrent use.
+type Runner struct {
+	now       func() time.Time
+	send      func(payload []byte, to netip.AddrPort)
+	wake      func()
+	validName func(string) bool
 
 	mu       sync.Mutex
-	tr       *leaseTracker
+	tr       *tracker
 	base     []string // the quorum base, set by the loop
 	required bool     // quorum required: the fence applies
 	// requiredSince is when the fence last started to apply (the third
@@ -34,11 +59,11 @@ type leaseRunner struct {
 	requiredSince time.Time
 	addrs         map[string]netip.AddrPort // member -> membership address
 	probing       map[string]bool
-	last          leaseState
+	last          State
 	// alarm wakes run: at the tracker's next deadline, or at once after a
 	// kick. kicked keeps a kick from being moved later by a heartbeat
 	// that arrives before run took it.
-	alarm  alarm
+	alarm  Alarm
 	kicked bool
 	// armed is the deadline the alarm is set for (zero: disarmed, fired
 	// or kicked). A heartbeat that leaves the next deadline where it was
@@ -48,51 +73,34 @@ type leaseRunner struct {
 	armed time.Time
 }
 
-// leaseState is what the loop needs of the lease.
-type leaseState struct {
-	required bool
-	canHold  bool                 // fence valid now (or not required)
-	evidence time.Time            // the newest majority evidence (zero: none)
-	expired  map[string]time.Time // members gone, on positive evidence, and since when
-	// lastGone is, for every member ever taken for gone (heard again
-	// since or not), when it last was: whatever it published before then
-	// about holding VIPs is no longer true (its fence had expired).
-	lastGone map[string]time.Time
-	// heard are the members whose heartbeat arrived less than Claim ago
-	// (recentlyHeard). Not compared by sameAs: it changes with every
-	// heartbeat, and only matters when membership changes, which wakes
-	// the loop anyway.
-	heard map[string]bool
-}
-
-func (s leaseState) sameAs(o leaseState) bool {
-	if s.canHold != o.canHold || s.required != o.required || len(s.expired) != len(o.expired) {
-		return false
+// NewRunner returns the runner of this node's lease, with a new epoch (a
+// restarted process numbers its heartbeats afresh). Run runs it.
+func NewRunner(c Config) *Runner {
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	for n := range s.expired {
-		if _, ok := o.expired[n]; !ok {
-			return false
-		}
+	if c.ValidName == nil {
+		c.ValidName = func(s string) bool { return s != "" }
 	}
-	return true
-}
-
-func newLeaseRunner(self string, cfg leaseConfig, g grid, now func() time.Time, send func([]byte, netip.AddrPort), wake func()) *leaseRunner {
-	r := &leaseRunner{
-		now: now, send: send, wake: wake,
-		tr:      newLeaseTracker(self, cfg, now(), rand.Uint64()),
+	r := &Runner{
+		now: c.Now, send: c.Send, wake: c.Wake, validName: c.ValidName,
+		tr:      newTracker(c.Self, c.Timers, c.Now(), rand.Uint64()),
 		addrs:   map[string]netip.AddrPort{},
 		probing: map[string]bool{},
-		alarm:   newAlarm(),
+		alarm:   NewAlarm(),
 	}
-	r.tr.grid = g
+	if !c.Grid.Base.IsZero() {
+		r.tr.grid = c.Grid
+	}
 	return r
 }
 
-// setBase tells the lease the quorum base, whether quorum is required,
-// where members listen and whether this node drives rounds (it holds a VIP
-// or is about to claim one). The loop calls it every pass.
-func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo, driver bool) {
+// SetBase tells the lease the quorum base (every known member's name,
+// this node's included), whether quorum is required (the fence applies),
+// where members listen (their membership addresses) and whether this node
+// drives rounds (it holds a VIP or is about to claim one: Fence.Driving).
+// The loop calls it every pass.
+func (r *Runner) SetBase(base []string, required bool, addrs map[string]netip.AddrPort, driver bool) {
 	r.mu.Lock()
 	grown := !slices.Equal(r.base, base)
 	if grown {
@@ -102,9 +110,9 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 		r.requiredSince = r.now()
 	}
 	r.required = required
-	for _, m := range members {
-		if ap, err := netip.ParseAddrPort(m.Address); err == nil {
-			r.addrs[m.Name] = ap
+	for n, ap := range addrs {
+		if ap.IsValid() {
+			r.addrs[n] = ap
 		}
 	}
 	// A new base (a member joined or left) runs a tick at once: a driver's
@@ -112,33 +120,33 @@ func (r *leaseRunner) setBase(base []string, required bool, members []memberInfo
 	// for the next beat.
 	if driver != r.tr.driver || grown {
 		r.kicked, r.armed = true, time.Time{}
-		r.alarm.set(0)
+		r.alarm.Set(0)
 	}
 	r.tr.setDriver(driver)
 	r.mu.Unlock()
 }
 
-// recentlyHeard returns the members whose heartbeat arrived less than
+// RecentlyHeard returns the members whose heartbeat arrived less than
 // Claim ago, sorted: direct evidence that they are alive and reach this
-// node (hasQuorum counts them alive whatever membership says). A holder
+// node (CountQuorum counts them alive whatever membership says). A holder
 // hears each member at least every two rounds (with three members it asks
 // one per round, in turn; with more, all), so Claim (four rounds) leaves
 // room for a loaded host. It decides nothing about safety: the fence does.
-func (r *leaseRunner) recentlyHeard() []string {
+func (r *Runner) RecentlyHeard() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tr.heardWithin(r.tr.cfg.Claim, r.now())
 }
 
-// state computes the lease's state now.
-func (r *leaseRunner) state() leaseState {
+// State returns the lease's state now.
+func (r *Runner) State() State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stateLocked(r.now())
 }
 
-func (r *leaseRunner) stateLocked(now time.Time) leaseState {
-	st := leaseState{required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{}}
+func (r *Runner) stateLocked(now time.Time) State {
+	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{}}
 	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
 		st.heard[n] = true
 	}
@@ -166,18 +174,18 @@ func (r *leaseRunner) stateLocked(now time.Time) leaseState {
 
 // publishLocked records the state and reports whether the loop should
 // know.
-func (r *leaseRunner) publishLocked(now time.Time) bool {
+func (r *Runner) publishLocked(now time.Time) bool {
 	st := r.stateLocked(now)
 	changed := !st.sameAs(r.last)
 	r.last = st
 	return changed
 }
 
-// receive takes a heartbeat from the packet reader, answers it at once if
-// it asks, and reschedules the tick (a heartbeat from a driver moves its
-// silence deadline).
-func (r *leaseRunner) receive(b []byte, from netip.AddrPort) {
-	hb, err := decodeHeartbeat(b)
+// Receive takes a heartbeat's payload from the packet reader, answers it
+// at once if it asks, and reschedules the tick (a heartbeat from a driver
+// moves its silence deadline). A payload that does not decode is dropped.
+func (r *Runner) Receive(b []byte, from netip.AddrPort) {
+	hb, err := decodeHeartbeat(b, r.validName)
 	if err != nil {
 		return // not a heartbeat: membership admitted the sender
 	}
@@ -199,35 +207,38 @@ func (r *leaseRunner) receive(b []byte, from netip.AddrPort) {
 
 // resetLocked arms the alarm for next (zero: disarms it), unless a kick
 // is pending or it is armed for next already.
-func (r *leaseRunner) resetLocked(next, now time.Time) {
+func (r *Runner) resetLocked(next, now time.Time) {
 	switch {
 	case r.kicked, next.Equal(r.armed):
 	case next.IsZero():
-		r.alarm.stop()
+		r.alarm.Stop()
 	default:
-		r.alarm.set(next.Sub(now))
+		r.alarm.Set(next.Sub(now))
 	}
 	if !r.kicked {
 		r.armed = next
 	}
 }
 
-// run ticks until ctx ends.
-func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
-	defer r.alarm.close()
-	defer context.AfterFunc(ctx, r.alarm.close)()
-	for r.alarm.wait() {
+// Run ticks until ctx ends, and returns after the probes it started have
+// ended too.
+func (r *Runner) Run(ctx context.Context) {
+	var probes sync.WaitGroup
+	defer probes.Wait()
+	defer r.alarm.Close()
+	defer context.AfterFunc(ctx, r.alarm.Close)()
+	for r.alarm.Wait() {
 		now := r.now()
 		r.mu.Lock()
 		r.kicked, r.armed = false, time.Time{} // a one-shot alarm that fired is disarmed
 		sends, next := r.tr.tick(r.base, now)
 		silent := r.tr.silent(r.base, now)
 		changed := r.publishLocked(now)
-		var probes []string
+		var silentProbes []string
 		for _, n := range silent {
 			if r.addrs[n].IsValid() && !r.probing[n] {
 				r.probing[n] = true
-				probes = append(probes, n)
+				silentProbes = append(silentProbes, n)
 			}
 		}
 		var targets []netip.AddrPort
@@ -250,8 +261,8 @@ func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
 		if changed {
 			r.wake()
 		}
-		for _, n := range probes {
-			goroutines.Go(func() { r.probe(ctx, n) })
+		for _, n := range silentProbes {
+			probes.Go(func() { r.probe(ctx, n) })
 		}
 	}
 }
@@ -259,7 +270,7 @@ func (r *leaseRunner) run(ctx context.Context, goroutines *sync.WaitGroup) {
 // probe connects to a silent member's membership port: a refusal is
 // positive evidence its vipd is gone (the host answers, nothing listens).
 // A timeout or a connection proves nothing either way.
-func (r *leaseRunner) probe(ctx context.Context, name string) {
+func (r *Runner) probe(ctx context.Context, name string) {
 	r.mu.Lock()
 	addr := r.addrs[name]
 	timeout := r.tr.cfg.Interval
@@ -287,21 +298,4 @@ func (r *leaseRunner) probe(ctx context.Context, name string) {
 			r.wake()
 		}
 	}
-}
-
-// fenceStatus is the fence as `vipctl status` shows it.
-func (s leaseState) fenceStatus(cfg leaseConfig, now time.Time) *apipb.FenceStatus {
-	fs := &apipb.FenceStatus{ReleaseAfterMs: cfg.Release.Milliseconds(), EvidenceAgeMs: -1}
-	switch {
-	case !s.required:
-		fs.State = "off"
-	case s.canHold:
-		fs.State = "held"
-	default:
-		fs.State = "expired"
-	}
-	if !s.evidence.IsZero() {
-		fs.EvidenceAgeMs = now.Sub(s.evidence).Milliseconds()
-	}
-	return fs
 }
