@@ -41,9 +41,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
-
 	"github.com/vipd/vipd/agent/lease"
 )
 

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vipd/vipd/agent/apipb"
 )

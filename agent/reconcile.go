@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
-
 	"github.com/vipd/vipd/agent/lease"
 )
 

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/config"
-
 	"github.com/vipd/vipd/agent/lease"
 )
 

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
 )
 
