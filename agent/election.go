@@ -84,12 +84,12 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	var eligible []Member
 	anyHealthy := false
 	for _, m := range members {
-		if usableFor(m, key) && m.Meta.VIP(key).Healthy {
+		if whyNot(m, key, true) == "" {
 			anyHealthy = true
 		}
 	}
 	for _, m := range members {
-		if usableFor(m, key) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+		if whyNot(m, key, anyHealthy) == "" {
 			eligible = append(eligible, m)
 		}
 	}
@@ -133,13 +133,34 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 	return Elect(members, vip).Eligible
 }
 
-func usable(m Member) bool {
-	return (m.State == StateAlive || m.State == StateSuspect) && m.Meta.Valid && !m.Meta.Withdrawn
-}
-
-// usableFor: usable, and able to carry the VIP with key k at all.
-func usableFor(m Member, k uint32) bool {
-	return usable(m) && !m.Meta.VIP(k).Down
+// whyNot says why m may not own the VIP with key k, in words, or "" when
+// it may: it must be alive (or suspect: not yet declared dead) with
+// metadata that decoded, not withdrawn, able to carry the VIP (its
+// interface is up, it is not fenced) and, when health counts (not under the
+// bootstrap fallback), healthy for it. The words name what the member said
+// of itself: leaving and fenced members are withdrawn, or have the VIP
+// down, in the metadata they send.
+func whyNot(m Member, k uint32, health bool) string {
+	vm := m.Meta.VIP(k)
+	switch {
+	case m.State == StateDead:
+		return "dead"
+	case m.State == StateLeft:
+		return "left"
+	case !m.Meta.Valid:
+		return "metadata unreadable"
+	case !m.Meta.Withdrawn && !vm.Down && (!health || vm.Healthy):
+		return ""
+	case m.Meta.Leaving:
+		return "leaving"
+	case m.Meta.Fenced:
+		return "fenced (no majority hears it)"
+	case m.Meta.Withdrawn:
+		return "withdrawn"
+	case vm.Down:
+		return "interface down"
+	}
+	return "unhealthy"
 }
 
 // sortByRank sorts items by the rendezvous rank of their node name for vip,
@@ -164,16 +185,6 @@ func sortByRank[T any](vip string, items []T, name func(T) string) {
 	for i := range rs {
 		items[i] = rs[i].item
 	}
-}
-
-// ranksBefore orders nodes for a VIP by rendezvous hash, highest first, with
-// the name as tie breaker.
-func ranksBefore(vip, a, b string) bool {
-	ra, rb := rank(vip, a), rank(vip, b)
-	if ra != rb {
-		return ra > rb
-	}
-	return a < b
 }
 
 func rank(vip, node string) uint64 {

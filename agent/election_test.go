@@ -34,13 +34,9 @@ func node(name string, opts ...nodeOpt) Member {
 
 // topRanked returns the node the hash prefers for "api" among names.
 func topRanked(names ...string) string {
-	best := names[0]
-	for _, n := range names[1:] {
-		if ranksBefore("api", n, best) {
-			best = n
-		}
-	}
-	return best
+	ranked := slices.Clone(names)
+	sortByRank("api", ranked, func(n string) string { return n })
+	return ranked[0]
 }
 
 func TestElect(t *testing.T) {

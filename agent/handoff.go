@@ -39,6 +39,20 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 	}
 }
 
+// Announce retries back off from announceRetryMin, doubling up to
+// announceRetryMax.
+const (
+	announceRetryMin = time.Second
+	announceRetryMax = 30 * time.Second
+)
+
+// fail marks v as failing after an announce that failed: until its retry,
+// this node tells the others it cannot carry the VIP, so a peer takes over.
+func (v *vipState) fail(now time.Time) {
+	v.backoff = min(max(2*v.backoff, announceRetryMin), announceRetryMax)
+	v.retryAt, v.failing = now.Add(v.backoff), true
+}
+
 // claim announces a VIP this node should hold. A failed announce is undone
 // (a half-done announce must not leave the address up while this node tells
 // the others it does not hold the VIP) and retried with a backoff.
@@ -48,8 +62,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	now := a.now()
 	a.record(v, true) // before the address exists, so a crash right after leaves it covered
 	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
-		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
-		v.retryAt, v.failing = now.Add(v.backoff), true
+		v.fail(now)
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
 		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
 		if werr := a.withdrawAddr(ctx, v); werr != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
 )
 
@@ -116,7 +115,6 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 		a.metrics.announceErrors.WithLabelValues(name, "repair").Inc()
 		a.log.Error("cannot put the VIP back; releasing it so a peer takes over", "vip", name, "err", err)
 		a.release(ctx, v, "cannot announce it again: "+err.Error())
-		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
-		v.retryAt, v.failing = now.Add(v.backoff), true
+		v.fail(now)
 	}
 }

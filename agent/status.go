@@ -11,9 +11,7 @@ import (
 	"unicode"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
-
 	"github.com/vipd/vipd/agent/lease"
 )
 
@@ -171,7 +169,7 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 			}
 		}
 		if !e.Eligible && e.Reason == "" {
-			e.Reason = ineligibleReason(m, v.name)
+			e.Reason = whyNot(m, config.VIPKey(v.name), !res.Bootstrap)
 		}
 		if t := since[m.Name]; !t.IsZero() {
 			e.SinceUnixNano = t.UnixNano()
@@ -180,30 +178,6 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
-}
-
-// ineligibleReason says why Elect does not count m as eligible for vip.
-func ineligibleReason(m Member, vip string) string {
-	vm := m.Meta.VIP(config.VIPKey(vip))
-	switch {
-	case m.State == StateDead:
-		return "dead"
-	case m.State == StateLeft:
-		return "left"
-	case !m.Meta.Valid:
-		return "metadata unreadable"
-	case m.Meta.Leaving:
-		return "leaving"
-	case m.Meta.Fenced:
-		return "fenced (no majority hears it)"
-	case m.Meta.Withdrawn:
-		return "withdrawn"
-	case vm.Down:
-		return "interface down"
-	case !vm.Healthy:
-		return "unhealthy"
-	}
-	return "not eligible"
 }
 
 // reasons describes, for a refused or timed-out withdraw, why the other
