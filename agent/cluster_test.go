@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
 )
 
@@ -319,15 +318,34 @@ type testWriter struct {
 	t      *testing.T
 	mu     sync.Mutex
 	closed bool
+	text   strings.Builder // every line written, for seen
 }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.text.Write(p)
 	if !w.closed {
 		w.t.Log(strings.TrimSpace(string(p)))
 	}
 	return len(p), nil
+}
+
+// count is how many lines logged hold every one of words.
+func (w *testWriter) count(words ...string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(w.text.String(), "\n") {
+		all := len(words) > 0
+		for _, word := range words {
+			all = all && strings.Contains(line, word)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *testWriter) close() {
@@ -740,7 +758,9 @@ func TestReloadKeepsHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		claims := c.w.claimCount()
+		reloads := c.log.count("configuration reloaded", "node="+owner)
 		c.nodes[owner].agent.Reload()
+		waitFor(t, 5*time.Second, edit.what+": reloaded", func() bool { return c.log.count("configuration reloaded", "node="+owner) > reloads })
 		// A checker restarted unhealthy would hand off within a check or
 		// two (100ms each) plus the successor's claim; watch well past it.
 		deadline := time.Now().Add(1500 * time.Millisecond)
