@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -14,15 +16,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vipd/vipd/agent/apipb"
-
 	"github.com/vipd/vipd/agent/config"
 )
 
 // FuzzDecodeMeta: garbage metadata from a peer is rejected, never a panic;
-// what decodes re-encodes to the same bytes.
+// what decodes (any version) re-encodes to metadata that decodes to the same
+// NodeMeta, every field and every VIP's flags, and that canonical form
+// re-encodes to the same bytes.
 func FuzzDecodeMeta(f *testing.F) {
 	good, _ := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{1: {Healthy: true}, 7: {Held: true}}}.Encode()
 	f.Add(good)
+	all, _ := NodeMeta{Valid: true, Leaving: true, Fenced: true, Removed: true, VIPs: map[uint32]VIPMeta{2: {Down: true}, 9: {Healthy: true, Held: true}}}.Encode()
+	f.Add(all)
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
 	f.Add([]byte{1, 3, 0, 0, 0, 1, 3})
@@ -41,8 +46,11 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 		if err == nil {
 			m2, err := DecodeMeta(again)
-			if err != nil || m2.Withdrawn != m.Withdrawn || m2.Leaving != m.Leaving || len(m2.VIPs) != len(m.VIPs) {
+			if err != nil || !reflect.DeepEqual(m2, m) {
 				t.Fatalf("round trip changed metadata: %+v -> %+v (%v)", m, m2, err)
+			}
+			if third, err := m2.Encode(); err != nil || !bytes.Equal(third, again) {
+				t.Fatalf("canonical form %x re-encodes to %x (%v)", again, third, err)
 			}
 		}
 	})
