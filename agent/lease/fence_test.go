@@ -28,38 +28,38 @@ func TestFence(t *testing.T) {
 		steps []step
 	}{
 		{"quorum not required: never fenced", []step{
-			{0, true, off, true, false, false, true},
-			{time.Hour, true, off, true, false, false, true},
+			{want: true, st: off, holding: true, driving: true},
+			{at: time.Hour, want: true, st: off, holding: true, driving: true},
 		}},
 		{"a holder with evidence stays unfenced", []step{
-			{0, true, held, true, false, false, true},
-			{time.Second, true, held, true, false, false, true},
+			{want: true, st: held, holding: true, driving: true},
+			{at: time.Second, want: true, st: held, holding: true, driving: true},
 		}},
 		{"a holder without evidence: fenced at once", []step{
-			{0, true, held, true, false, false, true},
-			{time.Millisecond, true, expired, true, true, true, true},
+			{want: true, st: held, holding: true, driving: true},
+			{at: time.Millisecond, want: true, st: expired, holding: true, fenced: true, changed: true, driving: true},
 		}},
 		{"about to claim: Release for the first answers, then fenced", []step{
-			{0, true, expired, false, false, false, true},
-			{release - time.Millisecond, true, expired, false, false, false, true},
-			{release, true, expired, false, true, true, true},
+			{want: true, st: expired, driving: true},
+			{at: release - time.Millisecond, want: true, st: expired, driving: true},
+			{at: release, want: true, st: expired, fenced: true, changed: true, driving: true},
 		}},
 		{"not driving, no evidence: not fenced (nothing to fence)", []step{
-			{0, false, expired, false, false, false, false},
-			{time.Hour, false, expired, false, false, false, false},
+			{st: expired},
+			{at: time.Hour, st: expired},
 		}},
 		{"fenced stays fenced, and keeps driving, until the evidence returns", []step{
-			{0, true, held, true, false, false, true},
-			{time.Millisecond, true, expired, true, true, true, true},
-			{2 * time.Millisecond, false, expired, false, true, false, true},
-			{time.Hour, false, expired, false, true, false, true},
-			{time.Hour + time.Millisecond, false, held, false, false, true, false},
-			{time.Hour + 2*time.Millisecond, false, held, false, false, false, false},
+			{want: true, st: held, holding: true, driving: true},
+			{at: time.Millisecond, want: true, st: expired, holding: true, fenced: true, changed: true, driving: true},
+			{at: 2 * time.Millisecond, st: expired, fenced: true, driving: true},
+			{at: time.Hour, st: expired, fenced: true, driving: true},
+			{at: time.Hour + time.Millisecond, st: held, changed: true},
+			{at: time.Hour + 2*time.Millisecond, st: held},
 		}},
 		{"fence no longer required: lifted", []step{
-			{0, true, held, true, false, false, true},
-			{time.Millisecond, true, expired, true, true, true, true},
-			{2 * time.Millisecond, true, off, true, false, true, true},
+			{want: true, st: held, holding: true, driving: true},
+			{at: time.Millisecond, want: true, st: expired, holding: true, fenced: true, changed: true, driving: true},
+			{at: 2 * time.Millisecond, want: true, st: off, holding: true, changed: true, driving: true},
 		}},
 	}
 	for _, tt := range tests {

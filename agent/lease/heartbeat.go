@@ -59,16 +59,7 @@ func (h heartbeat) encode() ([]byte, error) {
 	b = append(b, heartbeatKind, heartbeatVersion)
 	b = binary.BigEndian.AppendUint64(b, h.Epoch)
 	b = binary.BigEndian.AppendUint64(b, h.Seq)
-	var f byte
-	if h.Driver {
-		f |= hbDriver
-	}
-	if h.Reply {
-		f |= hbReply
-	}
-	if h.AskAll {
-		f |= hbAskAll
-	}
+	f := flag(h.Driver, hbDriver) | flag(h.Reply, hbReply) | flag(h.AskAll, hbAskAll)
 	b = append(b, f, byte(len(h.From)))
 	b = append(b, h.From...)
 	b = append(b, byte(len(h.Ask)))
@@ -82,13 +73,17 @@ func (h heartbeat) encode() ([]byte, error) {
 		b = append(b, e.Name...)
 		b = binary.BigEndian.AppendUint64(b, e.Epoch)
 		b = binary.BigEndian.AppendUint64(b, e.Seq)
-		var ef byte
-		if e.Silent {
-			ef |= 1
-		}
-		b = append(b, ef)
+		b = append(b, flag(e.Silent, 1))
 	}
 	return b, nil
+}
+
+// flag is bit when on, else 0.
+func flag(on bool, bit byte) byte {
+	if on {
+		return bit
+	}
+	return 0
 }
 
 // decodeHeartbeat parses a heartbeat whose names valid accepts. Garbage

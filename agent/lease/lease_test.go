@@ -127,6 +127,13 @@ func (s *leaseSim) expired(by, who string) bool {
 	return s.tr[by].expired(who, s.names, true, s.local(by))
 }
 
+// fastTracker returns self's tracker with the fast timers, started at a
+// fixed time (epoch 1), with those timers and that time.
+func fastTracker(self string) (*tracker, Timers, time.Time) {
+	t0 := time.Unix(1000, 0)
+	return newTracker(self, FastTimers(), t0, 1), FastTimers(), t0
+}
+
 // holderReaction bounds how long after its fence expires a holder has
 // withdrawn the address: the lease goroutine notices within an interval,
 // the loop's pass and the netlink call follow (generous for a loaded host).
@@ -257,8 +264,7 @@ func TestLeaseHolderHearsEveryMember(t *testing.T) {
 // membership port (its vipd is gone) is positive evidence at once; a member
 // heard from again is not gone.
 func TestLeaseRefusedIsGone(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	l := newTracker("a", FastTimers(), t0, 1)
+	l, _, t0 := fastTracker("a")
 	base := []string{"a", "b", "c"}
 	l.receive(heartbeat{From: "b", Seq: 1, Driver: true}, base, t0.Add(100*time.Millisecond))
 	now := t0.Add(200 * time.Millisecond)
@@ -279,9 +285,7 @@ func TestLeaseRefusedIsGone(t *testing.T) {
 // it votes only once it has been silent-listening for Claim: a restarting
 // node cannot help expire a live holder.
 func TestLeaseNewNodeHasNoVote(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := FastTimers()
-	l := newTracker("c", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("c")
 	base := []string{"a", "b", "c"}
 	// a and b drive rounds; c (just started) expects them from their first
 	// heartbeat, and votes only after Claim without one.
@@ -306,9 +310,7 @@ func TestLeaseNewNodeHasNoVote(t *testing.T) {
 // TestLeaseWithoutQuorum: with quorum not required there is no fence and
 // this node's own vote is enough (one or two nodes).
 func TestLeaseWithoutQuorum(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := FastTimers()
-	l := newTracker("a", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("a")
 	base := []string{"a", "b"}
 	if ok, _ := l.fence(base, false, t0.Add(time.Hour)); !ok {
 		t.Error("fenced without quorum required")
@@ -326,9 +328,7 @@ func TestLeaseWithoutQuorum(t *testing.T) {
 // again under a new epoch: it is heard at once, and an ack for this node's
 // previous epoch does not count as evidence.
 func TestLeaseRestartedPeer(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := FastTimers()
-	l := newTracker("a", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("a")
 	base := []string{"a", "b", "c"}
 	l.receive(heartbeat{From: "b", Epoch: 7, Seq: 500, Driver: true}, base, t0)
 	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 1, Driver: true}, base, t0.Add(cfg.Claim))
