@@ -19,11 +19,13 @@ type Lenient struct {
 
 // LenientVIP is one [[vip]] table as ReadLenient found it.
 type LenientVIP struct {
+	// Name, Address and Mode are vip.name, vip.address and vip.mode as
+	// written.
 	Name    string `toml:"name"`
 	Address string `toml:"address"`
-	// Interface is the interface; for mode "bgp" "lo" when not written.
+	Mode    string `toml:"mode"`
+	// Interface is vip.interface; for mode "bgp" "lo" when not written.
 	Interface string `toml:"interface"`
-	Mode      string `toml:"mode"`
 }
 
 // ReadLenient reads the keys Lenient holds and ignores everything else:
