@@ -12,17 +12,24 @@ import (
 	"github.com/vipd/vipd/bgp"
 )
 
-// TestEveryKeyIsDocumented keeps vipd.toml.example and
-// docs/configuration.md in step with the code.
-func TestEveryKeyIsDocumented(t *testing.T) {
+// documentation returns vipd.toml.example and docs/configuration.md.
+func documentation(t *testing.T) (example, ref []byte) {
+	t.Helper()
 	example, err := os.ReadFile("../../vipd.toml.example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := os.ReadFile("../../docs/configuration.md")
+	ref, err = os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return example, ref
+}
+
+// TestEveryKeyIsDocumented keeps vipd.toml.example and
+// docs/configuration.md in step with the code.
+func TestEveryKeyIsDocumented(t *testing.T) {
+	example, ref := documentation(t)
 	keys := Keys()
 	if len(keys) < 30 {
 		t.Fatalf("found only %d keys; reflection broke", len(keys))
@@ -101,14 +108,7 @@ func walkExample(text string, f func(table, key string, comment []string)) {
 // ("[300ms]" in the comment above a key) and docs/configuration.md (the
 // table's default column) equal to the ones the code applies.
 func TestDocumentedDefaults(t *testing.T) {
-	example, err := os.ReadFile("../../vipd.toml.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := os.ReadFile("../../docs/configuration.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	example, ref := documentation(t)
 	d := func(v time.Duration) string {
 		if v%time.Second == 0 {
 			return fmt.Sprintf("%ds", int(v/time.Second))
