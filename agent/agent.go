@@ -1,4 +1,4 @@
-// Package agent is vipd's daemon: configuration, membership, election,
+// Package agent is vipd's daemon: membership, election,
 // health checks, state files, the local API and the reconcile loop that
 // drives the network towards what the election decides.
 //
@@ -7,7 +7,8 @@
 //	run.go        Run: start-up wiring, then the loop, then shutdown
 //	loop.go       the one goroutine that owns the agent's state
 //	observe.go    read the world: links, addresses, routes
-//	reconcile.go  one pass: observe, elect (election.go), decide, apply
+//	reconcile.go  one pass: observe, elect (election.go), decide, apply;
+//	              the lease's evidence (fence, quorum, the view)
 //	decide.go     the pure "what should this node do with this VIP" step
 //	handoff.go    apply a decision: claim, keep, hand off, release
 //	health.go     health checks and their verdicts
@@ -19,6 +20,12 @@
 //	api.go        the gRPC server on the unix socket
 //	notify.go     systemd READY/STATUS/WATCHDOG
 //	metrics.go    Prometheus
+//
+// Two parts with their own invariants are packages of their own: the
+// configuration (agent/config: the file's keys, defaults, positions and
+// checks, and the host checks of vipd --check) and the lease (agent/lease:
+// fast failure detection and fencing, the safety argument in its doc.go).
+// The agent uses only their APIs.
 package agent
 
 import (
@@ -34,6 +41,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -70,9 +79,9 @@ type ConflictWatcher interface {
 type Backends interface {
 	// Announcer returns the announcer of a VIP. It is called again after
 	// a reload for every VIP, and may return the same value.
-	Announcer(vip VIPConfig) (Announcer, error)
+	Announcer(vip config.VIPConfig) (Announcer, error)
 	// Reconfigure applies a reloaded configuration (BGP peers).
-	Reconfigure(ctx context.Context, c *Config) error
+	Reconfigure(ctx context.Context, c *config.Config) error
 	// BGPPeers reports BGP session state; nil without BGP.
 	BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus
 	// Close releases sockets and stops speakers.
@@ -88,7 +97,7 @@ type Options struct {
 	// [none: reload does not change the level]
 	LogLevel *slog.LevelVar
 	// Backends creates announcers. Required.
-	Backends func(ctx context.Context, c *Config, lg *slog.Logger) (Backends, error)
+	Backends func(ctx context.Context, c *config.Config, lg *slog.Logger) (Backends, error)
 	// Notify sends a systemd notification ("READY=1", "STATUS=...",
 	// "WATCHDOG=1"). [sd_notify through $NOTIFY_SOCKET]
 	Notify func(state string)
@@ -124,8 +133,8 @@ type Agent struct {
 	opts    Options
 	log     *slog.Logger
 	now     func() time.Time
-	grid    grid   // periodic timers beat on it (grid.go)
-	self    string // node name
+	grid    lease.Grid // periodic timers beat on it
+	self    string     // node name
 	metrics *metrics
 	events  *broker
 	// encodeMeta is NodeMeta.Encode; tests make a node speak another
@@ -144,7 +153,7 @@ type Agent struct {
 	members  *membership
 	backends Backends
 	keyring  *memberlist.Keyring // nil without encryption
-	lease    *leaseRunner
+	lease    *lease.Runner
 
 	// Shared with the goroutines around the loop.
 	cache      peerCache
@@ -166,7 +175,7 @@ type Agent struct {
 // loopState is the agent's mutable state. Only the loop goroutine reads or
 // writes it (other goroutines send the loop events or closures).
 type loopState struct {
-	cfg       *Config
+	cfg       *config.Config
 	vips      map[string]*vipState
 	withdrawn bool
 	// withdrawnSince is when the withdraw flag was set (its file's time
@@ -182,16 +191,13 @@ type loopState struct {
 	// saved in state_dir for vipd cleanup.
 	recorded map[string]CleanupTarget
 	// lease is the lease's state at the last pass: this node's fence and
-	// the members gone on positive evidence.
-	lease leaseState
-	// fenced: this node drove rounds (it held or was about to claim) and
+	// the evidence about the other members.
+	lease lease.State
+	// fence: whether this node drives lease rounds (it holds a VIP or is
+	// about to claim one), and whether it is fenced (it drove rounds and
 	// has had no majority evidence for the lease's release time: it holds
-	// nothing and tells the others it cannot carry the VIPs.
-	fenced bool
-	// driving: this node holds a VIP or is about to claim one, so its lease
-	// runs rounds; drivingSince is when it started.
-	driving      bool
-	drivingSince time.Time
+	// nothing and tells the others it cannot carry the VIPs).
+	fence lease.Fence
 
 	ready        bool
 	lastStatus   string
@@ -210,7 +216,7 @@ type loopState struct {
 // vipState is what the loop knows and remembers of one VIP.
 type vipState struct {
 	// Configuration.
-	cfg VIPConfig
+	cfg config.VIPConfig
 	ann Announcer
 
 	// What this node has and sees.
@@ -253,7 +259,7 @@ type conflict struct {
 
 // New returns an agent for cfg. It checks that the required collaborators
 // are there and applies defaults; Run does the work.
-func New(cfg *Config, opts Options) (*Agent, error) {
+func New(cfg *config.Config, opts Options) (*Agent, error) {
 	if cfg == nil {
 		return nil, errors.New("agent: nil configuration")
 	}
@@ -282,7 +288,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		opts:       opts,
 		log:        opts.Logger,
 		now:        opts.Now,
-		grid:       grid{base: opts.Now()},
+		grid:       lease.Grid{Base: opts.Now()},
 		self:       cfg.NodeName,
 		events:     newBroker(),
 		encodeMeta: NodeMeta.Encode,
@@ -294,7 +300,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		rejoinKick: make(chan struct{}, 1),
 		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
 	}
-	a.peers.Store(&cfg.Cluster.peerAddrs)
+	peers := cfg.Cluster.PeerAddrs()
+	a.peers.Store(&peers)
 	a.metrics = newMetrics(a.bgpPeerMetrics)
 	return a, nil
 }

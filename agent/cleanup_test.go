@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // TestCleanupTargets: vipd cleanup finds the VIPs whatever state the file
@@ -63,7 +65,7 @@ address = "2001:db8::10"
 			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Load(path); err == nil {
+			if _, err := config.Load(path); err == nil {
 				t.Fatal("the daemon accepts this file; the test needs one it refuses")
 			}
 			got, notes := CleanupTargets(path)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
 )
 
 // wire is a fake network shared by in-process agents: it records which
@@ -120,22 +121,22 @@ func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 type fakeBackends struct{ ann *fakeAnnouncer }
 
 // fakeBackendsFor gives node its view of the fake wire.
-func fakeBackendsFor(w *wire, node string) func(context.Context, *Config, *slog.Logger) (Backends, error) {
-	return func(context.Context, *Config, *slog.Logger) (Backends, error) {
+func fakeBackendsFor(w *wire, node string) func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
+	return func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
 		return fakeBackends{&fakeAnnouncer{w: w, node: node}}, nil
 	}
 }
 
-func (b fakeBackends) Announcer(VIPConfig) (Announcer, error)          { return b.ann, nil }
-func (b fakeBackends) Reconfigure(context.Context, *Config) error      { return nil }
-func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus { return nil }
-func (b fakeBackends) Close() error                                    { return nil }
+func (b fakeBackends) Announcer(config.VIPConfig) (Announcer, error)     { return b.ann, nil }
+func (b fakeBackends) Reconfigure(context.Context, *config.Config) error { return nil }
+func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus   { return nil }
+func (b fakeBackends) Close() error                                      { return nil }
 
 // testNode is one in-process agent.
 type testNode struct {
 	name   string
 	port   int
-	cfg    *Config
+	cfg    *config.Config
 	cancel context.CancelFunc
 	done   chan error
 	agent  *Agent
@@ -196,7 +197,7 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 
 // config writes and loads a node's configuration; extra is appended to
 // the [cluster] table.
-func (c *testCluster) config(name, extra string) *Config {
+func (c *testCluster) config(name, extra string) *config.Config {
 	c.t.Helper()
 	n := c.nodes[name]
 	var peers []string
@@ -230,7 +231,7 @@ interface = "fake0"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	cfg, err := Load(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		c.t.Fatalf("config for %s: %v", name, err)
 	}
@@ -317,15 +318,34 @@ type testWriter struct {
 	t      *testing.T
 	mu     sync.Mutex
 	closed bool
+	text   strings.Builder // every line written, for seen
 }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.text.Write(p)
 	if !w.closed {
 		w.t.Log(strings.TrimSpace(string(p)))
 	}
 	return len(p), nil
+}
+
+// count is how many lines logged hold every one of words.
+func (w *testWriter) count(words ...string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(w.text.String(), "\n") {
+		all := len(words) > 0
+		for _, word := range words {
+			all = all && strings.Contains(line, word)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *testWriter) close() {
@@ -738,7 +758,9 @@ func TestReloadKeepsHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		claims := c.w.claimCount()
+		reloads := c.log.count("configuration reloaded", "node="+owner)
 		c.nodes[owner].agent.Reload()
+		waitFor(t, 5*time.Second, edit.what+": reloaded", func() bool { return c.log.count("configuration reloaded", "node="+owner) > reloads })
 		// A checker restarted unhealthy would hand off within a check or
 		// two (100ms each) plus the successor's claim; watch well past it.
 		deadline := time.Now().Add(1500 * time.Millisecond)

@@ -18,7 +18,7 @@ func (a *Agent) startWatch(ctx context.Context, v *vipState) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	v.stopWatch = cancel
-	name, addr := v.cfg.Name, v.cfg.addr
+	name, addr := v.cfg.Name, v.cfg.Addr()
 	a.goroutines.Go(func() {
 		// The watcher's socket dies with its link; start it again (with a
 		// pause) for as long as the VIP is held.
@@ -72,7 +72,7 @@ func (a *Agent) onConflict(ctx context.Context, c conflict) {
 		v.lastReassert = now
 		actx, cancel := withTimeout(ctx)
 		defer cancel()
-		if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
+		if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 			a.log.Warn("re-assert VIP", "vip", c.vip, "err", err)
 		}
 	}

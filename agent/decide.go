@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // claimSettle is how long a node that has just become eligible (start,
@@ -75,7 +77,7 @@ type decideInput struct {
 	QuorumRegained time.Time
 	// Planned: this node is withdrawn or shutting down.
 	Planned bool
-	// Fenced: this node's lease lost its majority evidence (lease.go): it
+	// Fenced: this node's lease lost its majority evidence (agent/lease): it
 	// may not hold the VIP (unless AnnounceAll) and is not eligible.
 	Fenced bool
 	// AwaitFence: this node has no fresh majority evidence yet (it just
@@ -132,7 +134,7 @@ type decision struct {
 // The rules, in order:
 //   - a VIP on a dead interface is released at once (nobody can reach it
 //     there, and the successor cannot tell this node it holds it);
-//   - a fenced node (no recent majority evidence, lease.go) releases at
+//   - a fenced node (no recent majority evidence, agent/lease) releases at
 //     once and claims nothing, except announce = "all" VIPs;
 //   - without quorum a held VIP is released at once;
 //   - this node wants the VIP when it is the elected owner (or, with
@@ -276,7 +278,7 @@ func (d decision) handoff(in decideInput) decision {
 	}
 	successorHolds := false
 	for _, m := range in.View {
-		if m.Name != in.Self && m.Name == res.Owner && m.Meta.VIP(vipKey(in.VIP)).Held {
+		if m.Name != in.Self && m.Name == res.Owner && m.Meta.VIP(config.VIPKey(in.VIP)).Held {
 			successorHolds = true
 		}
 	}
@@ -297,7 +299,7 @@ func (d decision) handoff(in decideInput) decision {
 // heldElsewhere reports whether an alive (or suspect) member other than
 // self reports holding vip.
 func heldElsewhere(self, vip string, view []Member) bool {
-	k := vipKey(vip)
+	k := config.VIPKey(vip)
 	for _, m := range view {
 		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held {
 			return true
@@ -310,7 +312,7 @@ func heldElsewhere(self, vip string, view []Member) bool {
 // reported holding vip.
 func staleHolder(view []Member, vip string) bool {
 	for _, m := range view {
-		if m.State == StateDead && m.Meta.VIP(vipKey(vip)).Held {
+		if m.State == StateDead && m.Meta.VIP(config.VIPKey(vip)).Held {
 			return true
 		}
 	}

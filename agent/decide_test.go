@@ -25,7 +25,7 @@ func TestDecide(t *testing.T) {
 	// loser is a node name that ranks below "a" for the VIP.
 	loser := ""
 	for _, n := range []string{"b", "c", "d", "e", "f", "g"} {
-		if ranksBefore(vip, "a", n) {
+		if topRanked("a", n) == "a" {
 			loser = n
 			break
 		}
@@ -34,7 +34,8 @@ func TestDecide(t *testing.T) {
 		t.Fatal("no name ranks below a")
 	}
 	selfFirst := func() []Member {
-		// Make self the owner: only self is healthy besides a dead node.
+		// Make self the owner: the only healthy node (b and c are alive
+		// and unhealthy).
 		return []Member{node("a"), node("b", unhealthy), node("c", unhealthy)}
 	}
 	selfNotOwner := func(mods ...nodeOpt) []Member {

@@ -3,6 +3,8 @@ package agent
 import (
 	"hash/fnv"
 	"sort"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // MemberState is a member's liveness as membership sees it.
@@ -78,16 +80,16 @@ type Result struct {
 // wins. Rank is rendezvous hashing of (VIP, node name), which spreads VIPs
 // over nodes and moves only the VIPs of a node that goes.
 func Elect(members []Member, vip ElectionVIP) Result {
-	key := vipKey(vip.Name)
+	key := config.VIPKey(vip.Name)
 	var eligible []Member
 	anyHealthy := false
 	for _, m := range members {
-		if usableFor(m, key) && m.Meta.VIP(key).Healthy {
+		if whyNot(m, key, true) == "" {
 			anyHealthy = true
 		}
 	}
 	for _, m := range members {
-		if usableFor(m, key) && (!anyHealthy || m.Meta.VIP(key).Healthy) {
+		if whyNot(m, key, anyHealthy) == "" {
 			eligible = append(eligible, m)
 		}
 	}
@@ -131,13 +133,34 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 	return Elect(members, vip).Eligible
 }
 
-func usable(m Member) bool {
-	return (m.State == StateAlive || m.State == StateSuspect) && m.Meta.Valid && !m.Meta.Withdrawn
-}
-
-// usableFor: usable, and able to carry the VIP with key k at all.
-func usableFor(m Member, k uint32) bool {
-	return usable(m) && !m.Meta.VIP(k).Down
+// whyNot says why m may not own the VIP with key k, in words, or "" when
+// it may: it must be alive (or suspect: not yet declared dead) with
+// metadata that decoded, not withdrawn, able to carry the VIP (its
+// interface is up, it is not fenced) and, when health counts (not under the
+// bootstrap fallback), healthy for it. The words name what the member said
+// of itself: leaving and fenced members are withdrawn, or have the VIP
+// down, in the metadata they send.
+func whyNot(m Member, k uint32, health bool) string {
+	vm := m.Meta.VIP(k)
+	switch {
+	case m.State == StateDead:
+		return "dead"
+	case m.State == StateLeft:
+		return "left"
+	case !m.Meta.Valid:
+		return "metadata unreadable"
+	case !m.Meta.Withdrawn && !vm.Down && (!health || vm.Healthy):
+		return ""
+	case m.Meta.Leaving:
+		return "leaving"
+	case m.Meta.Fenced:
+		return "fenced (no majority hears it)"
+	case m.Meta.Withdrawn:
+		return "withdrawn"
+	case vm.Down:
+		return "interface down"
+	}
+	return "unhealthy"
 }
 
 // sortByRank sorts items by the rendezvous rank of their node name for vip,
@@ -164,16 +187,6 @@ func sortByRank[T any](vip string, items []T, name func(T) string) {
 	}
 }
 
-// ranksBefore orders nodes for a VIP by rendezvous hash, highest first, with
-// the name as tie breaker.
-func ranksBefore(vip, a, b string) bool {
-	ra, rb := rank(vip, a), rank(vip, b)
-	if ra != rb {
-		return ra > rb
-	}
-	return a < b
-}
-
 func rank(vip, node string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(vip))
@@ -188,11 +201,4 @@ func rank(vip, node string) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
-}
-
-// vipKey is the 32-bit key a VIP is known by in node metadata.
-func vipKey(name string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	return h.Sum32()
 }

@@ -1,58 +1,33 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"os"
 	"path/filepath"
-	"slices"
-	"strings"
+	"reflect"
 	"testing"
 	"time"
-
-	"github.com/BurntSushi/toml"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
 )
 
-// FuzzParse: any input gives a config or a *ConfigError; never a panic, and
-// every problem names the file.
-func FuzzParse(f *testing.F) {
-	f.Add([]byte(goodConfig))
-	if b, err := os.ReadFile("../vipd.toml.example"); err == nil {
-		f.Add(b)
-	}
-	f.Add([]byte("[cluster]\nbind_address = \"192.0.2.300\"\n[[vip]]\nname=\"a\"\n[[vip]]\nname=\"a\"\n"))
-	f.Add([]byte("[bgp]\nasn = 0\n[[bgp.peer]]\naddress = \"x\"\nhold_time = \"1s\"\n"))
-	f.Add([]byte("a = \"\"\"\n[[x]]\n\"\"\"\nb = [\n1,\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse("fuzz.toml", data)
-		if err == nil {
-			if c == nil || len(c.VIPs) == 0 {
-				t.Fatalf("Parse accepted a config without VIPs")
-			}
-			return
-		}
-		for _, line := range strings.Split(err.Error(), "\n") {
-			if !strings.HasPrefix(line, "fuzz.toml") {
-				t.Fatalf("problem without file name: %q", line)
-			}
-		}
-	})
-}
-
 // FuzzDecodeMeta: garbage metadata from a peer is rejected, never a panic;
-// what decodes re-encodes to the same bytes.
+// what decodes (any version) re-encodes to metadata that decodes to the same
+// NodeMeta, every field and every VIP's flags, and that canonical form
+// re-encodes to the same bytes.
 func FuzzDecodeMeta(f *testing.F) {
 	good, _ := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{1: {Healthy: true}, 7: {Held: true}}}.Encode()
 	f.Add(good)
+	all, _ := NodeMeta{Valid: true, Leaving: true, Fenced: true, Removed: true, VIPs: map[uint32]VIPMeta{2: {Down: true}, 9: {Healthy: true, Held: true}}}.Encode()
+	f.Add(all)
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
 	f.Add([]byte{1, 3, 0, 0, 0, 1, 3})
@@ -71,52 +46,11 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 		if err == nil {
 			m2, err := DecodeMeta(again)
-			if err != nil || m2.Withdrawn != m.Withdrawn || m2.Leaving != m.Leaving || len(m2.VIPs) != len(m.VIPs) {
+			if err != nil || !reflect.DeepEqual(m2, m) {
 				t.Fatalf("round trip changed metadata: %+v -> %+v (%v)", m, m2, err)
 			}
-		}
-	})
-}
-
-// FuzzKeyIndex checks the position scanner against the TOML library: for
-// any file the library parses, every key the library found is placed by the
-// scanner (a key inside an inline table at its enclosing key) at a line that
-// holds that key (its last part, bare or quoted) or the header of its table.
-// Text the library rejects must not crash it.
-func FuzzKeyIndex(f *testing.F) {
-	f.Add([]byte(goodConfig))
-	f.Add([]byte("[[a.b]]\n[a.b.c]\n'x.y'.z = 1\n\"\"\"\n"))
-	f.Add([]byte("a = 1\n[t]\n  b = \"\"\"\nx = 2\n\"\"\"\nc = [\n 1,\n]\n[[arr]]\ne = 1\n[[arr]]\n'e' = 2\n"))
-	if b, err := os.ReadFile("../vipd.toml.example"); err == nil {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ki := indexKeys(data)
-		var generic map[string]any
-		md, err := toml.Decode(string(data), &generic)
-		if err != nil {
-			return
-		}
-		lines := strings.Split(string(data), "\n")
-		for _, k := range md.Keys() {
-			plain := strings.Join(k, ".")
-			var places []string
-			for n := len(k); n > 0 && len(places) == 0; n-- {
-				places = ki.plain[strings.Join(k[:n], ".")]
-			}
-			if len(places) == 0 {
-				t.Fatalf("key %q parsed by the library is not indexed (indexed: %v)", plain, slices.Sorted(maps.Keys(ki.plain)))
-			}
-			last := k[len(k)-1]
-			for _, path := range places {
-				p := ki.pos[path]
-				if p.Line < 1 || p.Line > len(lines) || p.Col < 1 || p.Col > len(lines[p.Line-1])+1 {
-					t.Fatalf("key %q placed at %d:%d, outside the text", path, p.Line, p.Col)
-				}
-				text := lines[p.Line-1][p.Col-1:]
-				if !strings.HasPrefix(text, "[") && !strings.Contains(text, last) {
-					t.Fatalf("key %q placed at %d:%d, where the line is %q", path, p.Line, p.Col, lines[p.Line-1])
-				}
+			if third, err := m2.Encode(); err != nil || !bytes.Equal(third, again) {
+				t.Fatalf("canonical form %x re-encodes to %x (%v)", again, third, err)
 			}
 		}
 	})
@@ -212,7 +146,7 @@ func startFuzzAgent(f *testing.F) *apiServer {
 	dir := f.TempDir()
 	text := fmt.Sprintf("node_name = \"solo\"\nstate_dir = %q\n[api]\nsocket = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n",
 		filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), freePort(f))
-	cfg, err := Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
+	cfg, err := config.Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
 	if err != nil {
 		f.Fatal(err)
 	}

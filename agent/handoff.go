@@ -23,20 +23,34 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		actx, cancel := withTimeout(ctx)
 		defer cancel()
-		if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
+		if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 			a.log.Warn("re-announce VIP", "vip", v.cfg.Name, "err", err)
 		}
 	case actDrain:
 		if dr, ok := v.ann.(Drainer); ok {
 			actx, cancel := withTimeout(ctx)
 			defer cancel()
-			if err := dr.Drain(actx, v.cfg.addr); err != nil {
+			if err := dr.Drain(actx, v.cfg.Addr()); err != nil {
 				a.log.Warn("graceful shutdown announcement", "vip", v.cfg.Name, "err", err)
 			}
 		}
 	case actRelease:
 		a.release(ctx, v, d.Reason)
 	}
+}
+
+// Announce retries back off from announceRetryMin, doubling up to
+// announceRetryMax.
+const (
+	announceRetryMin = time.Second
+	announceRetryMax = 30 * time.Second
+)
+
+// fail marks v as failing after an announce that failed: until its retry,
+// this node tells the others it cannot carry the VIP, so a peer takes over.
+func (v *vipState) fail(now time.Time) {
+	v.backoff = min(max(2*v.backoff, announceRetryMin), announceRetryMax)
+	v.retryAt, v.failing = now.Add(v.backoff), true
 }
 
 // claim announces a VIP this node should hold. A failed announce is undone
@@ -47,9 +61,8 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	defer cancel()
 	now := a.now()
 	a.record(v, true) // before the address exists, so a crash right after leaves it covered
-	if err := v.ann.Announce(actx, v.cfg.addr); err != nil {
-		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
-		v.retryAt, v.failing = now.Add(v.backoff), true
+	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
+		v.fail(now)
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
 		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
 		if werr := a.withdrawAddr(ctx, v); werr != nil {
@@ -62,7 +75,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	v.held, v.failing = true, false
 	v.backoff, v.retryAt = 0, time.Time{}
 	a.startWatch(ctx, v)
-	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.addr, "mode", v.cfg.Mode, "reason", reason)
+	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "hold", Vip: v.cfg.Name, Node: a.self, Reason: reason})
 }
 
@@ -86,14 +99,14 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 func (a *Agent) withdrawAddr(ctx context.Context, v *vipState) error {
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
-	return v.ann.Withdraw(actx, v.cfg.addr)
+	return v.ann.Withdraw(actx, v.cfg.Addr())
 }
 
 // record notes (added) or forgets a VIP address this node put on the host,
 // in state_dir/addresses.json, for vipd cleanup. A failure to save is
 // logged: cleanup still covers the configured VIPs.
 func (a *Agent) record(v *vipState, added bool) {
-	t := CleanupTarget{VIP: v.cfg.Name, Interface: v.cfg.Interface, Addr: v.cfg.addr}
+	t := CleanupTarget{VIP: v.cfg.Name, Interface: v.cfg.Interface, Addr: v.cfg.Addr()}
 	old, had := a.st.recorded[v.cfg.Name]
 	switch {
 	case added && had && old == t, !added && !had:

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // healthResult is one VIP's health verdict after rise/fall smoothing.
@@ -62,8 +64,20 @@ func (r *riseFall) observe(ok bool) (changed bool) {
 	return false
 }
 
+// healthCheck is a VIP's check as a checker runs it: the configuration,
+// with its interval and timeout parsed.
+type healthCheck struct {
+	config.HealthConfig
+	interval, timeout time.Duration
+}
+
+// newHealthCheck returns the check h configures.
+func newHealthCheck(h *config.HealthConfig) *healthCheck {
+	return &healthCheck{HealthConfig: *h, interval: h.IntervalDuration(), timeout: h.TimeoutDuration()}
+}
+
 // newProbe builds the check for a health configuration.
-func newProbe(h *HealthConfig) (probeFunc, error) {
+func newProbe(h *healthCheck) (probeFunc, error) {
 	if len(h.Command) > 0 {
 		argv := append([]string(nil), h.Command...)
 		return func(ctx context.Context) error {
@@ -134,7 +148,7 @@ func stampOf(path string) caStamp {
 // TCP and TLS handshake every interval was most of an idle node's CPU; a
 // server that restarts closes it and the next check dials afresh), no
 // proxy, no redirects.
-func newHTTPClient(h *HealthConfig) (*http.Client, error) {
+func newHTTPClient(h *healthCheck) (*http.Client, error) {
 	tlsConf := &tls.Config{InsecureSkipVerify: h.InsecureSkipVerify, ServerName: h.TLSServerName} //nolint:gosec // opt-in, documented
 	if h.CAFile != "" {
 		pem, err := os.ReadFile(h.CAFile)
@@ -162,7 +176,7 @@ func newHTTPClient(h *HealthConfig) (*http.Client, error) {
 
 // key identifies a check: VIPs whose checks have the same key share one
 // checker, and a reload keeps a checker whose key is unchanged.
-func (h *HealthConfig) key() string {
+func (h *healthCheck) key() string {
 	return fmt.Sprintf("%q %q %s %s %d %d %q %v %q", h.URL, h.Command, h.interval, h.timeout, h.Rise, h.Fall, h.CAFile, h.InsecureSkipVerify, h.TLSServerName)
 }
 
@@ -175,14 +189,14 @@ const healthFailureLogEvery = 30 * time.Second
 type checkRun struct {
 	id      uint64
 	vips    []string
-	cfg     *HealthConfig
+	cfg     *healthCheck
 	probe   probeFunc
 	initial bool // the verdict before the first check
 	out     chan<- healthResult
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
-	grid    grid
+	grid    lease.Grid
 }
 
 // run checks every interval until ctx ends and sends each verdict change
@@ -196,9 +210,9 @@ func (r checkRun) run(ctx context.Context) {
 	// An alarm, not a time.Timer: on the grid's beat it fires at the same
 	// kernel instant as the lease's round, in one wake-up (a runtime timer
 	// wakes the process up to a millisecond early, and once more).
-	t := newAlarm()
-	defer t.close()
-	defer context.AfterFunc(ctx, t.close)()
+	t := lease.NewAlarm()
+	defer t.Close()
+	defer context.AfterFunc(ctx, t.Close)()
 	first := true
 	var lastLogged time.Time
 	suppressed := 0
@@ -249,8 +263,8 @@ func (r checkRun) run(ctx context.Context) {
 			}
 		}
 		now := r.now()
-		t.set(r.grid.after(now, r.cfg.interval).Sub(now))
-		if !t.wait() {
+		t.Set(r.grid.After(now, r.cfg.interval).Sub(now))
+		if !t.Wait() {
 			return
 		}
 	}
@@ -264,7 +278,7 @@ type healthChecks struct {
 	ctx     context.Context
 	a       *Agent
 	nextID  uint64
-	running map[string]*checker // by HealthConfig.key
+	running map[string]*checker // by healthCheck.key
 }
 
 // checker is one running health check goroutine.
@@ -292,9 +306,10 @@ func (h *healthChecks) current(r healthResult) bool {
 // apply makes the running checkers match the VIPs' health configurations.
 func (h *healthChecks) apply(vips map[string]*vipState) {
 	groups := map[string][]string{}
-	checks := map[string]*HealthConfig{}
+	checks := map[string]*healthCheck{}
 	for _, v := range vips {
-		if hc := v.cfg.Health; hc != nil {
+		if v.cfg.Health != nil {
+			hc := newHealthCheck(v.cfg.Health)
 			k := hc.key()
 			groups[k] = append(groups[k], v.cfg.Name)
 			checks[k] = hc

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 func TestRiseFall(t *testing.T) {
@@ -60,7 +62,7 @@ func TestHTTPProbe(t *testing.T) {
 		w.WriteHeader(int(code.Load()))
 	}))
 	defer srv.Close()
-	probe, err := newProbe(&HealthConfig{URL: srv.URL + "/readyz"})
+	probe, err := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: srv.URL + "/readyz"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestHTTPProbeKeepsConnection(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	probe, err := newProbe(&HealthConfig{URL: srv.URL + "/readyz", interval: time.Second})
+	probe, err := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: srv.URL + "/readyz"}, interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +118,8 @@ func TestHTTPProbeKeepsConnection(t *testing.T) {
 }
 
 func TestCommandProbe(t *testing.T) {
-	ok, _ := newProbe(&HealthConfig{Command: []string{"true"}})
-	bad, _ := newProbe(&HealthConfig{Command: []string{"sh", "-c", "echo broken; exit 3"}})
+	ok, _ := newProbe(&healthCheck{HealthConfig: config.HealthConfig{Command: []string{"true"}}})
+	bad, _ := newProbe(&healthCheck{HealthConfig: config.HealthConfig{Command: []string{"sh", "-c", "echo broken; exit 3"}}})
 	if err := ok(context.Background()); err != nil {
 		t.Errorf("true: %v", err)
 	}
@@ -137,7 +139,7 @@ func TestSharedHealthCheck(t *testing.T) {
 		}
 		return nil
 	}
-	h := &HealthConfig{Rise: 1, Fall: 1, interval: 5 * time.Millisecond, timeout: time.Second}
+	h := &healthCheck{HealthConfig: config.HealthConfig{Rise: 1, Fall: 1}, interval: 5 * time.Millisecond, timeout: time.Second}
 	out := make(chan healthResult, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -225,7 +227,7 @@ func TestHTTPSProbeServerName(t *testing.T) {
 
 	// Without the CA yet: the check fails and says why, then passes once
 	// the file exists.
-	probe, err := newProbe(&HealthConfig{URL: url, CAFile: caFile, TLSServerName: "kubernetes", interval: time.Second})
+	probe, err := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: url, CAFile: caFile, TLSServerName: "kubernetes"}, interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,14 +241,14 @@ func TestHTTPSProbeServerName(t *testing.T) {
 		t.Errorf("with tls_server_name = kubernetes: %v", err)
 	}
 
-	noName, err := newProbe(&HealthConfig{URL: url, CAFile: caFile, interval: time.Second})
+	noName, err := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: url, CAFile: caFile}, interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := noName(context.Background()); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
 		t.Errorf("without tls_server_name: %v, want the certificate to be refused for 127.0.0.1", err)
 	}
-	wrongName, _ := newProbe(&HealthConfig{URL: url, CAFile: caFile, TLSServerName: "etcd", interval: time.Second})
+	wrongName, _ := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: url, CAFile: caFile, TLSServerName: "etcd"}, interval: time.Second})
 	if err := wrongName(context.Background()); err == nil {
 		t.Errorf("tls_server_name = etcd passed against a certificate for kubernetes")
 	}
@@ -269,7 +271,7 @@ func TestHealthFailureLogged(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		checkRun{id: 1, vips: []string{"a"}, cfg: &HealthConfig{Rise: 1, Fall: 1, interval: time.Millisecond, timeout: time.Second},
+		checkRun{id: 1, vips: []string{"a"}, cfg: &healthCheck{HealthConfig: config.HealthConfig{Rise: 1, Fall: 1}, interval: time.Millisecond, timeout: time.Second},
 			probe: probe, out: out, log: lg, metrics: newMetrics(nil),
 			now: func() time.Time { return time.Unix(0, clock.Load()) }}.run(ctx)
 	}()
@@ -318,7 +320,7 @@ func TestHTTPSProbeCARotation(t *testing.T) {
 	if err := os.WriteFile(caFile, oldCA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	probe, err := newProbe(&HealthConfig{URL: srv.URL, CAFile: caFile, TLSServerName: "kubernetes", interval: time.Second})
+	probe, err := newProbe(&healthCheck{HealthConfig: config.HealthConfig{URL: srv.URL, CAFile: caFile, TLSServerName: "kubernetes"}, interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +350,7 @@ func TestHealthReasonFollowsFailure(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		checkRun{id: 1, vips: []string{"a"}, cfg: &HealthConfig{Rise: 2, Fall: 3, interval: time.Millisecond, timeout: time.Second},
+		checkRun{id: 1, vips: []string{"a"}, cfg: &healthCheck{HealthConfig: config.HealthConfig{Rise: 2, Fall: 3}, interval: time.Millisecond, timeout: time.Second},
 			probe: probe, out: out, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(nil), now: time.Now}.run(ctx)
 	}()
 	var reasons []string

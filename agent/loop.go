@@ -17,7 +17,7 @@ func (a *Agent) loop(ctx, work context.Context) {
 	a.markReady()
 	for {
 		now := a.now()
-		t.Reset(a.grid.after(now, a.nextTick()).Sub(now))
+		t.Reset(a.grid.After(now, a.nextTick()).Sub(now))
 		var req *loopRequest
 		select {
 		case <-ctx.Done():

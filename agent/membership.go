@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // memberInfo is the membership table entry of one node.
@@ -62,9 +64,9 @@ type membership struct {
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
-func memberlistConfig(c *Config) *memberlist.Config {
+func memberlistConfig(c *config.Config) *memberlist.Config {
 	// Failure detection that matters for the VIP is the lease's
-	// (lease.go: a holder's rounds every 100 ms, a holder fenced within
+	// (agent/lease: a holder's rounds every 100 ms, a holder fenced within
 	// 300 ms, a member taken for gone within 400 ms on positive evidence).
 	// memberlist keeps its LAN defaults (a probe a second, a suspicion of
 	// several seconds with Lifeguard), robust on loaded hosts and lossy
@@ -76,14 +78,14 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
 	mc.GossipInterval = 500 * time.Millisecond
 	mc.RetransmitMult = 8
-	if c.Cluster.FailureDetection == "fast" {
+	if c.Cluster.FailureDetection == config.FailureDetectionFast {
 		mc.PushPullInterval = 10 * time.Second
 		mc.TCPTimeout = 2 * time.Second
 	}
 	mc.Name = c.NodeName
-	mc.BindAddr = c.Cluster.bindAddr.String()
+	mc.BindAddr = c.Cluster.BindAddr().String()
 	mc.BindPort = c.Cluster.BindPort
-	mc.AdvertiseAddr = c.Cluster.bindAddr.String()
+	mc.AdvertiseAddr = c.Cluster.BindAddr().String()
 	mc.AdvertisePort = c.Cluster.BindPort
 	// A node that restarts with the same name and a new address may take
 	// its old name back after this long.
@@ -92,13 +94,12 @@ func memberlistConfig(c *Config) *memberlist.Config {
 	// table per packet (most of the idle CPU and garbage) and saves
 	// nothing. Peers still read compressed messages from older versions.
 	mc.EnableCompression = false
-	if c.Cluster.tuneMemberlist != nil {
-		c.Cluster.tuneMemberlist(mc)
-	}
 	return mc
 }
 
-func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time, rejected func(string)) (*membership, error) {
+// newMembership starts memberlist for c. tune, when set, changes
+// memberlist's configuration last (tests that turn gossip and probes off).
+func newMembership(c *config.Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time, rejected func(string), tune func(*memberlist.Config)) (*membership, error) {
 	m := &membership{
 		rejected: rejected,
 		self:     c.NodeName,
@@ -112,6 +113,9 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 	nets := admissionNetworks(c)
 	m.allowed.Store(&nets)
 	mc := memberlistConfig(c)
+	if tune != nil {
+		tune(mc)
+	}
 	mc.Delegate = m
 	mc.Events = m
 	mc.Alive = m
@@ -125,7 +129,7 @@ func newMembership(c *Config, lg *slog.Logger, meta []byte, keyring *memberlist.
 	// vipd's transport: packets and streams from outside the admitted
 	// networks are dropped before memberlist reads them, and the lease's
 	// heartbeats are taken off the port (transport.go).
-	tr, err := newTransport(netip.AddrPortFrom(c.Cluster.bindAddr, uint16(c.Cluster.BindPort)), mc.Logger,
+	tr, err := newTransport(netip.AddrPortFrom(c.Cluster.BindAddr(), uint16(c.Cluster.BindPort)), mc.Logger,
 		&m.allowed, func() { rejected("packet") }, keyring)
 	if err != nil {
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
@@ -163,16 +167,16 @@ func probeBind(addr netip.Addr, port int) error {
 // membership: cluster.allowed_networks when set; otherwise any address when a
 // key_file authenticates members, and without one only this node's bind
 // address and the configured peers' addresses (host names resolved now).
-func admissionNetworks(c *Config) []netip.Prefix {
+func admissionNetworks(c *config.Config) []netip.Prefix {
 	host := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()) }
-	if len(c.Cluster.allowed) > 0 {
-		return append(slices.Clone(c.Cluster.allowed), host(c.Cluster.bindAddr))
+	if len(c.Cluster.AllowedPrefixes()) > 0 {
+		return append(slices.Clone(c.Cluster.AllowedPrefixes()), host(c.Cluster.BindAddr()))
 	}
 	if c.Cluster.KeyFile != "" {
 		return nil
 	}
-	out := []netip.Prefix{host(c.Cluster.bindAddr)}
-	for _, hp := range c.Cluster.peerAddrs {
+	out := []netip.Prefix{host(c.Cluster.BindAddr())}
+	for _, hp := range c.Cluster.PeerAddrs() {
 		h, _, err := net.SplitHostPort(hp)
 		if err != nil {
 			continue
@@ -203,7 +207,7 @@ func (m *membership) admit(n *memberlist.Node) error {
 	if n.Name == m.self {
 		return nil
 	}
-	if !ValidNodeName(n.Name) {
+	if !config.ValidNodeName(n.Name) {
 		m.rejected("name")
 		return fmt.Errorf("invalid node name %q", n.Name)
 	}

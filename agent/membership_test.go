@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // TestMemberlistConfig: memberlist keeps its robust LAN failure detection
@@ -34,8 +36,9 @@ func TestMemberlistConfig(t *testing.T) {
 		{"lan", lan.ProbeInterval, lan.SuspicionMult, 500 * time.Millisecond},
 	} {
 		t.Run(tt.detection, func(t *testing.T) {
-			src := strings.Replace(goodConfig, `rejoin_interval = "10s"`, `rejoin_interval = "10s"`+"\nfailure_detection = \""+tt.detection+"\"", 1)
-			c, err := Parse("m.toml", []byte(src))
+			src := fmt.Sprintf("node_name = \"cp-1\"\n[cluster]\nbind_address = \"192.0.2.11\"\nfailure_detection = %q\n"+
+				"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n", tt.detection)
+			c, err := config.Parse("m.toml", []byte(src))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,9 +197,9 @@ func TestBroadcastQueueKeepsEveryNode(t *testing.T) {
 // allowed_networks, and a node is admitted only with a valid name, an
 // address in them and metadata that decodes.
 func TestAdmission(t *testing.T) {
-	parse := func(cluster string) *Config {
+	parse := func(cluster string) *config.Config {
 		t.Helper()
-		c, err := Parse("a.toml", []byte("node_name = \"cp-1\"\n[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\", \"192.0.2.13:7947\"]\n"+cluster+
+		c, err := config.Parse("a.toml", []byte("node_name = \"cp-1\"\n[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\", \"192.0.2.13:7947\"]\n"+cluster+
 			"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n"))
 		if err != nil {
 			t.Fatal(err)
@@ -267,17 +270,17 @@ func TestMetadataPushed(t *testing.T) {
 	for i, name := range []string{"cp-1", "cp-2"} {
 		src := fmt.Sprintf("node_name = %q\nstate_dir = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\npeers = [\"127.0.0.1:%d\"]\n"+
 			"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n", name, t.TempDir(), ports[i], ports[1-i])
-		c, err := Parse(name+".toml", []byte(src))
+		c, err := config.Parse(name+".toml", []byte(src))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Cluster.tuneMemberlist = func(mc *memberlist.Config) {
+		quiet := func(mc *memberlist.Config) {
 			mc.GossipInterval = time.Hour
 			mc.ProbeInterval = time.Hour
 			mc.PushPullInterval = time.Hour
 		}
 		meta, _ := NodeMeta{Valid: true}.Encode()
-		m, err := newMembership(c, slog.New(slog.NewTextHandler(io.Discard, nil)), meta, nil, time.Now, func(string) {})
+		m, err := newMembership(c, slog.New(slog.NewTextHandler(io.Discard, nil)), meta, nil, time.Now, func(string) {}, quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +297,7 @@ func TestMetadataPushed(t *testing.T) {
 	seen := func(want NodeMeta) bool {
 		for _, n := range ms[1].snapshot() {
 			if n.Name == "cp-1" {
-				return n.Meta.Withdrawn == want.Withdrawn && n.Meta.VIPs[vipKey("a")].Held == want.VIPs[vipKey("a")].Held
+				return n.Meta.Withdrawn == want.Withdrawn && n.Meta.VIPs[config.VIPKey("a")].Held == want.VIPs[config.VIPKey("a")].Held
 			}
 		}
 		return false
@@ -309,7 +312,7 @@ func TestMetadataPushed(t *testing.T) {
 			t.Fatalf("cp-1 never saw cp-2 join: %+v", ms[0].snapshot())
 		}
 	}
-	held := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{vipKey("a"): {Healthy: true, Held: true}}}
+	held := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{config.VIPKey("a"): {Healthy: true, Held: true}}}
 	b, err := held.Encode()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // metrics are the agent's Prometheus metrics, in a registry of its own (no
@@ -176,7 +178,7 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 		m.healthUp.WithLabelValues(name).Set(b2f(v.healthy))
 		holders := 0
 		for _, mb := range view {
-			if mb.State <= StateSuspect && mb.Meta.VIP(vipKey(name)).Held {
+			if mb.State <= StateSuspect && mb.Meta.VIP(config.VIPKey(name)).Held {
 				holders++
 			}
 		}
@@ -193,14 +195,14 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 	}
 	m.quorum.Set(b2f(quorum))
 	m.withdrawn.Set(b2f(a.st.withdrawn))
-	m.fenced.Set(b2f(a.st.fenced))
+	m.fenced.Set(b2f(a.st.fence.Fenced()))
 	switch ls := a.st.lease; {
-	case !ls.required:
+	case !ls.Required():
 		m.fenceAge.Set(0)
-	case ls.evidence.IsZero():
+	case ls.Evidence().IsZero():
 		m.fenceAge.Set(-1)
 	default:
-		m.fenceAge.Set(a.now().Sub(ls.evidence).Seconds())
+		m.fenceAge.Set(a.now().Sub(ls.Evidence()).Seconds())
 	}
 	since := 0.0
 	if a.st.withdrawn && !a.st.withdrawnSince.IsZero() {
@@ -214,7 +216,7 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 func (a *Agent) setVIPInfo() {
 	a.metrics.vipInfo.Reset()
 	for name, v := range a.st.vips {
-		a.metrics.vipInfo.WithLabelValues(name, v.cfg.addr.String(), v.cfg.Mode, v.cfg.Announce).Set(1)
+		a.metrics.vipInfo.WithLabelValues(name, v.cfg.Addr().String(), v.cfg.Mode, v.cfg.Announce).Set(1)
 	}
 	for _, name := range a.metrics.knownVIPs {
 		if _, ok := a.st.vips[name]; !ok {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
 )
 
 // observeLinks reads the link state of every L2 VIP's interface (once per
@@ -17,7 +18,7 @@ func (a *Agent) observeLinks(names []string) {
 	for _, name := range names {
 		v := a.st.vips[name]
 		down := false
-		if v.cfg.Mode == ModeL2 {
+		if v.cfg.Mode == config.ModeL2 {
 			up, seen := links[v.cfg.Interface]
 			if !seen {
 				up = a.opts.LinkUp(v.cfg.Interface)
@@ -82,7 +83,7 @@ const verifyEvery = time.Second
 // interface is gone, the kernel refuses) is released and this node marks
 // itself unable to carry it until its retry, so a peer takes over.
 func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, event bool) {
-	if !event && now.Before(a.grid.after(a.st.lastVerify, verifyEvery)) {
+	if !event && now.Before(a.grid.After(a.st.lastVerify, verifyEvery)) {
 		return
 	}
 	a.st.lastVerify = now
@@ -93,7 +94,7 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 			continue
 		}
 		vctx, cancel := withTimeout(ctx)
-		present, err := ver.Verify(vctx, v.cfg.addr)
+		present, err := ver.Verify(vctx, v.cfg.Addr())
 		cancel()
 		if err != nil {
 			a.log.Warn("verify VIP", "vip", name, "err", err)
@@ -103,10 +104,10 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 			continue
 		}
 		a.metrics.repairs.WithLabelValues(name).Inc()
-		a.log.Warn("held VIP missing from the network; announcing it again", "vip", name, "address", v.cfg.addr, "interface", v.cfg.Interface)
+		a.log.Warn("held VIP missing from the network; announcing it again", "vip", name, "address", v.cfg.Addr(), "interface", v.cfg.Interface)
 		a.events.publish(&apipb.Event{Kind: "drift", Vip: name, Node: a.self, Message: "VIP address or route was removed behind vipd's back; announced again"})
 		actx, cancel := withTimeout(ctx)
-		err = v.ann.Announce(actx, v.cfg.addr)
+		err = v.ann.Announce(actx, v.cfg.Addr())
 		cancel()
 		if err == nil {
 			continue
@@ -114,7 +115,6 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 		a.metrics.announceErrors.WithLabelValues(name, "repair").Inc()
 		a.log.Error("cannot put the VIP back; releasing it so a peer takes over", "vip", name, "err", err)
 		a.release(ctx, v, "cannot announce it again: "+err.Error())
-		v.backoff = min(max(2*v.backoff, time.Second), 30*time.Second)
-		v.retryAt, v.failing = now.Add(v.backoff), true
+		v.fail(now)
 	}
 }

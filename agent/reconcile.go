@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // reconcile is one pass of the loop: it reads the world (links, the
@@ -19,15 +22,16 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
 	members := a.forgetRemoved(a.members.snapshot())
-	q := hasQuorum(a.self, a.cache.get(), members, a.lease.recentlyHeard(), c.Cluster.RequireQuorum)
-	a.lease.setBase(q.base, q.required, members, a.st.driving)
-	if !slices.Equal(q.heardOnly, a.st.heardOnly) {
-		if len(q.heardOnly) > 0 {
-			a.log.Info("membership says dead but the lease hears them: counted alive for quorum", "members", q.heardOnly)
+	q := hasQuorum(a.self, a.cache.get(), members, a.lease.RecentlyHeard(), c.Cluster.RequireQuorum)
+	addrs := memberAddrs(members)
+	a.lease.SetBase(q.Base, q.Required, addrs, a.st.fence.Driving())
+	if !slices.Equal(q.HeardOnly, a.st.heardOnly) {
+		if len(q.HeardOnly) > 0 {
+			a.log.Info("membership says dead but the lease hears them: counted alive for quorum", "members", q.HeardOnly)
 		}
-		a.st.heardOnly = q.heardOnly
+		a.st.heardOnly = q.HeardOnly
 	}
-	a.observeLease(a.lease.state(), now)
+	a.observeLease(a.lease.State(), now)
 
 	names := a.vipNames()
 	wantDrive := false // a VIP wants a fence: this node drives lease rounds
@@ -62,23 +66,21 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 
 	for _, v := range a.st.vips {
-		if v.held && v.cfg.Announce != "all" {
+		if v.held && v.cfg.Announce != config.AnnounceAll {
 			wantDrive = true
 		}
 	}
-	if a.st.fenced {
-		wantDrive = true // its rounds bring the evidence that unfences it
-	}
-	if wantDrive != a.st.driving {
-		a.st.driving, a.st.drivingSince = wantDrive, now
-		a.lease.setBase(q.base, q.required, members, wantDrive)
+	// A fenced node drives whatever it wants: its rounds bring the
+	// evidence that unfences it.
+	if a.st.fence.SetDriving(wantDrive, now) {
+		a.lease.SetBase(q.Base, q.Required, addrs, a.st.fence.Driving())
 	}
 
-	if !q.ok && q.required {
-		a.logQuorumOnce(q.alive, q.known)
+	if !q.OK && q.Required {
+		a.logQuorumOnce(q.Alive, q.Known)
 	} else {
 		if a.st.quorumLogged {
-			a.log.Info("quorum regained", "alive", q.alive, "known", q.known)
+			a.log.Info("quorum regained", "alive", q.Alive, "known", q.Known)
 			a.st.quorumRegained = now
 			a.kickRejoin()
 		}
@@ -90,7 +92,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	} else {
 		a.log.Error("encode metadata", "err", err)
 	}
-	a.updateMetrics(members, view, q.ok)
+	a.updateMetrics(members, view, q.OK)
 	a.updateCache(members)
 	a.checkWaiters(view, now)
 	a.notifyStatus()
@@ -98,24 +100,24 @@ func (a *Agent) reconcile(ctx context.Context) {
 }
 
 // decideInput gathers decide's input for one VIP.
-func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) decideInput {
+func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quorum) decideInput {
 	c := a.st.cfg
 	in := decideInput{
 		Now:            a.now(),
 		Self:           a.self,
 		VIP:            v.cfg.Name,
-		AnnounceAll:    v.cfg.Announce == "all",
-		L2:             v.cfg.Mode == ModeL2,
+		AnnounceAll:    v.cfg.Announce == config.AnnounceAll,
+		L2:             v.cfg.Mode == config.ModeL2,
 		Election:       res,
 		View:           view,
-		Quorum:         q.ok,
-		Alive:          q.alive,
-		Known:          q.known,
+		Quorum:         q.OK,
+		Alive:          q.Alive,
+		Known:          q.Known,
 		QuorumRegained: a.st.quorumRegained,
 		Planned:        a.st.withdrawn || a.st.shuttingDown,
-		Fenced:         a.st.fenced,
-		AwaitFence:     a.st.lease.required && !a.st.lease.canHold,
-		HandoffTimeout: c.Cluster.handoffTimeout,
+		Fenced:         a.st.fence.Fenced(),
+		AwaitFence:     a.st.lease.Required() && !a.st.lease.CanHold(),
+		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		Held:           v.held,
 		Down:           v.down,
 		DownIface:      v.cfg.Interface,
@@ -128,8 +130,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q quorum) de
 		LastEligible:   v.lastEligible,
 		SettleStarted:  v.settleStarted,
 	}
-	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == ModeBGP && c.BGP != nil {
-		in.Drain = c.BGP.gracefulShutdown
+	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == config.ModeBGP && c.BGP != nil {
+		in.Drain = c.BGP.GracefulShutdownDuration()
 	}
 	return in
 }
@@ -145,9 +147,10 @@ func (a *Agent) vipNames() []string {
 }
 
 // view is the election's input: every member, with this node's entry taken
-// from its own current state rather than from gossip, and members whose
-// lease expired on positive evidence (lease.go) counted as dead before
-// memberlist's slower failure detection says so.
+// from its own current state rather than from gossip, and what the lease's
+// evidence makes of the others (lease.State.View: gone on positive
+// evidence before memberlist's slower failure detection says so, heard a
+// moment ago whatever gossip says).
 func (a *Agent) view(members []memberInfo) []Member {
 	out := make([]Member, 0, len(members)+1)
 	for _, m := range members {
@@ -159,43 +162,69 @@ func (a *Agent) view(members []memberInfo) []Member {
 	return append(out, Member{Name: a.self, State: StateAlive, Meta: a.localMeta()})
 }
 
-// viewMember is one other member as the election sees it:
-//   - gone for the lease (positive evidence that its fence expired), unless
-//     membership saw it change since (it restarted, or rejoined, and says so
-//     in its metadata): dead;
-//   - heard again after it was gone, but with metadata from before that:
-//     holding nothing. Its fence had expired, so it released; what it said
-//     about holding before is stale until its current metadata arrives.
-//     Believing it would make the node that took over release to it ("the
-//     highest ranked holder wins") and leave the VIP dark until it claims
-//     again, after a heal;
-//   - dead for membership but heard by the lease less than Claim ago:
-//     suspect (alive for the election). A node back from a partition
-//     gossips the deaths it concluded while cut off, and a holder whose
-//     incarnation did not change in the meantime is dead for every node
-//     that believes it, until it refutes, a few milliseconds later. Taken
-//     for dead, the others would elect a new owner and claim at once (they
-//     have been eligible all along): two holders, and a move with preempt
-//     off. Its heartbeat is direct evidence; the gossip is hearsay. A
-//     member that left is not overridden: it said so itself.
-func viewMember(m memberInfo, ls leaseState) Member {
+// viewMember is one other member as the election sees it: membership's
+// view, with the lease's verdict on it applied (applyVerdict).
+func viewMember(m memberInfo, ls lease.State) Member {
+	return applyVerdict(m, ls.View(lease.Member{
+		Name: m.Name, Alive: m.State == StateAlive || m.State == StateSuspect, Dead: m.State == StateDead,
+		Since: m.Since, MetaSince: m.MetaSince,
+	}))
+}
+
+// applyVerdict is m with the lease's verdict applied: alive (suspect) or
+// dead against membership's view, and holding nothing when what it
+// published about holding is stale (its metadata is not changed).
+func applyVerdict(m memberInfo, v lease.Verdict) Member {
 	st, meta := m.State, m.Meta
-	at, gone := ls.expired[m.Name]
-	if st == StateDead && ls.heard[m.Name] && !gone {
+	switch {
+	case v.Alive:
 		st = StateSuspect
-	}
-	if gone && st <= StateSuspect && !m.Since.After(at) {
+	case v.Dead:
 		st = StateDead
 	}
-	if at, was := ls.lastGone[m.Name]; was && !m.MetaSince.After(at) && len(meta.VIPs) > 0 {
+	if v.StaleHolds && len(meta.VIPs) > 0 {
 		vips := make(map[uint32]VIPMeta, len(meta.VIPs))
-		for k, v := range meta.VIPs {
-			v.Held = false
-			vips[k] = v
+		for k, vm := range meta.VIPs {
+			vm.Held = false
+			vips[k] = vm
 		}
 		meta.VIPs = vips
 	}
 	return Member{Name: m.Name, State: st, Meta: meta}
+}
+
+// hasQuorum counts this node's quorum (lease.CountQuorum): the quorum base
+// is this node, every member membership shows, in any state, and every
+// cached peer; alive are the members membership says are alive or
+// suspect, and those it says are dead while the lease heard them a moment
+// ago (heard: lease.Runner.RecentlyHeard).
+func hasQuorum(self string, cached []CachedPeer, members []memberInfo, heard []string, require *bool) lease.Quorum {
+	var known, alive, dead []string
+	for _, p := range cached {
+		known = append(known, p.Name)
+	}
+	for _, m := range members {
+		known = append(known, m.Name)
+		switch m.State {
+		case StateAlive, StateSuspect:
+			alive = append(alive, m.Name)
+		case StateDead:
+			dead = append(dead, m.Name)
+		}
+	}
+	return lease.CountQuorum(self, known, alive, dead, heard, require)
+}
+
+// memberAddrs are the members' membership addresses, for the lease's
+// heartbeats and probes.
+func memberAddrs(members []memberInfo) map[string]netip.AddrPort {
+	out := make(map[string]netip.AddrPort, len(members))
+	for _, m := range members {
+		if ap, err := netip.ParseAddrPort(m.Address); err == nil {
+			out[m.Name] = ap
+		}
+	}
+	return out
 }
 
 func (a *Agent) logQuorumOnce(alive, known int) {
@@ -206,38 +235,17 @@ func (a *Agent) logQuorumOnce(alive, known int) {
 	}
 }
 
-// observeLease records the lease's state for the pass, and logs and
-// publishes changes of this node's fence and of the members gone. A node is
-// fenced when it drives rounds (it holds, or is about to claim) and has had
-// no majority evidence for the release time; it stays fenced until it has
-// fresh evidence again.
-func (a *Agent) observeLease(ls leaseState, now time.Time) {
+// observeLease records the lease's state for the pass, moves this node's
+// fence (lease.Fence), and logs and publishes the changes of the fence and
+// of the members gone.
+func (a *Agent) observeLease(ls lease.State, now time.Time) {
 	old := a.st.lease
 	a.st.lease = ls
-	wasFenced := a.st.fenced
-	release := a.lease.tr.cfg.Release
-	switch {
-	case !ls.required || ls.canHold:
-		a.st.fenced = false
-	case a.st.fenced:
-		// A fenced node stays fenced (and keeps driving rounds, so that
-		// the answers that end it can come) until a majority hears it
-		// again. Were it to unfence as soon as it released, it would elect
-		// itself again (to itself it is still the best node), drive, fence
-		// and so on, and its metadata would flicker between fenced and
-		// not: the others, who may still hear it (only its incoming
-		// traffic lost), would never see it fenced long enough to take
-		// over.
-	case a.st.driving && a.holdsAny():
-		a.st.fenced = true // a holder never holds without evidence
-	case a.st.driving && now.Sub(a.st.drivingSince) >= release:
-		a.st.fenced = true
-	}
-	if a.st.fenced != wasFenced {
-		if a.st.fenced {
+	if a.st.fence.Observe(ls, a.holdsAny(), now) {
+		if a.st.fence.Fenced() {
 			age := "never"
-			if !ls.evidence.IsZero() {
-				age = a.now().Sub(ls.evidence).Round(time.Millisecond).String()
+			if !ls.Evidence().IsZero() {
+				age = a.now().Sub(ls.Evidence()).Round(time.Millisecond).String()
 			}
 			a.log.Warn("fenced: no majority of the known members confirmed hearing this node recently; holding no VIP", "evidence_age", age)
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fenced: no majority evidence for " + age})
@@ -251,11 +259,9 @@ func (a *Agent) observeLease(ls leaseState, now time.Time) {
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}
 	}
-	for n := range ls.expired {
-		if _, was := old.expired[n]; !was {
-			a.log.Info("member gone (lease expired)", "member", n)
-			a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
-		}
+	for _, n := range ls.GoneSince(old) {
+		a.log.Info("member gone (lease expired)", "member", n)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
 	}
 }
 

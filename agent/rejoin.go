@@ -71,7 +71,7 @@ func (a *Agent) joinAll(addrs []string) int {
 // alive members, so a node cut off for a while comes back by itself.
 func (a *Agent) rejoinLoop(ctx context.Context) {
 	var interval time.Duration
-	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.rejoinInterval }); err != nil {
+	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.RejoinIntervalDuration() }); err != nil {
 		return
 	}
 	t := time.NewTicker(interval)
@@ -169,77 +169,4 @@ func nextPeerCache(self string, cached []CachedPeer, members []memberInfo) []Cac
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// quorum is hasQuorum's answer.
-type quorum struct {
-	ok       bool // a majority is alive, or quorum is not required
-	required bool
-	alive    int
-	known    int
-	base     []string // the known members' names, sorted, this node included
-	// heardOnly are the members counted alive only because the lease
-	// heard them (membership says dead), sorted.
-	heardOnly []string
-}
-
-// hasQuorum reports whether this node sees a majority of the known members,
-// and whether quorum is required at all (explicitly, or by default once 3
-// or more members are known).
-//
-// The known members are the quorum base: this node, every member seen and
-// every cached peer, including members that died or left gracefully. As
-// with etcd, a stopped member stays in the base until it is removed for good
-// (`vipctl forget NODE` on every node): with 2 of 3 alive there is quorum,
-// with 1 of 3 there is none, so two survivors split by a partition cannot
-// both hold a VIP. A new member (a control-plane node joining) enters the
-// base when it joins.
-//
-// A member counts as alive when membership says alive or suspect, or when
-// heard names it: the lease heard its heartbeat a moment ago (leaseRunner's
-// recentlyHeard). Membership can declare a live member dead for a moment:
-// a node back from a partition gossips the deaths it concluded while cut
-// off, every node that knew the member at that incarnation believes it
-// until the member refutes it, a few milliseconds later. A holder that
-// counted only membership lost quorum for those milliseconds and released,
-// and with nobody holding the VIP went to the highest ranked node, the one
-// just back: a second outage and a move with preempt off. A heartbeat just
-// received is direct evidence; gossip is hearsay. heard overrides only
-// "dead": a member that left said so itself (its last heartbeats may still
-// be recent), and names membership does not show as members do not count.
-func hasQuorum(self string, cached []CachedPeer, members []memberInfo, heard []string, require *bool) quorum {
-	knownSet := map[string]bool{self: true}
-	for _, p := range cached {
-		knownSet[p.Name] = true
-	}
-	aliveSet := map[string]bool{self: true}
-	dead := map[string]bool{}
-	for _, m := range members {
-		knownSet[m.Name] = true
-		switch m.State {
-		case StateAlive, StateSuspect:
-			aliveSet[m.Name] = true
-		case StateDead:
-			dead[m.Name] = true
-		}
-	}
-	var heardOnly []string
-	for _, n := range heard {
-		if dead[n] {
-			aliveSet[n] = true
-			heardOnly = append(heardOnly, n)
-		}
-	}
-	sort.Strings(heardOnly)
-	q := quorum{known: len(knownSet), alive: len(aliveSet), heardOnly: heardOnly}
-	for n := range knownSet {
-		q.base = append(q.base, n)
-	}
-	sort.Strings(q.base)
-	q.required = q.known >= 3
-	if require != nil {
-		q.required = *require
-	}
-	q.ok = !q.required || q.alive*2 > q.known
-	return q
 }

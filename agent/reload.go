@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // reload re-reads the configuration file (SIGHUP). An invalid file keeps
@@ -12,9 +14,9 @@ import (
 // their verdicts: reloading never moves a VIP by itself.
 func (a *Agent) reload(ctx context.Context) {
 	old := a.st.cfg
-	c, err := Load(old.Path)
+	c, err := config.Load(old.Path)
 	if err != nil {
-		var ce *ConfigError
+		var ce *config.ConfigError
 		if errors.As(err, &ce) {
 			for _, p := range ce.Problems {
 				a.log.Error("reload refused, keeping running configuration", "problem", p.Error())
@@ -34,13 +36,8 @@ func (a *Agent) reload(ctx context.Context) {
 			a.log.Info("membership keys rotated from key_file", "keys", len(a.keyring.GetKeys()))
 		}
 	}
-	if c.NodeName != old.NodeName || c.Cluster.BindAddress != old.Cluster.BindAddress ||
-		c.Cluster.BindPort != old.Cluster.BindPort || c.Cluster.FailureDetection != old.Cluster.FailureDetection ||
-		c.Cluster.KeyFile != old.Cluster.KeyFile || c.StateDir != old.StateDir || c.API != old.API {
+	if c.KeepRestartSettings(old) {
 		a.log.Warn("reload: node_name, state_dir, [api], cluster bind address/port, failure_detection and the key_file path (turning encryption on or off) take effect after a restart; edits to the key_file's keys apply now")
-		c.NodeName, c.StateDir, c.API = old.NodeName, old.StateDir, old.API
-		c.Cluster.BindAddress, c.Cluster.BindPort, c.Cluster.bindAddr = old.Cluster.BindAddress, old.Cluster.BindPort, old.Cluster.bindAddr
-		c.Cluster.FailureDetection, c.Cluster.KeyFile = old.Cluster.FailureDetection, old.Cluster.KeyFile
 	}
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
@@ -49,10 +46,11 @@ func (a *Agent) reload(ctx context.Context) {
 		return
 	}
 	a.st.cfg = c
-	a.peers.Store(&c.Cluster.peerAddrs)
+	peers := c.Cluster.PeerAddrs()
+	a.peers.Store(&peers)
 	a.members.setAllowed(admissionNetworks(c))
 	if a.opts.LogLevel != nil {
-		a.opts.LogLevel.Set(c.logLevel())
+		a.opts.LogLevel.Set(c.Level())
 	}
 	if err := a.setupVIPs(ctx, c); err != nil {
 		a.log.Error("reload: set up VIPs", "err", err)

@@ -11,8 +11,8 @@ import (
 )
 
 // TestReload: SIGHUP with a valid file applies it (a new VIP is elected and
-// held; a removed one is released); an invalid file keeps the running
-// configuration.
+// held; a removed one is released); an invalid file is refused, every
+// problem logged at its place, and the running configuration stays.
 func TestReload(t *testing.T) {
 	c := newTestCluster(t, "solo")
 	c.start("solo")
@@ -36,7 +36,9 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.nodes["solo"].agent.Reload()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 5*time.Second, "invalid file refused", func() bool {
+		return c.log.count("reload refused, keeping running configuration", path+":", `invalid address \"192.0.2.300\"`) > 0
+	})
 	st, err := c.client("solo").Status(t.Context(), &apipb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // Run runs the agent until ctx ends, then hands its VIPs off (bounded by
@@ -89,14 +92,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.members = ml
 	a.goroutines.Go(func() { ml.runPublisher(bg) })
-	a.lease = newLeaseRunner(a.self, leaseConfigFor(c.Cluster.FailureDetection), a.grid, a.now, ml.sendHeartbeat, a.wakeLoop)
-	ml.setOnHeartbeat(a.lease.receive)
-	a.goroutines.Go(func() { a.lease.run(bg, &a.goroutines) })
+	a.lease = lease.NewRunner(lease.Config{Self: a.self, Timers: leaseTimers(c.Cluster.FailureDetection), Grid: a.grid, Now: a.now,
+		Send: ml.sendHeartbeat, Wake: a.wakeLoop, ValidName: config.ValidNodeName})
+	ml.setOnHeartbeat(a.lease.Receive)
+	a.goroutines.Go(func() { a.lease.Run(bg) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
 	q := hasQuorum(a.self, a.cache.get(), members, nil, c.Cluster.RequireQuorum)
-	a.lease.setBase(q.base, q.required, members, false)
-	a.st.lease = a.lease.state()
+	a.lease.SetBase(q.Base, q.Required, memberAddrs(members), false)
+	a.st.lease = a.lease.State()
 	a.publishSnapshot(members, a.view(members), q)
 
 	api, err := a.serveAPI(bg)
@@ -121,7 +125,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.goroutines.Go(func() { a.watchLinks(bg) })
 	}
 
-	a.joinAll(rejoinTargets(a.self, a.cache.get(), c.Cluster.peerAddrs, nil))
+	a.joinAll(rejoinTargets(a.self, a.cache.get(), c.Cluster.PeerAddrs(), nil))
 	a.goroutines.Go(func() { a.rejoinLoop(bg) })
 
 	a.loop(ctx, bg)
@@ -153,27 +157,27 @@ func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, 
 	for {
 		// memberlist reports bind errors as text; try the port first to
 		// tell "not configured yet" from "in use".
-		err := probeBind(c.Cluster.bindAddr, c.Cluster.BindPort)
+		err := probeBind(c.Cluster.BindAddr(), c.Cluster.BindPort)
 		var ml *membership
 		if err == nil {
 			ml, err = newMembership(c, a.log, meta, a.keyring, a.now, func(reason string) {
 				a.metrics.rejected.WithLabelValues(reason).Inc()
-			})
+			}, nil)
 		}
 		switch {
 		case err == nil:
 			if waiting {
-				a.log.Info("cluster.bind_address is configured now", "address", c.Cluster.bindAddr)
+				a.log.Info("cluster.bind_address is configured now", "address", c.Cluster.BindAddr())
 			}
 			return ml, nil
 		case errors.Is(err, syscall.EADDRINUSE):
-			return nil, fmt.Errorf("membership port %d on %s is in use by another process: find it with 'ss -ltnup sport = :%d', stop it, or set cluster.bind_port", c.Cluster.BindPort, c.Cluster.bindAddr, c.Cluster.BindPort)
+			return nil, fmt.Errorf("membership port %d on %s is in use by another process: find it with 'ss -ltnup sport = :%d', stop it, or set cluster.bind_port", c.Cluster.BindPort, c.Cluster.BindAddr(), c.Cluster.BindPort)
 		case !errors.Is(err, syscall.EADDRNOTAVAIL):
 			return nil, err
 		}
 		if !waiting {
 			waiting = true
-			msg := fmt.Sprintf("waiting for cluster.bind_address %s to be configured on an interface", c.Cluster.bindAddr)
+			msg := fmt.Sprintf("waiting for cluster.bind_address %s to be configured on an interface", c.Cluster.BindAddr())
 			a.log.Warn(msg)
 			a.opts.Notify("STATUS=" + msg)
 		}
@@ -197,9 +201,9 @@ func (a *Agent) shutdown(ctx context.Context) {
 	a.opts.Notify("STOPPING=1")
 	a.st.shuttingDown = true
 	c := a.st.cfg
-	limit := c.Cluster.handoffTimeout
+	limit := c.Cluster.HandoffTimeoutDuration()
 	if c.BGP != nil {
-		limit += c.BGP.gracefulShutdown
+		limit += c.BGP.GracefulShutdownDuration()
 	}
 	deadline := a.now().Add(limit)
 	a.log.Info("shutting down: handing VIPs off", "timeout", limit)
@@ -251,7 +255,7 @@ func (a *Agent) holdsAny() bool {
 // setupVIPs builds the VIP states of c, keeping the state of every VIP whose
 // address, mode and interface are unchanged, and releasing VIPs that are
 // removed or changed.
-func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
+func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 	next := map[string]*vipState{}
 	for _, vc := range c.VIPs {
 		ann, err := a.backends.Announcer(vc)
@@ -259,7 +263,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 			return fmt.Errorf("vip %s: %w", vc.Name, err)
 		}
 		st := a.st.vips[vc.Name]
-		if st == nil || st.cfg.addr != vc.addr || st.cfg.Mode != vc.Mode || st.cfg.Interface != vc.Interface {
+		if st == nil || st.cfg.Addr() != vc.Addr() || st.cfg.Mode != vc.Mode || st.cfg.Interface != vc.Interface {
 			if st != nil && st.held {
 				a.release(ctx, st, "configuration changed")
 			}
@@ -281,7 +285,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 	a.setVIPInfo()
 	ifaces := map[string]bool{}
 	for _, v := range next {
-		if v.cfg.Mode == ModeL2 {
+		if v.cfg.Mode == config.ModeL2 {
 			ifaces[v.cfg.Interface] = true
 		}
 	}
@@ -291,15 +295,23 @@ func (a *Agent) setupVIPs(ctx context.Context, c *Config) error {
 
 // localMeta is what this node advertises now.
 func (a *Agent) localMeta() NodeMeta {
-	fenced := a.st.fenced
+	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
 		Removed: a.st.decommissioned, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
-		down := v.down || v.failing || (fenced && v.cfg.Announce != "all")
+		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}
 		if vm.Healthy || vm.Held || vm.Down {
-			m.VIPs[vipKey(v.cfg.Name)] = vm
+			m.VIPs[config.VIPKey(v.cfg.Name)] = vm
 		}
 	}
 	return m
+}
+
+// leaseTimers are the lease's timers of a failure_detection mode.
+func leaseTimers(mode string) lease.Timers {
+	if mode == config.FailureDetectionLAN {
+		return lease.LANTimers()
+	}
+	return lease.FastTimers()
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // TestStartWaitsForBindAddress: a bind address that is not configured on
@@ -21,7 +23,7 @@ func TestStartWaitsForBindAddress(t *testing.T) {
 	dir := t.TempDir()
 	text := "node_name = \"boot\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n[api]\nsocket = \"" + filepath.Join(dir, "api.sock") +
 		"\"\n[cluster]\nbind_address = \"192.0.2.99\"\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n"
-	cfg, err := Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
+	cfg, err := config.Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // State file names inside state_dir.
@@ -101,7 +103,7 @@ func loadPeerCache(dir string) ([]CachedPeer, error) {
 // address.
 func validCachedPeer(p CachedPeer) bool {
 	ap, err := netip.ParseAddrPort(p.Address)
-	return ValidNodeName(p.Name) && err == nil && ap.Port() != 0 && !ap.Addr().IsUnspecified()
+	return config.ValidNodeName(p.Name) && err == nil && ap.Port() != 0 && !ap.Addr().IsUnspecified()
 }
 
 // savePeerCache writes the cache atomically: a reader sees the old or the
@@ -264,7 +266,7 @@ func loadRecorded(dir string) ([]CleanupTarget, error) {
 	var out []CleanupTarget
 	for _, r := range f.Addresses {
 		a, err := netip.ParseAddr(r.Address)
-		if err != nil || !validIfName(r.Interface) || r.Interface == "" {
+		if err != nil || !config.ValidInterface(r.Interface) {
 			continue
 		}
 		out = append(out, CleanupTarget{VIP: r.VIP, Interface: r.Interface, Addr: a.Unmap()})

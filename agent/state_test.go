@@ -10,11 +10,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 func TestMetaRoundTrip(t *testing.T) {
 	in := NodeMeta{Valid: true, Withdrawn: true, Leaving: true, VIPs: map[uint32]VIPMeta{
-		vipKey("a"): {Healthy: true}, vipKey("b"): {Held: true}, vipKey("c"): {Healthy: true, Held: true},
+		config.VIPKey("a"): {Healthy: true}, config.VIPKey("b"): {Held: true}, config.VIPKey("c"): {Healthy: true, Held: true},
 	}}
 	b, err := in.Encode()
 	if err != nil {
@@ -24,7 +26,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out.Valid || !out.Withdrawn || !out.Leaving || len(out.VIPs) != 3 || out.VIP(vipKey("c")) != (VIPMeta{Healthy: true, Held: true}) || out.VIP(vipKey("b")) != (VIPMeta{Held: true}) {
+	if !out.Valid || !out.Withdrawn || !out.Leaving || len(out.VIPs) != 3 || out.VIP(config.VIPKey("c")) != (VIPMeta{Healthy: true, Held: true}) || out.VIP(config.VIPKey("b")) != (VIPMeta{Held: true}) {
 		t.Errorf("round trip: %+v", out)
 	}
 	b2, _ := out.Encode()
@@ -35,12 +37,12 @@ func TestMetaRoundTrip(t *testing.T) {
 
 func TestMetaFitsMaxVIPs(t *testing.T) {
 	m := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{}}
-	for i := 0; i < MaxVIPs; i++ {
+	for i := 0; i < config.MaxVIPs; i++ {
 		m.VIPs[uint32(i)] = VIPMeta{Healthy: true, Held: true}
 	}
 	b, err := m.Encode()
 	if err != nil || len(b) > 512 {
-		t.Fatalf("%d VIPs: %d bytes, %v", MaxVIPs, len(b), err)
+		t.Fatalf("%d VIPs: %d bytes, %v", config.MaxVIPs, len(b), err)
 	}
 	for i := 0; i < 3; i++ {
 		m.VIPs[uint32(9000+i)] = VIPMeta{Held: true}
@@ -83,7 +85,7 @@ func metaV2(m NodeMeta) []byte {
 // ignored.
 func TestDecodeMetaNewerVersion(t *testing.T) {
 	want := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{
-		vipKey("a"): {Healthy: true}, vipKey("b"): {Held: true, Healthy: true}, vipKey("c"): {Down: true},
+		config.VIPKey("a"): {Healthy: true}, config.VIPKey("b"): {Held: true, Healthy: true}, config.VIPKey("c"): {Down: true},
 	}}
 	got, err := DecodeMeta(metaV2(want))
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"unicode"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 )
 
 // statusSnapshot is what the loop publishes after every pass for the API:
@@ -21,7 +23,7 @@ type statusSnapshot struct {
 	version   string
 	address   string // this node's membership address
 	withdrawn bool
-	quorum    quorum
+	quorum    lease.Quorum
 	members   []memberInfo
 	view      []Member
 	vips      []vipSnapshot
@@ -39,22 +41,22 @@ type vipSnapshot struct {
 }
 
 // publishSnapshot stores the status of this pass for the API.
-func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
+func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q lease.Quorum) {
 	c := a.st.cfg
 	s := &statusSnapshot{
 		node:      a.self,
 		version:   a.opts.Version,
-		address:   net.JoinHostPort(c.Cluster.bindAddr.String(), strconv.Itoa(c.Cluster.BindPort)),
+		address:   net.JoinHostPort(c.Cluster.BindAddr().String(), strconv.Itoa(c.Cluster.BindPort)),
 		withdrawn: a.st.withdrawn,
 		quorum:    q,
 		members:   members,
 		view:      view,
-		fence:     a.st.lease.fenceStatus(a.lease.tr.cfg, a.now()),
+		fence:     fenceStatus(a.st.lease, a.now()),
 	}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
 		s.vips = append(s.vips, vipSnapshot{
-			name: name, address: v.cfg.addr.String(), mode: v.cfg.Mode,
+			name: name, address: v.cfg.Addr().String(), mode: v.cfg.Mode,
 			owner: v.owner, reason: v.reason, preempt: v.cfg.Preempt,
 			held: v.held, healthy: v.healthy, healthDetail: v.healthDetail, healthSince: v.healthSince,
 		})
@@ -62,12 +64,29 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q quorum) {
 	a.snapshot.Store(s)
 }
 
+// fenceStatus is the fence as `vipctl status` shows it.
+func fenceStatus(s lease.State, now time.Time) *apipb.FenceStatus {
+	fs := &apipb.FenceStatus{ReleaseAfterMs: s.Timers().Release.Milliseconds(), EvidenceAgeMs: -1}
+	switch {
+	case !s.Required():
+		fs.State = "off"
+	case s.CanHold():
+		fs.State = "held"
+	default:
+		fs.State = "expired"
+	}
+	if !s.Evidence().IsZero() {
+		fs.EvidenceAgeMs = now.Sub(s.Evidence()).Milliseconds()
+	}
+	return fs
+}
+
 // response builds the API's status answer (without BGP peers, which the API
 // server adds outside the loop).
 func (s *statusSnapshot) response() *apipb.StatusResponse {
 	resp := &apipb.StatusResponse{
-		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.ok, Version: s.version, Healthy: true,
-		KnownMembers: int32(s.quorum.known), AliveMembers: int32(s.quorum.alive),
+		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.OK, Version: s.version, Healthy: true,
+		KnownMembers: int32(s.quorum.Known), AliveMembers: int32(s.quorum.Alive),
 		Fence: s.fence,
 	}
 	byName := map[string]memberInfo{}
@@ -81,7 +100,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 		}
 		healthy := mb.Meta.Valid
 		for _, v := range s.vips {
-			if !mb.Meta.VIP(vipKey(v.name)).Healthy {
+			if !mb.Meta.VIP(config.VIPKey(v.name)).Healthy {
 				healthy = false
 			}
 		}
@@ -101,7 +120,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 			resp.Healthy = false
 		}
 		for _, m := range s.view {
-			if m.State <= StateSuspect && m.Meta.VIP(vipKey(v.name)).Held {
+			if m.State <= StateSuspect && m.Meta.VIP(config.VIPKey(v.name)).Held {
 				vs.Holders = append(vs.Holders, sanitize(m.Name))
 			}
 		}
@@ -144,13 +163,13 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 		e := &apipb.NodeEligibility{Node: sanitize(m.Name), Eligible: slices.Contains(res.Eligible, m.Name)}
 		if m.Name == s.node {
 			since[m.Name] = v.healthSince
-			if e.Eligible && !s.quorum.ok {
+			if e.Eligible && !s.quorum.OK {
 				e.Eligible = false
-				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.alive, s.quorum.known)
+				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.Alive, s.quorum.Known)
 			}
 		}
 		if !e.Eligible && e.Reason == "" {
-			e.Reason = ineligibleReason(m, v.name)
+			e.Reason = whyNot(m, config.VIPKey(v.name), !res.Bootstrap)
 		}
 		if t := since[m.Name]; !t.IsZero() {
 			e.SinceUnixNano = t.UnixNano()
@@ -159,30 +178,6 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
-}
-
-// ineligibleReason says why Elect does not count m as eligible for vip.
-func ineligibleReason(m Member, vip string) string {
-	vm := m.Meta.VIP(vipKey(vip))
-	switch {
-	case m.State == StateDead:
-		return "dead"
-	case m.State == StateLeft:
-		return "left"
-	case !m.Meta.Valid:
-		return "metadata unreadable"
-	case m.Meta.Leaving:
-		return "leaving"
-	case m.Meta.Fenced:
-		return "fenced (no majority hears it)"
-	case m.Meta.Withdrawn:
-		return "withdrawn"
-	case vm.Down:
-		return "interface down"
-	case !vm.Healthy:
-		return "unhealthy"
-	}
-	return "not eligible"
 }
 
 // reasons describes, for a refused or timed-out withdraw, why the other

@@ -25,7 +25,7 @@ import (
 //     are dropped before memberlist reads them (memberlist's own
 //     CIDRsAllowed refuses only alive messages and joins, so a stranger's
 //     pings, suspicions and death notices would still be read);
-//   - the lease's heartbeats (lease.go) are taken off the port here and
+//   - the lease's heartbeats (agent/lease) are taken off the port here and
 //     never enter memberlist, whose packet path hands every message through
 //     two more goroutines. They are sealed with AES-GCM under the cluster
 //     key when key_file is set, like memberlist's own packets.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
 )
 
 // withdrawWaiter is a `vipctl withdraw --wait` caller waiting for its VIPs
@@ -122,7 +123,7 @@ func (a *Agent) checkWaiters(view []Member, now time.Time) {
 			if v == nil {
 				continue
 			}
-			if v.held || (v.cfg.Announce != "all" && !w.force && !heldElsewhere(a.self, name, view)) {
+			if v.held || (v.cfg.Announce != config.AnnounceAll && !w.force && !heldElsewhere(a.self, name, view)) {
 				pending = append(pending, name)
 			}
 		}

@@ -1,7 +1,6 @@
 package bgp
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -104,77 +103,121 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate returns every problem found in c, or nil.
+// MaxPrefixesLimit is the largest Peer.MaxPrefixes allowed.
+const MaxPrefixesLimit = 1000000
+
+// FieldError is one problem Validate found. It names the field it is about,
+// so that a caller that read the configuration from a file can place it
+// there.
+type FieldError struct {
+	// Field is the field as vipd's configuration spells it: "asn",
+	// "router_id", "listen_port", "listen_addresses"; "peer.address",
+	// "peer.asn", "peer.hold_time", "peer.keepalive", "peer.communities",
+	// "peer.max_prefixes", "peer.bfd_min_interval" for a field of a Peer;
+	// "vip" for an address of Config.VIPs.
+	Field string
+	// Index is the position in Config.Peers (a "peer." field) or
+	// Config.VIPs ("vip") of the element the problem is about; -1 for a
+	// field of Config itself.
+	Index int
+	// Err says what is wrong.
+	Err error
+	// who names the peer in Error ("peer 192.0.2.1", "peers[0]"); empty
+	// for any other field.
+	who string
+}
+
+// Error returns the problem, prefixed with the peer it is about.
+func (e *FieldError) Error() string {
+	if e.who == "" {
+		return e.Err.Error()
+	}
+	return e.who + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate returns every problem found in c, or nil. Each is a *FieldError.
 func (c Config) Validate() []error {
 	var errs []error
+	add := func(field string, index int, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Index: index, Err: fmt.Errorf(format, args...)})
+	}
 	if c.ASN == 0 {
-		errs = append(errs, errors.New("asn: must not be 0"))
+		add("asn", -1, "asn: must not be 0")
 	}
 	if !c.RouterID.IsValid() {
-		errs = append(errs, errors.New("router_id: missing"))
+		add("router_id", -1, "router_id: missing")
 	} else if !c.RouterID.Is4() {
-		errs = append(errs, fmt.Errorf("router_id %s: must be an IPv4 address", c.RouterID))
+		add("router_id", -1, "router_id %s: must be an IPv4 address", c.RouterID)
 	} else if c.RouterID.IsUnspecified() {
-		errs = append(errs, fmt.Errorf("router_id %s: must not be unspecified", c.RouterID))
+		add("router_id", -1, "router_id %s: must not be unspecified", c.RouterID)
 	}
 	if c.ListenPort < -1 || c.ListenPort > 65535 {
-		errs = append(errs, fmt.Errorf("listen_port %d: must be -1 (do not listen) or 1-65535", c.ListenPort))
+		add("listen_port", -1, "listen_port %d: must be -1 (do not listen) or 1-65535", c.ListenPort)
 	}
 	for _, a := range c.ListenAddresses {
 		if _, err := netip.ParseAddr(a); err != nil {
-			errs = append(errs, fmt.Errorf("listen_addresses %q: %w", a, err))
+			add("listen_addresses", -1, "listen_addresses %q: %w", a, err)
 		}
 	}
 	seen := make(map[netip.Addr]bool)
 	for i, p := range c.Peers {
-		name := fmt.Sprintf("peers[%d]", i)
+		who := fmt.Sprintf("peers[%d]", i)
+		peerErr := func(field, format string, args ...any) {
+			errs = append(errs, &FieldError{Field: "peer." + field, Index: i, Err: fmt.Errorf(format, args...), who: who})
+		}
 		if !p.Address.IsValid() {
-			errs = append(errs, fmt.Errorf("%s: address missing", name))
+			peerErr("address", "address missing")
 		} else {
-			name = fmt.Sprintf("peer %s", p.Address)
+			who = fmt.Sprintf("peer %s", p.Address)
 			if p.Address.Zone() != "" || p.Address.Is4In6() || p.Address.IsUnspecified() || p.Address.IsMulticast() {
-				errs = append(errs, fmt.Errorf("%s: address must be a unicast IPv4 or IPv6 address without zone", name))
+				peerErr("address", "address must be a unicast IPv4 or IPv6 address without zone")
 			}
 			if seen[p.Address] {
-				errs = append(errs, fmt.Errorf("%s: listed twice", name))
+				peerErr("address", "listed twice")
 			}
 			seen[p.Address] = true
 		}
 		if p.ASN == 0 {
-			errs = append(errs, fmt.Errorf("%s: asn must not be 0", name))
+			peerErr("asn", "asn must not be 0")
 		}
 		if p.HoldTime != 0 && p.HoldTime < MinHoldTime {
-			errs = append(errs, fmt.Errorf("%s: hold_time %s: must be at least %s", name, p.HoldTime, MinHoldTime))
+			peerErr("hold_time", "hold_time %s: must be at least %s", p.HoldTime, MinHoldTime)
 		}
 		if p.HoldTime%time.Second != 0 {
-			errs = append(errs, fmt.Errorf("%s: hold_time %s: must be whole seconds", name, p.HoldTime))
+			peerErr("hold_time", "hold_time %s: must be whole seconds", p.HoldTime)
 		}
 		if p.HoldTime > 65535*time.Second {
-			errs = append(errs, fmt.Errorf("%s: hold_time %s: must be at most 65535s", name, p.HoldTime))
+			peerErr("hold_time", "hold_time %s: must be at most 65535s", p.HoldTime)
 		}
 		if p.Keepalive < 0 || p.Keepalive%time.Second != 0 {
-			errs = append(errs, fmt.Errorf("%s: keepalive %s: must be whole non-negative seconds", name, p.Keepalive))
+			peerErr("keepalive", "keepalive %s: must be whole non-negative seconds", p.Keepalive)
 		} else if p.Keepalive != 0 && p.Keepalive >= p.holdTime() {
-			errs = append(errs, fmt.Errorf("%s: keepalive %s: must be shorter than hold time %s", name, p.Keepalive, p.holdTime()))
+			peerErr("keepalive", "keepalive %s: must be shorter than hold time %s", p.Keepalive, p.holdTime())
 		}
 		for _, s := range p.Communities {
 			if _, err := ParseCommunity(s); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				peerErr("communities", "%w", err)
 			}
 		}
+		if p.MaxPrefixes > MaxPrefixesLimit {
+			peerErr("max_prefixes", "max_prefixes %d: must be at most %d", p.MaxPrefixes, MaxPrefixesLimit)
+		}
 		if p.BFD.MinInterval != 0 && p.BFD.MinInterval < MinBFDInterval {
-			errs = append(errs, fmt.Errorf("%s: bfd interval %s: must be at least %s", name, p.BFD.MinInterval, MinBFDInterval))
+			peerErr("bfd_min_interval", "bfd_min_interval %s: must be at least %s", p.BFD.MinInterval, MinBFDInterval)
 		}
 		if p.BFD.MinInterval%time.Millisecond != 0 {
-			errs = append(errs, fmt.Errorf("%s: bfd interval %s: must be whole milliseconds", name, p.BFD.MinInterval))
+			peerErr("bfd_min_interval", "bfd_min_interval %s: must be whole milliseconds", p.BFD.MinInterval)
 		}
 	}
 	vips := make(map[netip.Addr]bool)
-	for _, a := range c.VIPs {
+	for i, a := range c.VIPs {
 		if _, err := hostPrefix(a); err != nil {
-			errs = append(errs, fmt.Errorf("vip: %w", err))
+			add("vip", i, "vip: %w", err)
 		} else if vips[a.Unmap()] {
-			errs = append(errs, fmt.Errorf("vip %s: listed twice", a))
+			add("vip", i, "vip %s: listed twice", a)
 		}
 		vips[a.Unmap()] = true
 	}

@@ -1,7 +1,9 @@
 package bgp
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +53,7 @@ func TestValidate(t *testing.T) {
 		{name: "peer listed twice", modify: func(c *Config) { c.Peers = append(c.Peers, c.Peers[0]) }, want: []string{"listed twice"}},
 		{name: "community without colon", modify: func(c *Config) { c.Peers[0].Communities = []string{"65000"} }, want: []string{`community "65000": want asn:value`}},
 		{name: "community part too large", modify: func(c *Config) { c.Peers[0].Communities = []string{"65536:1"} }, want: []string{"asn part must be 0-65535"}},
+		{name: "prefix limit too large", modify: func(c *Config) { c.Peers[0].MaxPrefixes = MaxPrefixesLimit + 1 }, want: []string{"max_prefixes 1000001: must be at most 1000000"}},
 		{name: "every problem reported", modify: func(c *Config) {
 			c.ASN = 0
 			c.RouterID = netip.MustParseAddr("2001:db8::1")
@@ -72,6 +75,31 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFieldErrors: every problem names its field and the element it is
+// about, so vipd's configuration can place it at its key.
+func TestFieldErrors(t *testing.T) {
+	c := validConfig()
+	c.RouterID = netip.Addr{}
+	c.Peers = append(c.Peers, Peer{Address: netip.MustParseAddr("192.0.2.253"), ASN: 65000, HoldTime: 10 * time.Second, Keepalive: 10 * time.Second})
+	c.VIPs = []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("fe80::1")}
+	type field struct {
+		name  string
+		index int
+	}
+	var got []field
+	for _, err := range c.Validate() {
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Fatalf("%v is not a *FieldError", err)
+		}
+		got = append(got, field{fe.Field, fe.Index})
+	}
+	want := []field{{"router_id", -1}, {"peer.keepalive", 1}, {"vip", 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("fields %v, want %v", got, want)
 	}
 }
 

@@ -455,7 +455,7 @@ func (s *Speaker) Announced(ctx context.Context, addr netip.Addr) (bool, error) 
 }
 
 // listLocal returns the locally originated host routes of the global RIB
-// for the families of vips (only for addr itself when vips is one
+// for the families of vips (only that address's route when vips holds one
 // address), with their state.
 func listLocal(ctx context.Context, srv *server.BgpServer, vips []netip.Addr) (map[netip.Addr]routeState, error) {
 	out := make(map[netip.Addr]routeState)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,16 +50,37 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// withDefaults validates c and returns a copy with defaults applied.
-func (c Config) withDefaults() (Config, error) {
+// Validate reports what is wrong with c, or nil: an interface name the
+// kernel would refuse (empty, longer than 15 bytes, ".", "..", or holding
+// '/', ':' or white space), a negative GARPCount or GARPInterval. New
+// refuses what Validate refuses.
+func (c Config) Validate() error {
 	if c.Interface == "" {
-		return c, errors.New("l2: Config.Interface is required")
+		return errors.New("interface is required")
+	}
+	if !validIfName(c.Interface) {
+		return fmt.Errorf("invalid interface name %q (at most 15 bytes, no '/', ':' or white space)", c.Interface)
 	}
 	if c.GARPCount < 0 {
-		return c, fmt.Errorf("l2: Config.GARPCount must not be negative, got %d", c.GARPCount)
+		return fmt.Errorf("GARPCount must not be negative, got %d", c.GARPCount)
 	}
 	if c.GARPInterval < 0 {
-		return c, fmt.Errorf("l2: Config.GARPInterval must not be negative, got %s", c.GARPInterval)
+		return fmt.Errorf("GARPInterval must not be negative, got %s", c.GARPInterval)
+	}
+	return nil
+}
+
+// validIfName is the kernel's rule for interface names (dev_valid_name):
+// shorter than IFNAMSIZ (16, with the terminating NUL), not "." or "..",
+// and no '/', ':' or white space.
+func validIfName(s string) bool {
+	return s != "" && len(s) < unix.IFNAMSIZ && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n\v\f\r")
+}
+
+// withDefaults validates c and returns a copy with defaults applied.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("l2: %w", err)
 	}
 	if c.GARPCount == 0 {
 		c.GARPCount = DefaultGARPCount

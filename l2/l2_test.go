@@ -40,7 +40,13 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestNewRejectsInvalidConfig: New refuses what Validate refuses (the
+// kernel's rule for interface names among it), and Validate takes a name of
+// 15 bytes.
 func TestNewRejectsInvalidConfig(t *testing.T) {
+	if err := (Config{Interface: "eth0.vlan-12345"}).Validate(); err != nil {
+		t.Errorf("a name of 15 bytes refused: %v", err)
+	}
 	for _, tt := range []struct {
 		name string
 		cfg  Config
@@ -48,8 +54,16 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"no interface", Config{}},
 		{"negative count", Config{Interface: "eth0", GARPCount: -1}},
 		{"negative interval", Config{Interface: "eth0", GARPInterval: -time.Second}},
+		{"name of 16 bytes", Config{Interface: "eth0.vlan-123456"}},
+		{"name with a slash", Config{Interface: "eth/0"}},
+		{"name with a colon (an alias)", Config{Interface: "eth0:1"}},
+		{"name with a space", Config{Interface: "eth 0"}},
+		{"dot", Config{Interface: "."}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.cfg.Validate() == nil {
+				t.Error("Validate accepted it")
+			}
 			a, err := New(tt.cfg)
 			if err == nil {
 				a.Close()

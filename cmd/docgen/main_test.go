@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/cmd/vipctl/cli"
 )
 
@@ -120,11 +119,11 @@ func subsection(page, title string) string {
 	return rest
 }
 
-// TestConfigPageCoversKeys: every key of the Config type is in
-// vipd.toml(5), enumerated like agent/configdoc_test.go does.
+// TestConfigPageCoversKeys: every key of the configuration
+// (config.Keys) is in vipd.toml(5).
 func TestConfigPageCoversKeys(t *testing.T) {
 	page := roffText(t, filepath.Join(gen(t), "man", "vipd.toml.5"))
-	keys := configKeys(reflect.TypeOf(agent.Config{}), "")
+	keys := config.Keys()
 	if len(keys) < 30 {
 		t.Fatalf("found only %d keys; reflection broke", len(keys))
 	}
@@ -133,27 +132,6 @@ func TestConfigPageCoversKeys(t *testing.T) {
 			t.Errorf("vipd.toml(5) does not document %s", k)
 		}
 	}
-}
-
-func configKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("toml")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct {
-			out = append(out, configKeys(ft, prefix+tag+".")...)
-			continue
-		}
-		out = append(out, prefix+tag)
-	}
-	return out
 }
 
 // TestPagesRender: man renders every page without a warning, and the NAME

@@ -1,5 +1,5 @@
 // Command vipctl talks to the local vipd over its unix socket: status,
-// withdraw and restore (for drain hooks), forget and events. The commands
+// withdraw and restore (for drain hooks), forget, decommission and events. The commands
 // live in package cli, which cmd/docgen also reads to write vipctl(8) and
 // the shell completions.
 package main

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
 	"github.com/vipd/vipd/l2"
 )
@@ -27,7 +28,7 @@ type realBackends struct {
 // newBackends starts the real announcers for c: the BGP speaker when a
 // [bgp] section exists; L2 announcers are created on first use. It is the
 // agent's Options.Backends.
-func newBackends(ctx context.Context, c *agent.Config, lg *slog.Logger) (agent.Backends, error) {
+func newBackends(ctx context.Context, c *config.Config, lg *slog.Logger) (agent.Backends, error) {
 	b := &realBackends{lg: lg, l2: map[string]*l2.Announcer{}}
 	if c.BGP != nil {
 		sp, err := bgp.New(speakerConfig(c, lg))
@@ -42,41 +43,29 @@ func newBackends(ctx context.Context, c *agent.Config, lg *slog.Logger) (agent.B
 	return b, nil
 }
 
-// speakerConfig converts the [bgp] section.
-func speakerConfig(c *agent.Config, lg *slog.Logger) bgp.Config {
-	bc := bgp.Config{
-		ASN:        c.BGP.ASN,
-		RouterID:   c.BGP.RouterIDAddr(),
-		ListenPort: int32(*c.BGP.ListenPort),
-		Logger:     lg.With("component", "bgp"),
-	}
-	for _, p := range c.BGP.Peers {
-		bc.Peers = append(bc.Peers, bgp.Peer{
-			Address: p.Addr(), ASN: p.ASN, Password: p.Password(),
-			HoldTime: p.HoldTimeDuration(), Keepalive: p.KeepaliveDuration(), Communities: p.Communities,
-			MaxPrefixes: p.MaxPrefixLimit(),
-			BFD:         bgp.BFD{Enabled: p.BFD, MinInterval: p.BFDMinIntervalDuration(), Multiplier: p.BFDDetectMultiplier()},
-		})
-	}
-	for _, v := range c.VIPs {
-		if v.Mode == agent.ModeBGP {
-			bc.VIPs = append(bc.VIPs, v.Addr())
-		}
-	}
+// speakerConfig is the speaker's configuration: the one the
+// configuration checked (config.Config.Speaker), with a logger.
+func speakerConfig(c *config.Config, lg *slog.Logger) bgp.Config {
+	bc := c.Speaker()
+	bc.Logger = lg.With("component", "bgp")
 	return bc
 }
 
-func (b *realBackends) l2For(iface string, quiet bool) (*l2.Announcer, error) {
-	key := iface
-	if quiet {
-		key = "quiet:" + iface
+// l2For returns the announcer of an l2 configuration (config.VIPConfig.L2):
+// one per interface, and one more, quiet, per interface BGP VIPs are bound
+// on.
+func (b *realBackends) l2For(lc l2.Config) (*l2.Announcer, error) {
+	key := lc.Interface
+	if lc.Quiet {
+		key = "quiet:" + lc.Interface
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if a := b.l2[key]; a != nil {
 		return a, nil
 	}
-	a, err := l2.New(l2.Config{Interface: iface, Quiet: quiet, Logger: b.lg})
+	lc.Logger = b.lg
+	a, err := l2.New(lc)
 	if err != nil {
 		return nil, err
 	}
@@ -85,15 +74,15 @@ func (b *realBackends) l2For(iface string, quiet bool) (*l2.Announcer, error) {
 }
 
 // Announcer implements Backends.
-func (b *realBackends) Announcer(v agent.VIPConfig) (agent.Announcer, error) {
+func (b *realBackends) Announcer(v config.VIPConfig) (agent.Announcer, error) {
 	switch v.Mode {
-	case agent.ModeL2:
-		return b.l2For(v.Interface, false)
-	case agent.ModeBGP:
+	case config.ModeL2:
+		return b.l2For(v.L2())
+	case config.ModeBGP:
 		if b.speaker == nil {
 			return nil, errors.New("mode bgp needs a [bgp] section")
 		}
-		bind, err := b.l2For(v.Interface, true)
+		bind, err := b.l2For(v.L2())
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +92,7 @@ func (b *realBackends) Announcer(v agent.VIPConfig) (agent.Announcer, error) {
 }
 
 // Reconfigure implements Backends.
-func (b *realBackends) Reconfigure(ctx context.Context, c *agent.Config) error {
+func (b *realBackends) Reconfigure(ctx context.Context, c *config.Config) error {
 	if c.BGP == nil && b.speaker != nil {
 		return errors.New("removing [bgp] takes a restart")
 	}

@@ -1,16 +1,23 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
-	"time"
 
-	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/l2"
 )
 
 // fakeHalf is either half of a routed VIP: it records calls and answers
@@ -73,58 +80,102 @@ func TestRoutedVIPVerify(t *testing.T) {
 	}
 }
 
-// TestSpeakerConfig: the [bgp] keys reach the speaker, with their
-// defaults, and only bgp VIPs are exportable.
-func TestSpeakerConfig(t *testing.T) {
-	c, err := agent.Parse("test.toml", []byte(`
-node_name = "n1"
-state_dir = "/tmp/vipd-test-unused"
-[cluster]
-bind_address = "192.0.2.11"
-[[vip]]
-name = "api"
-address = "192.0.2.10"
-interface = "eth0"
-[[vip]]
-name = "routed"
-address = "203.0.113.10"
-mode = "bgp"
-[[vip]]
-name = "routed6"
-address = "2001:db8:100::10"
-mode = "bgp"
-[bgp]
-asn = 64513
-[[bgp.peer]]
-address = "192.0.2.1"
-asn = 64512
-bfd = true
-bfd_min_interval = "100ms"
-bfd_multiplier = 4
-max_prefixes = 20000
-[[bgp.peer]]
-address = "2001:db8::1"
-asn = 64512
-`))
+// TestCheckedConfigsBuildBackends: every configuration `vipd --check`
+// accepts (config.Parse: the fuzz corpus of agent/config and the
+// configurations documented in vipd.toml.example, the README and docs/)
+// builds every backend the daemon builds for it at start: the BGP speaker
+// and each VIP's l2 announcer. A documented configuration that is complete
+// (it has [cluster] and [[vip]]) must be accepted too.
+func TestCheckedConfigsBuildBackends(t *testing.T) {
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	accepted := 0
+	for name, text := range checkedConfigs(t) {
+		c, err := config.Parse(name, text)
+		if err != nil {
+			if strings.Contains(name, ".md") && bytes.Contains(text, []byte("[cluster]")) && bytes.Contains(text, []byte("[[vip]]")) {
+				t.Errorf("documented configuration refused:\n%v", err)
+			}
+			continue
+		}
+		accepted++
+		t.Logf("accepted: %s", name)
+		if c.BGP != nil {
+			if _, err := bgp.New(speakerConfig(c, lg)); err != nil {
+				t.Errorf("%s: accepted, then the BGP speaker refuses it: %v", name, err)
+			}
+		}
+		for _, v := range c.VIPs {
+			a, err := l2.New(v.L2())
+			if err != nil {
+				t.Errorf("%s: vip %s accepted, then its l2 announcer refuses it: %v", name, v.Name, err)
+				continue
+			}
+			a.Close()
+		}
+	}
+	if accepted < 5 {
+		t.Errorf("only %d configurations accepted: the test shows little", accepted)
+	}
+}
+
+// checkedConfigs returns configurations by name: the fuzz corpus of
+// config.Parse, vipd.toml.example and every ```toml block of the README and
+// docs/*.md. Secret files they name (key_file, password_file) are replaced
+// by files the test writes.
+func checkedConfigs(t *testing.T) map[string][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "cluster.key")
+	pass := filepath.Join(dir, "bgp.pass")
+	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pass, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := regexp.MustCompile(`(?m)^(\s*#?\s*)(key_file|password_file)(\s*=\s*)"[^"]*"`)
+	withSecrets := func(b []byte) []byte {
+		return secrets.ReplaceAllFunc(b, func(m []byte) []byte {
+			g := secrets.FindSubmatch(m)
+			path := key
+			if string(g[2]) == "password_file" {
+				path = pass
+			}
+			return []byte(fmt.Sprintf("%s%s%s%q", g[1], g[2], g[3], path))
+		})
+	}
+	out := map[string][]byte{}
+	corpus, err := filepath.Glob("../../agent/config/testdata/fuzz/FuzzParse/*")
+	if err != nil || len(corpus) == 0 {
+		t.Fatalf("no fuzz corpus: %v", err)
+	}
+	for _, p := range corpus {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, arg, ok := strings.Cut(string(b), "\n[]byte(")
+		s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimSpace(arg), ")"))
+		if !ok || err != nil {
+			t.Fatalf("%s: not a fuzz corpus file of one []byte: %v", p, err)
+		}
+		out[p] = withSecrets([]byte(s))
+	}
+	example, err := os.ReadFile("../../vipd.toml.example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := speakerConfig(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if len(bc.Peers) != 2 {
-		t.Fatalf("peers %+v", bc.Peers)
+	out["vipd.toml.example"] = withSecrets(example)
+	docs, _ := filepath.Glob("../../docs/*.md")
+	block := regexp.MustCompile("(?s)```toml\n(.*?)```")
+	for _, p := range append(docs, "../../README.md") {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range block.FindAllSubmatch(b, -1) {
+			out[fmt.Sprintf("%s block %d", filepath.Base(p), i+1)] = withSecrets(m[1])
+		}
 	}
-	want := bgp.BFD{Enabled: true, MinInterval: 100 * time.Millisecond, Multiplier: 4}
-	if p := bc.Peers[0]; p.BFD != want || p.MaxPrefixes != 20000 {
-		t.Errorf("first peer %+v, want bfd %+v and max_prefixes 20000", p, want)
-	}
-	want = bgp.BFD{Enabled: false, MinInterval: 300 * time.Millisecond, Multiplier: 3}
-	if p := bc.Peers[1]; p.BFD != want || p.MaxPrefixes != bgp.DefaultMaxPrefixes {
-		t.Errorf("second peer %+v, want the defaults bfd %+v, max_prefixes %d", p, want, bgp.DefaultMaxPrefixes)
-	}
-	if len(bc.VIPs) != 2 || bc.VIPs[0] != netip.MustParseAddr("203.0.113.10") || bc.VIPs[1] != netip.MustParseAddr("2001:db8:100::10") {
-		t.Errorf("vips %v, want the two bgp VIPs only", bc.VIPs)
-	}
-	if errs := bc.Validate(); len(errs) != 0 {
-		t.Errorf("speaker config invalid: %v", errs)
-	}
+	return out
 }

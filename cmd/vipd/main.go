@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -64,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	configPath := fs.String("config", agent.DefaultConfigPath, "configuration file")
+	configPath := fs.String("config", config.DefaultConfigPath, "configuration file")
 	check := fs.Bool("check", false, "validate the configuration: print \"configuration OK\" and exit 0, or list every problem as PATH:LINE:COL: message and exit 1")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -91,12 +92,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg, err := agent.Load(*configPath)
+	cfg, err := config.Load(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	warnings, hostErrs := agent.CheckHost(cfg, agent.HostEnv{})
+	warnings, hostErrs := config.CheckHost(cfg, config.HostEnv{})
 	if *check {
 		for _, w := range append(warnings, hostErrs...) {
 			fmt.Fprintln(stderr, "warning:", w.Error())

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/agent/config"
 )
 
 // Machine describes where the benchmarks ran.
@@ -198,7 +198,7 @@ func writeBreakdown(p func(string, ...any), r *Results) {
 	p("\nWith `failure_detection = \"fast\"` the lease decides detection (docs/design.md, \"The lease\"): the owner sends a heartbeat every 100 ms; ")
 	p("a crashed vipd's membership port refuses the first TCP probe of a peer that misses its heartbeats (crash), a silent owner is gone once a majority has not heard it for 400 ms (link down, cut), ")
 	p("and an owner cut off releases by itself after 300 ms without a majority's answer. ")
-	p("An unhealthy apiserver is seen after `fall` failed checks (%d x %v), and the owner then hands the VIP over make-before-break. ", agent.DefaultHealthFall, agent.DefaultHealthInterval)
+	p("An unhealthy apiserver is seen after `fall` failed checks (%d x %v), and the owner then hands the VIP over make-before-break. ", config.DefaultHealthFall, config.DefaultHealthInterval)
 	p("Between elected and holding, the successor waits for its fence's first evidence (one answer, about a millisecond) and adds the address; the gratuitous ARP goes out at once.\n")
 }
 
@@ -369,7 +369,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		}
 		writeBreakdown(p, r)
 		p("\nvipd: `failure_detection = \"fast\"`, `rejoin_interval = \"2s\"`, `preempt = false`, health check GET %s with the default settings (every %v, timeout %v, rise %d, fall %d). ",
-			healthURL, agent.DefaultHealthInterval, agent.DefaultHealthTimeout, agent.DefaultHealthRise, agent.DefaultHealthFall)
+			healthURL, config.DefaultHealthInterval, config.DefaultHealthTimeout, config.DefaultHealthRise, config.DefaultHealthFall)
 		p("keepalived: VRRP `advert_int 1`, priorities 150/100/50 (preempting), `vrrp_script` curl of the same URL every 1 s, fall 3, rise 2, weight -100; ")
 		p("started as `keepalived --dont-fork --vrrp --dont-respawn` with its own pid files; a crash is SIGKILL of the VRRP child, then the parent. ")
 		p("The crashed agent's node keeps the address and its HTTP server, so the client keeps being answered by it until the new owner's gratuitous ARP: the gap can be 0 while takeover shows when the new owner answered.\n\n")

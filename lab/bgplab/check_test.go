@@ -46,7 +46,7 @@ asn = 0
 [[bgp.peer]]
 address = "192.0.2.1"
 asn = 64512
-`, []string{"10:1: bgp.asn is required and must not be 0"}},
+`, []string{"10:1: bgp: asn: must not be 0"}},
 		{"bad peer address", `[bgp]
 asn = 64513
 [[bgp.peer]]
@@ -59,7 +59,7 @@ asn = 64513
 address = "192.0.2.1"
 asn = 64512
 hold_time = "1s"
-`, []string{`14:1: hold_time must be at least 3s, got "1s"`}},
+`, []string{`14:1: bgp: peer 192.0.2.1: hold_time 1s: must be at least 3s`}},
 		{"missing password file", `[bgp]
 asn = 64513
 [[bgp.peer]]
@@ -84,9 +84,9 @@ bfd_min_interval = "20ms"
 bfd_multiplier = 0
 max_prefixes = 0
 `, []string{
-			`15:1: bfd_min_interval must be whole milliseconds, at least 50ms, got "20ms"`,
+			`15:1: bgp: peer 192.0.2.1: bfd_min_interval 20ms: must be at least 50ms`,
 			`16:1: bfd_multiplier must be 1-255, got 0`,
-			`17:1: max_prefixes must be 1-1000000, got 0`,
+			`17:1: max_prefixes must be at least 1, got 0`,
 		}},
 		{"all at once, second peer", `[bgp]
 asn = 0
@@ -100,9 +100,9 @@ asn = 64512
 hold_time = "1s"
 password_file = "` + missing + `"
 `, []string{
-			"10:1: bgp.asn is required",
+			"10:1: bgp: asn: must not be 0",
 			`16:1: invalid peer address "not-an-ip"`,
-			`18:1: hold_time must be at least 3s`,
+			`18:1: bgp: peers[1]: hold_time 1s: must be at least 3s`,
 			"19:1: password_file " + missing + ": file does not exist",
 		}},
 	}

@@ -112,7 +112,7 @@ func TestBindAddressAddedLater(t *testing.T) {
 	}
 	line, ok := waitLog(t, x, 0, bindLater-time.Second, "waiting for cluster.bind_address", x.IP.String())
 	if !ok {
-		t.Fatalf("%s: no \"waiting for cluster.bind_address\" line within %v (running %t, exit %v):\n%s", x.Name, bindLater-time.Second, v.Running(), v.ExitErr(), logOf(t, x))
+		t.Fatalf("%s: no \"waiting for cluster.bind_address\" line within %v (running %t, exit %v):\n%s", x.Name, bindLater-time.Second, v.Running(), v.ExitErr(), x.MustVipdLog(t))
 	}
 	t.Logf("%s logged: %s", x.Name, strings.TrimSpace(line))
 	if ok, _ := netlab.Eventually(time.Second, 20*time.Millisecond, func() (bool, string) {
@@ -123,7 +123,7 @@ func TestBindAddressAddedLater(t *testing.T) {
 	}
 	time.Sleep(time.Until(started.Add(bindLater)))
 	if !v.Running() {
-		t.Fatalf("%s: vipd exited while waiting for its bind address: %v\n%s", x.Name, v.ExitErr(), logOf(t, x))
+		t.Fatalf("%s: vipd exited while waiting for its bind address: %v\n%s", x.Name, v.ExitErr(), x.MustVipdLog(t))
 	}
 	if m, ok := notify.first("READY=1"); ok {
 		t.Errorf("%s: READY=1 at %v, before its bind address existed", x.Name, m.at.Sub(started))
@@ -139,7 +139,7 @@ func TestBindAddressAddedLater(t *testing.T) {
 		ready, ok = notify.first("READY=1")
 		return ok, ""
 	}); !ok {
-		t.Fatalf("%s: no READY=1 within %v of adding its address:\n%s", x.Name, settle, logOf(t, x))
+		t.Fatalf("%s: no READY=1 within %v of adding its address:\n%s", x.Name, settle, x.MustVipdLog(t))
 	}
 	if _, ok := waitLog(t, x, 0, time.Second, "cluster.bind_address is configured now"); !ok {
 		t.Errorf("%s: no \"cluster.bind_address is configured now\" line", x.Name)

@@ -21,7 +21,7 @@ const cutWatch = 10 * time.Second
 func TestPartitionAfterGracefulLeave(t *testing.T) {
 	l, vip, owner := cluster(t, opts, false)
 	gone := owner // the worst case: the VIP moves first
-	stop(t, l, gone)
+	l.StopCleanly(t, gone, stopTimeout)
 	rest := l.Others(gone)
 	holder, err := l.WaitOneHolder(vip, settle, rest...)
 	if err != nil {

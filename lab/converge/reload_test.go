@@ -45,7 +45,7 @@ func TestReloadKeepsOwner(t *testing.T) {
 	// (memberlist logs each stream connection at debug).
 	streamLogged := func(t *testing.T) bool {
 		t.Helper()
-		from := len(logOf(t, owner))
+		from := len(owner.MustVipdLog(t))
 		var local string
 		err := l.InNamespace(peer, func() error {
 			c, err := net.DialTimeout("tcp", net.JoinHostPort(owner.IP.String(), "7946"), 2*time.Second)
@@ -87,20 +87,20 @@ func TestReloadKeepsOwner(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			logFrom := len(logOf(t, owner))
+			logFrom := len(owner.MustVipdLog(t))
 			ev := pr.Mark("SIGHUP " + tc.name)
 			if err := l.Vipd(owner).Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
 			line, ok := waitLog(t, owner, logFrom, 5*time.Second, "configuration reloaded")
 			if !ok {
-				t.Fatalf("no \"configuration reloaded\" in %s's log within 5s of SIGHUP:\n%s", owner.Name, logOf(t, owner)[logFrom:])
+				t.Fatalf("no \"configuration reloaded\" in %s's log within 5s of SIGHUP:\n%s", owner.Name, owner.MustVipdLog(t)[logFrom:])
 			}
 			reloaded := time.Now()
 			time.Sleep(reloadWatch)
 			end := time.Now()
-			window := probeWindow(pr.Probes(), ev.Time, end)
-			failed, by := served(window)
+			window := netlab.ProbesBetween(pr.Probes(), ev.Time, end)
+			failed, by := netlab.Served(window)
 			samples := rec.Samples().Between(ev.Time, end)
 			t.Logf("%s: reloaded %v after SIGHUP (%s); over %v: %d of %d probes failed, served by %v; holders %s",
 				tc.name, reloaded.Sub(ev.Time).Round(time.Millisecond), strings.TrimSpace(line), end.Sub(ev.Time).Round(time.Millisecond),
@@ -115,7 +115,7 @@ func TestReloadKeepsOwner(t *testing.T) {
 				t.Errorf("%s: %d of %d samples without %s as the only holder: %v", tc.name, len(moved), len(samples), owner.Name, samples.Transitions())
 			}
 			for _, n := range l.Nodes {
-				if es := eventsSince(events(t, l, n, "ownership"), ev.Time); len(es) > 0 {
+				if es := netlab.VipdEventsSince(l.VipdEvents(t, n, "ownership"), ev.Time); len(es) > 0 {
 					t.Errorf("%s: ownership events on %s after the reload: %+v", tc.name, n.Name, es)
 				}
 				st, err := l.Status(n)
@@ -126,7 +126,7 @@ func TestReloadKeepsOwner(t *testing.T) {
 					t.Errorf("%s: %s sees %s unhealthy after the reload", tc.name, n.Name, owner.Name)
 				}
 			}
-			for _, bad := range netlab.LogLines(logOf(t, owner)[logFrom:], "level=") {
+			for _, bad := range netlab.LogLines(owner.MustVipdLog(t)[logFrom:], "level=") {
 				if strings.Contains(bad, "released") || strings.Contains(bad, "handing off") || strings.Contains(bad, "health") {
 					t.Errorf("%s: %s logged after SIGHUP: %s", tc.name, owner.Name, bad)
 				}

@@ -49,7 +49,7 @@ func TestAddressRemovedBehindVipd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repairs := metricOf(t, l, owner, "vipd_vip_repairs_total", "vip="+vip.Name)
-			logFrom := len(logOf(t, owner))
+			logFrom := len(owner.MustVipdLog(t))
 			ev := pr.Mark(tc.name)
 			if err := tc.do(); err != nil {
 				t.Fatal(err)
@@ -58,8 +58,8 @@ func TestAddressRemovedBehindVipd(t *testing.T) {
 			if err := pr.WaitServedBy(owner.Name, servedRun, ev.Time, 5*time.Second); err != nil {
 				t.Fatalf("after %s on %s: %v", tc.name, owner.Name, err)
 			}
-			window := probeWindow(pr.Probes(), ev.Time, time.Time{})
-			failed, by := served(window)
+			window := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
+			failed, by := netlab.Served(window)
 			run, gap := netlab.LongestFailure(window, probeInterval)
 			again := answeredAgain(window, ev.Time)
 			samples := rec.Samples().Between(ev.Time, time.Time{})
@@ -100,7 +100,7 @@ func TestAddressRemovedBehindVipd(t *testing.T) {
 			if !ok {
 				t.Errorf("%s: vipd_vip_repairs_total{vip=%q} on %s stayed %v, want more", tc.name, vip.Name, owner.Name, repairs)
 			}
-			drift := eventsSince(events(t, l, owner, "drift"), ev.Time)
+			drift := netlab.VipdEventsSince(l.VipdEvents(t, owner, "drift"), ev.Time)
 			t.Logf("%s: %v repairs counted, %d drift events", tc.name, now-repairs, len(drift))
 			if len(drift) == 0 || float64(len(drift)) != now-repairs {
 				t.Errorf("%s: %d drift events on %s since the event, %v repairs counted; want as many events as repairs, at least one: %+v", tc.name, len(drift), owner.Name, now-repairs, drift)
@@ -114,7 +114,7 @@ func TestAddressRemovedBehindVipd(t *testing.T) {
 				}
 			}
 			if line, ok := waitLog(t, owner, logFrom, time.Second, "held VIP missing from the network", "vip="+vip.Name); !ok {
-				t.Errorf("%s: no \"held VIP missing\" line in %s's log:\n%s", tc.name, owner.Name, logOf(t, owner)[logFrom:])
+				t.Errorf("%s: no \"held VIP missing\" line in %s's log:\n%s", tc.name, owner.Name, owner.MustVipdLog(t)[logFrom:])
 			} else {
 				t.Logf("%s log: %s", owner.Name, strings.TrimSpace(line))
 			}
@@ -162,7 +162,7 @@ func TestInterfaceRecreated(t *testing.T) {
 			if err := pr.WaitServedBy(x.Name, servedRun, time.Now(), 5*time.Second); err != nil {
 				t.Fatalf("before: %v", err)
 			}
-			logFrom := len(logOf(t, x))
+			logFrom := len(x.MustVipdLog(t))
 			ev := pr.Mark(tc.name)
 			if err := l.DeleteLink(x); err != nil {
 				t.Fatal(err)
@@ -177,7 +177,7 @@ func TestInterfaceRecreated(t *testing.T) {
 			// Answered again: servedRun probes in a row by one node.
 			var by string
 			ok, _ := netlab.Eventually(settle, 20*time.Millisecond, func() (bool, string) {
-				w := probeWindow(pr.Probes(), ev.Time, time.Time{})
+				w := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
 				run, cur := 0, ""
 				for _, p := range w {
 					switch {
@@ -207,8 +207,8 @@ func TestInterfaceRecreated(t *testing.T) {
 			if err := l.WaitAlive(x, l.Nodes, rejoinInterval+5*time.Second); err != nil {
 				t.Errorf("%s: %v", tc.name, err)
 			}
-			window := probeWindow(pr.Probes(), ev.Time, time.Time{})
-			failed, servers := served(window)
+			window := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
+			failed, servers := netlab.Served(window)
 			run, gap := netlab.LongestFailure(window, probeInterval)
 			again := answeredAgain(window, ev.Time)
 			samples := rec.Samples().Between(ev.Time, time.Time{})
@@ -216,7 +216,7 @@ func TestInterfaceRecreated(t *testing.T) {
 				tc.name, x.Name, deleted.Sub(ev.Time).Round(time.Millisecond), recreated.Sub(deleted).Round(time.Millisecond),
 				up.Sub(recreated).Round(time.Millisecond), failed, len(window), gap.Round(time.Millisecond), run,
 				again.Round(time.Millisecond), by, servers, final, converged.Sub(ev.Time).Round(time.Millisecond), samples.Summary(), samples.Transitions())
-			for _, line := range netlab.LogLines(logOf(t, x)[logFrom:], "level=") {
+			for _, line := range netlab.LogLines(x.MustVipdLog(t)[logFrom:], "level=") {
 				if !strings.Contains(line, "level=DEBUG") {
 					t.Logf("%s: %s", x.Name, line)
 				}

@@ -98,7 +98,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 	key := filepath.Join(l.Dir, "cluster.key")
 	writeKey(t, key)
 	for _, n := range l.Nodes {
-		cfg := config(t, l, n, o, edits...)
+		cfg := l.EditedVipdConfig(t, n, o, edits...)
 		l.StartVipdConfig(n, strings.ReplaceAll(cfg, "KEYFILE", key))
 	}
 	vip := l.DefaultVIPs()[0]
@@ -116,7 +116,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 
 	ok := t.Run("strangers join and vanish", func(t *testing.T) {
 		rejected := metricOf(t, l, owner, "vipd_membership_rejected_total")
-		ownerLog := len(logOf(t, owner))
+		ownerLog := len(owner.MustVipdLog(t))
 		start := time.Now()
 		var procs []*netlab.Proc
 		for i := 1; i <= strangers; i++ {
@@ -160,7 +160,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 		// nothing): without a key its admission refused the strangers;
 		// with one, their unencrypted traffic was refused and logged.
 		now := metricOf(t, l, owner, "vipd_membership_rejected_total")
-		mentions := netlab.LogLines(logOf(t, owner)[ownerLog:], attacker.IP.String())
+		mentions := netlab.LogLines(owner.MustVipdLog(t)[ownerLog:], attacker.IP.String())
 		t.Logf("owner %s: vipd_membership_rejected_total %v -> %v; %d log lines mention %s, e.g. %q",
 			owner.Name, rejected, now, len(mentions), attacker.IP, first(mentions))
 		if !keyed && now <= rejected {
@@ -177,7 +177,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 	t.Run("garbage flood", func(t *testing.T) {
 		logs := map[string]int{}
 		for _, n := range l.Nodes {
-			logs[n.Name] = len(logOf(t, n))
+			logs[n.Name] = len(n.MustVipdLog(t))
 		}
 		target := netip.AddrPortFrom(owner.IP, membershipPort)
 		seed := uint64(time.Now().UnixNano())
@@ -192,11 +192,11 @@ func trustBoundaries(t *testing.T, keyed bool) {
 			t.Error(v)
 		}
 		samples := rec.Samples().Between(start, time.Time{})
-		added := netlab.LogLines(logOf(t, owner)[logs[owner.Name]:], "level=")
+		added := netlab.LogLines(owner.MustVipdLog(t)[logs[owner.Name]:], "level=")
 		t.Logf("flood from %s to %s (seed %d) in %v: %s; owner %s logged %d lines during it and the 2s after (bound %d), by message: %s; %s; holders %s",
 			attacker.IP, target, seed, sent.Sub(start).Round(time.Millisecond), fs, owner.Name, len(added), maxFloodLines, byMessage(added), w, samples.Summary())
 		for _, n := range l.Others(owner) {
-			t.Logf("%s (not targeted) logged %d lines", n.Name, len(netlab.LogLines(logOf(t, n)[logs[n.Name]:], "level=")))
+			t.Logf("%s (not targeted) logged %d lines", n.Name, len(netlab.LogLines(n.MustVipdLog(t)[logs[n.Name]:], "level=")))
 		}
 		if len(added) > maxFloodLines {
 			t.Errorf("owner %s logged %d lines for the flood, want at most %d; first: %s", owner.Name, len(added), maxFloodLines, strings.Join(added[:min(len(added), 10)], "\n"))
@@ -214,7 +214,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 
 	t.Run("owner restart keeps the VIP", func(t *testing.T) {
 		start := time.Now()
-		stop(t, l, owner)
+		l.StopCleanly(t, owner, stopTimeout)
 		cfg, err := os.ReadFile(l.Vipd(owner).Config)
 		if err != nil {
 			t.Fatal(err)

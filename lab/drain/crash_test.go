@@ -76,7 +76,7 @@ func TestCrashCleanup(t *testing.T) {
 	if holder != next {
 		t.Errorf("after the restart of %s the VIP moved from %s to %s, want it to stay (preempt off)", owner.Name, next, holder)
 	}
-	n, servers := failed(probeWindow(pr.Probes(), restart.Time, time.Time{}))
+	n, servers := netlab.Served(netlab.ProbesBetween(pr.Probes(), restart.Time, time.Time{}))
 	if n > 0 || servers[owner.Name] > 0 {
 		t.Errorf("client after the restart: %d failed probes, servers %v; want none failed, all from %s", n, servers, holder)
 	}
@@ -114,8 +114,8 @@ func TestSigtermHandoff(t *testing.T) {
 	if err := pr.WaitServedBy(next, 25, ev.Time, 5*time.Second); err != nil {
 		t.Fatalf("after SIGTERM: %v", err)
 	}
-	window := probeWindow(pr.Probes(), ev.Time, time.Time{})
-	n, servers := failed(window)
+	window := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
+	n, servers := netlab.Served(window)
 	first, _ := firstServedBy(window, owner.Name)
 	t.Logf("SIGTERM %s: exited after %v, %s took over, client first served by it %v after the signal; %d probes, %d failed, servers %v",
 		owner.Name, stopped.Round(time.Millisecond), next, first.Start.Sub(ev.Time).Round(time.Millisecond), len(window), n, servers)

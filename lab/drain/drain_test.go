@@ -77,7 +77,7 @@ func TestPlannedDrain(t *testing.T) {
 		if h, err := l.OneHolder(vip); err != nil || h != next.Name {
 			t.Errorf("after restore: holder %q (%v), want %s", h, err, next.Name)
 		}
-		n, servers := failed(probeWindow(pr.Probes(), ev.Time, eligibleAt.Add(3*time.Second)))
+		n, servers := netlab.Served(netlab.ProbesBetween(pr.Probes(), ev.Time, eligibleAt.Add(3*time.Second)))
 		if n > 0 || len(servers) != 1 || servers[next.Name] == 0 {
 			t.Errorf("after restore: client saw %d failed probes and servers %v, want none failed and only %s", n, servers, next.Name)
 		}
@@ -186,8 +186,8 @@ func drain(t *testing.T, l *netlab.Lab, pr *netlab.Prober, vip netlab.VIP, from 
 	if err := pr.WaitServedBy(name, 25, ev.Time, 5*time.Second); err != nil {
 		t.Fatalf("after withdraw: %v", err)
 	}
-	window := probeWindow(pr.Probes(), ev.Time, time.Time{})
-	n, servers := failed(window)
+	window := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
+	n, servers := netlab.Served(window)
 	first, _ := firstServedBy(window, from.Name)
 	t.Logf("withdraw %s -> %s: %d probes, %d failed, servers %v, first answer from %s %v after the command started",
 		from.Name, name, len(window), n, servers, name, first.Start.Sub(ev.Time).Round(time.Millisecond))

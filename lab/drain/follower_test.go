@@ -65,7 +65,7 @@ func TestFollowerPartitionAndHeal(t *testing.T) {
 	if h, err := l.OneHolder(vip); err != nil || h != owner.Name {
 		t.Errorf("3s after the heal: holder %q (%v), want %s", h, err, owner.Name)
 	}
-	n, servers := failed(probeWindow(pr.Probes(), cut.Time, time.Time{}))
+	n, servers := netlab.Served(netlab.ProbesBetween(pr.Probes(), cut.Time, time.Time{}))
 	t.Logf("client from the cut on: %d failed probes, servers %v", n, servers)
 	if n > 0 || len(servers) != 1 || servers[owner.Name] == 0 {
 		t.Errorf("client from the cut on: %d failed probes, servers %v; want none failed, all from %s", n, servers, owner.Name)

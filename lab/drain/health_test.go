@@ -90,7 +90,7 @@ func TestHealthFailureMovesVIP(t *testing.T) {
 	}
 	moved := appeared.At.Sub(ev.Time)
 	released, _ := samples.First(func(s netlab.HolderSample) bool { return s.At.After(ev.Time) && !s.Has(owner.Name) })
-	served, ok := firstServedBy(probeWindow(pr.Probes(), ev.Time, time.Time{}), owner.Name)
+	served, ok := firstServedBy(netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{}), owner.Name)
 	if !ok {
 		t.Fatalf("no probe was served by another node than %s", owner.Name)
 	}

@@ -76,31 +76,6 @@ func rankOrder(vip netlab.VIP, hosts ...*netlab.Host) []string {
 	return agent.Eligible(ms, agent.ElectionVIP{Name: vip.Name})
 }
 
-// probeWindow returns the probes that started in [from, to) (zero to: no
-// end).
-func probeWindow(ps []netlab.Probe, from, to time.Time) []netlab.Probe {
-	var out []netlab.Probe
-	for _, p := range ps {
-		if !p.Start.Before(from) && (to.IsZero() || p.Start.Before(to)) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// failed counts the failed probes and names the servers seen.
-func failed(ps []netlab.Probe) (n int, servers map[string]int) {
-	servers = map[string]int{}
-	for _, p := range ps {
-		if !p.OK {
-			n++
-			continue
-		}
-		servers[p.Server]++
-	}
-	return n, servers
-}
-
 // maxPlannedGap bounds what a client may see of a planned handoff
 // (withdraw --wait, SIGTERM): the longest run of failed probes, from the
 // first failed probe to the next successful one.
@@ -118,7 +93,7 @@ const maxPlannedGap = 100 * time.Millisecond
 // longest run of failed probes exceeds maxPlannedGap.
 func checkPlannedGap(t *testing.T, what string, window []netlab.Probe) {
 	t.Helper()
-	n, _ := failed(window)
+	n, _ := netlab.Served(window)
 	run, gap := netlab.LongestFailure(window, probeInterval)
 	for _, p := range window {
 		if !p.OK {

@@ -128,7 +128,7 @@ func TestPartitionAndHeal(t *testing.T) {
 		if h, err := l.OneHolder(vip); err != nil || h != holder {
 			t.Errorf("3s after convergence: holder %q (%v), want %s", h, err, holder)
 		}
-		n, servers := failed(probeWindow(pr.Probes(), heal.Time, time.Time{}))
+		n, servers := netlab.Served(netlab.ProbesBetween(pr.Probes(), heal.Time, time.Time{}))
 		t.Logf("client after the heal: %d failed probes, servers %v", n, servers)
 		if n > 0 || servers[owner.Name] > 0 {
 			t.Errorf("client after the heal: %d failed probes, servers %v; want none failed, all from %s", n, servers, holder)

@@ -72,7 +72,7 @@ func TestFullStateDisk(t *testing.T) {
 	state := fullTmpfs(t, l, n)
 	// n starts alone, so it claims the VIP as a single-node cluster; the
 	// others join it later and, with preempt off, leave it there.
-	l.StartVipdConfig(n, config(t, l, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
+	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
 	if h, err := l.WaitOneHolder(vip, settle, n); err != nil || h != n.Name {
 		t.Fatalf("%s alone with a full state disk: holder %q, err %v; want it to hold %s", n.Name, h, err, vip.Address)
 	}
@@ -89,7 +89,7 @@ func TestFullStateDisk(t *testing.T) {
 	}
 	var lines []string
 	ok, _ := netlab.Eventually(5*time.Second, 100*time.Millisecond, func() (bool, string) {
-		lines = netlab.LogLines(logOf(t, n), "save peer cache", "no space left on device")
+		lines = netlab.LogLines(n.MustVipdLog(t), "save peer cache", "no space left on device")
 		return len(lines) > 0, ""
 	})
 	if !ok {
@@ -188,7 +188,7 @@ func TestReadOnlyStateDir(t *testing.T) {
 	if out, err := netlab.Run("mount", "-o", "remount,ro", mnt); err != nil {
 		t.Fatalf("remount read-only: %v %s", err, out)
 	}
-	l.StartVipdConfig(n, config(t, l, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
+	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
 	if h, err := l.WaitOneHolder(vip, settle, n); err != nil || h != n.Name {
 		t.Fatalf("%s alone with a read-only state_dir: holder %q, err %v", n.Name, h, err)
 	}

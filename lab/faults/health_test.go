@@ -37,7 +37,7 @@ func TestApiserverDownWhileMembershipChurns(t *testing.T) {
 		time.Sleep(2 * time.Second) // a steady stretch between restarts
 		before, _ := l.OneHolder(vip)
 		t0 := time.Now()
-		stop(t, l, n)
+		l.StopCleanly(t, n, stopTimeout)
 		h1, err := l.WaitOneHolder(vip, maxRestartConverge, l.Others(n)...)
 		afterStop := time.Since(t0)
 		if err != nil {

@@ -1,23 +1,16 @@
 package faults
 
 import (
-	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/vipd/vipd/lab/netlab"
 )
@@ -66,49 +59,12 @@ func memberState(st netlab.Status, name string) string {
 	return "absent"
 }
 
-// stop sends SIGTERM to h's vipd and waits for a clean exit.
-func stop(t *testing.T, l *netlab.Lab, h *netlab.Host) {
-	t.Helper()
-	if err := l.StopVipd(h, syscall.SIGTERM, stopTimeout); err != nil {
-		t.Fatalf("stop vipd on %s: %v", h.Name, err)
-	}
-	if err := l.Vipd(h).ExitErr(); err != nil {
-		t.Errorf("vipd on %s exit after SIGTERM: %v, want 0", h.Name, err)
-	}
-}
-
-// config renders h's netlab configuration with opts and applies edits, each
-// a regular expression and its replacement, failing the test when one does
-// not match (so an edit cannot silently do nothing).
-func config(t *testing.T, l *netlab.Lab, h *netlab.Host, o netlab.VipdOptions, edits ...string) string {
-	t.Helper()
-	cfg := l.VipdConfig(h, o)
-	for i := 0; i+1 < len(edits); i += 2 {
-		re := regexp.MustCompile(edits[i])
-		if !re.MatchString(cfg) {
-			t.Fatalf("config edit %q does not match the configuration of %s:\n%s", edits[i], h.Name, cfg)
-		}
-		cfg = re.ReplaceAllString(cfg, edits[i+1])
-	}
-	return cfg
-}
-
-// logOf returns h's vipd log so far.
-func logOf(t *testing.T, h *netlab.Host) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(h.Dir, "vipd.log"))
-	if err != nil {
-		t.Fatalf("read vipd log of %s: %v", h.Name, err)
-	}
-	return string(b)
-}
-
 // logBetween returns the lines of h's log stamped between from and to
 // (slog's time=...Z) that contain any of words.
 func logBetween(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
 	t.Helper()
 	var out []string
-	for _, line := range strings.Split(logOf(t, h), "\n") {
+	for _, line := range strings.Split(h.MustVipdLog(t), "\n") {
 		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
 		if !ok || !strings.HasPrefix(line, "time=") {
 			continue
@@ -160,103 +116,32 @@ type sample struct {
 	dur time.Duration
 }
 
-// addrReader lists the addresses in every node namespace over netlink
-// sockets opened inside them: far cheaper than running ip(8) per node, so
-// holders can really be sampled every sampleEvery on a busy 2-core host.
-type addrReader struct {
-	names   []string
-	handles []*netlink.Handle
-}
-
-// openAddrReader opens a netlink socket in each node namespace of l; they
-// are closed in t.Cleanup.
-func openAddrReader(t *testing.T, l *netlab.Lab) *addrReader {
-	t.Helper()
-	r := &addrReader{}
-	for _, n := range l.Nodes {
-		ns, err := netns.GetFromName(n.NS)
-		if err != nil {
-			t.Fatalf("open namespace %s: %v", n.NS, err)
-		}
-		h, err := netlink.NewHandleAt(ns)
-		ns.Close()
-		if err != nil {
-			t.Fatalf("netlink socket in %s: %v", n.NS, err)
-		}
-		t.Cleanup(h.Close)
-		r.names = append(r.names, n.Name)
-		r.handles = append(r.handles, h)
-	}
-	return r
-}
-
-// holders returns the names of the nodes that have addr on any interface.
-func (r *addrReader) holders(addr netip.Addr) ([]string, error) {
-	var out []string
-	for i, h := range r.handles {
-		as, err := h.AddrList(nil, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, fmt.Errorf("addresses of %s: %w", r.names[i], err)
-		}
-		for _, a := range as {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
-				out = append(out, r.names[i])
-				break
-			}
-		}
-	}
-	return out, nil
-}
-
 // sampler records the VIP's holders (addresses on every lab node) every
 // sampleEvery, for at most max, so moments a final check would miss are
-// counted.
+// counted: a netlab.HolderRecorder, its samples in the form stats reads.
 type sampler struct {
-	mu      sync.Mutex
-	samples []sample
-	stopc   chan struct{}
-	done    chan struct{}
+	r *netlab.HolderRecorder
 }
 
 func startSampler(t *testing.T, l *netlab.Lab, vip netlab.VIP, max time.Duration) *sampler {
 	t.Helper()
-	r := openAddrReader(t, l)
-	s := &sampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	s := &sampler{r: l.RecordHolders(vip.Address, sampleEvery, max)}
 	t.Cleanup(func() { s.stop() })
-	go func() {
-		defer close(s.done)
-		deadline := time.Now().Add(max)
-		for time.Now().Before(deadline) {
-			at := time.Now()
-			hs, err := r.holders(vip.Address)
-			s.mu.Lock()
-			s.samples = append(s.samples, sample{at: at, holders: hs, err: err})
-			s.mu.Unlock()
-			select {
-			case <-s.stopc:
-				return
-			case <-time.After(sampleEvery):
-			}
-		}
-	}()
 	return s
 }
 
-// stop ends sampling and returns every sample.
+// stop ends sampling and returns every sample, each standing until the
+// next one.
 func (s *sampler) stop() []sample {
-	select {
-	case <-s.stopc:
-	default:
-		close(s.stopc)
-	}
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ss := append([]sample(nil), s.samples...)
-	for i := range ss {
-		ss[i].dur = sampleEvery
-		if i+1 < len(ss) {
-			ss[i].dur = ss[i+1].at.Sub(ss[i].at)
+	hs, _ := s.r.Stop()
+	ss := make([]sample, len(hs))
+	for i, h := range hs {
+		ss[i] = sample{at: h.At, holders: h.Holders, dur: sampleEvery}
+		if len(h.Errs) > 0 {
+			ss[i].err = errors.New(strings.Join(h.Errs, "; "))
+		}
+		if i+1 < len(hs) {
+			ss[i].dur = hs[i+1].At.Sub(h.At)
 		}
 	}
 	return ss
@@ -390,46 +275,3 @@ func (c *lineCollector) Lines() []string {
 
 // metricsPort is api.metrics_address's port inside every node namespace.
 const metricsPort = 9470
-
-// scrape fetches h's /metrics from inside its namespace.
-func scrape(l *netlab.Lab, h *netlab.Host) (string, error) {
-	return l.Exec(h, "curl", "-sS", "--max-time", "2", fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
-}
-
-// metric returns the sum of the samples of name whose labels include every
-// label in want ("k=v"), and whether there was any.
-func metric(text, name string, want ...string) (float64, bool) {
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		// The value is the last field: label values may contain spaces.
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		series, value := line[:i], line[i+1:]
-		mname, labels, _ := strings.Cut(series, "{")
-		if mname != name {
-			continue
-		}
-		labels = strings.TrimSuffix(labels, "}")
-		match := true
-		for _, w := range want {
-			k, v, _ := strings.Cut(w, "=")
-			match = match && strings.Contains(","+labels+",", ","+k+"="+strconv.Quote(v)+",")
-		}
-		if !match {
-			continue
-		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		sum, found = sum+f, true
-	}
-	return sum, found
-}

@@ -11,25 +11,13 @@ import (
 	"github.com/vipd/vipd/lab/netlab"
 )
 
-// event is one line of `vipctl events --json`.
-type event struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	VIP     string    `json:"vip"`
-	Node    string    `json:"node"`
-	From    string    `json:"from"`
-	To      string    `json:"to"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
-}
-
 // TestMetricsAndEvents checks what an operator sees: /metrics on every node
 // (the VIP held on the holder only, 3 alive members, the ownership change
 // counter going up on a withdraw) and `vipctl events --follow --json` on a
 // non-owner streaming the ownership event of the owner's withdraw.
 func TestMetricsAndEvents(t *testing.T) {
 	l, vip, owner := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
-		return config(t, l, h, opts, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort))
+		return l.EditedVipdConfig(t, h, opts, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort))
 	})
 	rest := l.Others(owner)
 	observer := rest[0]
@@ -38,7 +26,7 @@ func TestMetricsAndEvents(t *testing.T) {
 		t.Helper()
 		out := map[string]string{}
 		for _, n := range l.Nodes {
-			text, err := scrape(l, n)
+			text, err := l.Metrics(n, metricsPort)
 			if err != nil {
 				t.Fatalf("scrape %s: %v", n.Name, err)
 			}
@@ -55,13 +43,13 @@ func TestMetricsAndEvents(t *testing.T) {
 			if n == owner {
 				want = 1
 			}
-			if v, found := metric(before[n.Name], "vipd_vip_held", "vip="+vip.Name); !found || v != want {
+			if v, found := netlab.Metric(before[n.Name], "vipd_vip_held", "vip="+vip.Name); !found || v != want {
 				return false, fmt.Sprintf("%s: vipd_vip_held{vip=%q} = %v (found %t), want %v", n.Name, vip.Name, v, found, want)
 			}
-			if v, found := metric(before[n.Name], "vipd_members", "state=alive"); !found || v != 3 {
+			if v, found := netlab.Metric(before[n.Name], "vipd_members", "state=alive"); !found || v != 3 {
 				return false, fmt.Sprintf("%s: vipd_members{state=\"alive\"} = %v (found %t), want 3", n.Name, v, found)
 			}
-			if v, _ := metric(before[n.Name], "vipd_quorum"); v != 1 {
+			if v, _ := netlab.Metric(before[n.Name], "vipd_quorum"); v != 1 {
 				return false, fmt.Sprintf("%s: vipd_quorum = %v, want 1", n.Name, v)
 			}
 		}
@@ -93,11 +81,11 @@ func TestMetricsAndEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after withdraw: %v", err)
 	}
-	var got event
+	var got netlab.VipdEvent
 	ok, detail = netlab.Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
 		ls := lines.Lines()
 		for _, line := range ls[backlog:] {
-			var e event
+			var e netlab.VipdEvent
 			if err := json.Unmarshal([]byte(line), &e); err != nil {
 				return true, fmt.Sprintf("not JSON: %q: %v", line, err)
 			}
@@ -123,8 +111,8 @@ func TestMetricsAndEvents(t *testing.T) {
 	ok, detail = netlab.Eventually(5*time.Second, 200*time.Millisecond, func() (bool, string) {
 		after = scrapeAll()
 		for _, n := range l.Nodes {
-			b, _ := metric(before[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
-			a, _ := metric(after[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
+			b, _ := netlab.Metric(before[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
+			a, _ := netlab.Metric(after[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
 			if a <= b {
 				return false, fmt.Sprintf("%s: vipd_ownership_changes_total{vip=%q} %v before the withdraw, %v after; want more", n.Name, vip.Name, b, a)
 			}
@@ -132,11 +120,11 @@ func TestMetricsAndEvents(t *testing.T) {
 			if n.Name == next {
 				want = 1
 			}
-			if v, _ := metric(after[n.Name], "vipd_vip_held", "vip="+vip.Name); v != want {
+			if v, _ := netlab.Metric(after[n.Name], "vipd_vip_held", "vip="+vip.Name); v != want {
 				return false, fmt.Sprintf("%s: vipd_vip_held = %v after the withdraw, want %v", n.Name, v, want)
 			}
 		}
-		if v, _ := metric(after[owner.Name], "vipd_withdrawn"); v != 1 {
+		if v, _ := netlab.Metric(after[owner.Name], "vipd_withdrawn"); v != 1 {
 			return false, fmt.Sprintf("%s: vipd_withdrawn = %v, want 1", owner.Name, v)
 		}
 		return true, ""
@@ -145,8 +133,8 @@ func TestMetricsAndEvents(t *testing.T) {
 		t.Errorf("metrics after the withdraw: %s", detail)
 	}
 	for _, n := range l.Nodes {
-		b, _ := metric(before[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
-		a, _ := metric(after[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
+		b, _ := netlab.Metric(before[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
+		a, _ := netlab.Metric(after[n.Name], "vipd_ownership_changes_total", "vip="+vip.Name)
 		t.Logf("%s: vipd_ownership_changes_total{vip=%q} %v -> %v", n.Name, vip.Name, b, a)
 	}
 }

@@ -62,7 +62,7 @@ func TestRestarts(t *testing.T) {
 		for _, n := range l.Nodes {
 			before, _ := l.OneHolder(vip)
 			t0 := time.Now()
-			stop(t, l, n)
+			l.StopCleanly(t, n, stopTimeout)
 			rest := l.Others(n)
 			h1, err := l.WaitOneHolder(vip, maxRestartConverge, rest...)
 			afterStop := time.Since(t0)
@@ -101,7 +101,7 @@ func TestRestarts(t *testing.T) {
 			}
 		}
 		t0 := time.Now()
-		stop(t, l, n)
+		l.StopCleanly(t, n, stopTimeout)
 		cached, err := readPeerCache(n.StateDir())
 		if err != nil {
 			t.Fatalf("peer cache of %s: %v", n.Name, err)
@@ -116,7 +116,7 @@ func TestRestarts(t *testing.T) {
 		// Without a key_file, admission defaults to the configured peers'
 		// addresses, and a peer known only from the cache is refused
 		// (docs/security.md): the lab's network is allowed explicitly.
-		l.StartVipdConfig(n, config(t, l, n, opts, `(?m)^peers = \[.*\]$`, "peers = []\nallowed_networks = [\"192.0.2.0/24\"]"))
+		l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^peers = \[.*\]$`, "peers = []\nallowed_networks = [\"192.0.2.0/24\"]"))
 		t1 := time.Now()
 		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
 			t.Fatalf("%s with peers = [] and a cache of %v: %v", n.Name, cached, err)

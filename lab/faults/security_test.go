@@ -57,7 +57,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 
 	for _, tc := range []struct{ name, key string }{{"wrong key", wrong}, {"no key", ""}} {
 		t.Run(tc.name, func(t *testing.T) {
-			stop(t, l, x)
+			l.StopCleanly(t, x, stopTimeout)
 			holder, err := l.WaitOneHolder(vip, settle, rest...)
 			if err != nil {
 				t.Fatalf("%s stopped: %v", x.Name, err)
@@ -66,10 +66,10 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 			if err != nil || len(cached) != 2 {
 				t.Fatalf("peer cache of %s: %v, err %v; want the two others", x.Name, cached, err)
 			}
-			logFrom := len(logOf(t, x))
+			logFrom := len(x.MustVipdLog(t))
 			logsFrom := map[string]int{}
 			for _, o := range rest {
-				logsFrom[o.Name] = len(logOf(t, o))
+				logsFrom[o.Name] = len(o.MustVipdLog(t))
 			}
 			s := startSampler(t, l, vip, 30*time.Second)
 			t0 := time.Now()
@@ -123,9 +123,9 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 				t.Errorf("after %s: holder %q, err %v; want %s to keep it", tc.name, h, err, holder)
 			}
 			// What an operator finds in the logs, by level.
-			reportCryptLog(t, x.Name, logOf(t, x)[logFrom:])
+			reportCryptLog(t, x.Name, x.MustVipdLog(t)[logFrom:])
 			for _, o := range rest {
-				reportCryptLog(t, o.Name, logOf(t, o)[logsFrom[o.Name]:])
+				reportCryptLog(t, o.Name, o.MustVipdLog(t)[logsFrom[o.Name]:])
 			}
 		})
 	}
@@ -135,7 +135,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop(t, l, x)
+		l.StopCleanly(t, x, stopTimeout)
 		l.StartVipd(x, keyOpts(good))
 		if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
 			t.Fatalf("%s with the cluster key: %v", x.Name, err)
@@ -220,16 +220,16 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 		{"remove the old key", []string{newK}},
 	} {
 		for _, n := range l.Nodes {
-			from := len(logOf(t, n))
+			from := len(n.MustVipdLog(t))
 			writeKeys(n, step.keys...)
 			if err := l.Vipd(n).Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
 			ok, _ := netlab.Eventually(5*time.Second, 50*time.Millisecond, func() (bool, string) {
-				return len(netlab.LogLines(logOf(t, n)[from:], "membership keys rotated")) > 0, ""
+				return len(netlab.LogLines(n.MustVipdLog(t)[from:], "membership keys rotated")) > 0, ""
 			})
 			if !ok {
-				t.Fatalf("%s: %s: no \"membership keys rotated\" in its log within 5s of SIGHUP:\n%s", n.Name, step.name, logOf(t, n)[from:])
+				t.Fatalf("%s: %s: no \"membership keys rotated\" in its log within 5s of SIGHUP:\n%s", n.Name, step.name, n.MustVipdLog(t)[from:])
 			}
 		}
 		// A gossip round or two with the new keyrings, then check.
@@ -263,7 +263,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 			break
 		}
 	}
-	stop(t, l, x)
+	l.StopCleanly(t, x, stopTimeout)
 	writeKeys(x, oldKey)
 	l.StartVipd(x, keyOpts(keyFile(x)))
 	ok, detail := netlab.Eventually(rejoinInterval+time.Second, 200*time.Millisecond, func() (bool, string) {
@@ -281,7 +281,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 	if ok {
 		t.Errorf("%s with only the retired key: %s; want it kept out", x.Name, detail)
 	}
-	stop(t, l, x)
+	l.StopCleanly(t, x, stopTimeout)
 	writeKeys(x, newK)
 	l.StartVipd(x, keyOpts(keyFile(x)))
 	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {

@@ -23,7 +23,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	l, vip, owner := cluster(t, nil)
 	rest := l.Others(owner)
 	x, y := rest[0], rest[1]
-	stop(t, l, x)
+	l.StopCleanly(t, x, stopTimeout)
 	garbage := []byte("\x00\xff{{ not json \x7f\n")
 	for _, f := range []string{"peers.json", "withdrawn"} {
 		if err := os.WriteFile(filepath.Join(x.StateDir(), f), garbage, 0o640); err != nil {
@@ -37,7 +37,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	if !l.Vipd(x).Running() {
 		t.Fatalf("vipd on %s exited: %v", x.Name, l.Vipd(x).ExitErr())
 	}
-	log := logOf(t, x)
+	log := x.MustVipdLog(t)
 	for _, words := range [][]string{
 		{"peer cache", "corrupt", "peers.json.corrupt"},
 		{"withdraw flag unreadable", "staying withdrawn"},

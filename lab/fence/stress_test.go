@@ -1,10 +1,7 @@
 package fence
 
 import (
-	"encoding/json"
-	"fmt"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -137,7 +134,7 @@ func TestNoFalseFailoverUnderLoad(t *testing.T) {
 	// Nor in the event stream.
 	for _, nd := range l.Nodes {
 		kinds := map[string]int{}
-		for _, e := range events(t, l, nd) {
+		for _, e := range l.VipdEvents(t, nd, "") {
 			if e.Time.Before(start) {
 				continue
 			}
@@ -198,44 +195,4 @@ func (s *statusSampler) stop() []statusSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]statusSample(nil), s.samples...)
-}
-
-// event is one line of `vipctl events --json`.
-type event struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	VIP     string    `json:"vip"`
-	Node    string    `json:"node"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
-}
-
-// events returns h's recent events, oldest first.
-func events(t *testing.T, l *netlab.Lab, h *netlab.Host) []event {
-	t.Helper()
-	out, err := l.Vipctl(h, "events", "--json")
-	if err != nil {
-		t.Fatalf("vipctl events on %s: %v", h.Name, err)
-	}
-	es, err := parseEvents(out)
-	if err != nil {
-		t.Fatalf("vipctl events --json on %s: %v", h.Name, err)
-	}
-	return es
-}
-
-func parseEvents(out string) ([]event, error) {
-	var es []event
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if line == "" {
-			continue
-		}
-		var e event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			return nil, fmt.Errorf("%q: %w", line, err)
-		}
-		es = append(es, e)
-	}
-	sort.SliceStable(es, func(i, j int) bool { return es[i].Time.Before(es[j].Time) })
-	return es, nil
 }

@@ -95,19 +95,3 @@ func TestCounter(t *testing.T) {
 		t.Errorf("missing = %d, want -1", got)
 	}
 }
-
-func TestParseEvents(t *testing.T) {
-	out := `{"time":"2026-01-02T03:04:06Z","kind":"fence","node":"n1","message":"fenced: no majority evidence for 310ms"}
-{"time":"2026-01-02T03:04:05Z","kind":"membership","node":"n1","message":"lease expired: gone for the election"}
-`
-	es, err := parseEvents(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(es) != 2 || es[0].Kind != "membership" || es[1].Kind != "fence" {
-		t.Errorf("parseEvents = %+v, want the two events oldest first", es)
-	}
-	if _, err := parseEvents("not json\n"); err == nil {
-		t.Error("garbage: want an error")
-	}
-}

@@ -19,6 +19,9 @@ type HolderSample struct {
 	// Holders are the names of the nodes that had the address, in node
 	// order.
 	Holders []string
+	// Errs are the nodes that could not be read for this sample, and why
+	// (Holders then leaves them out).
+	Errs []string
 }
 
 // HolderRecorder samples, through netlink sockets opened inside every node
@@ -108,7 +111,7 @@ func RecordHoldersIn(t testing.TB, nodes []HolderNode, addr netip.Addr, interval
 					}
 				}
 			}
-			s.At = time.Now()
+			s.At, s.Errs = time.Now(), errs
 			r.mu.Lock()
 			r.samples = append(r.samples, s)
 			r.errs = append(r.errs, errs...)

@@ -12,7 +12,6 @@
 package netlab
 
 import (
-	"bytes"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -24,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/lab/routers"
 )
 
 // Lab addressing. Node i (1-based) is 192.0.2.(10+i) and 2001:db8::(10+i)
@@ -270,17 +271,9 @@ func (l *Lab) Node(name string) *Host {
 }
 
 // Run runs a command and returns its combined output; the error carries
-// the command line and output.
-func Run(name string, args ...string) (string, error) {
-	var out bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
-}
+// the command line and output. It is routers.Run, under the name the lab
+// packages that start vipd know.
+func Run(name string, args ...string) (string, error) { return routers.Run(name, args...) }
 
 func (l *Lab) must(name string, args ...string) string {
 	l.t.Helper()

@@ -184,3 +184,21 @@ func TestLogLines(t *testing.T) {
 		t.Errorf("LogLines with no words = %q, want the 3 non-empty lines", got)
 	}
 }
+
+// TestParseVipdEvents: vipctl events --json, oldest first; garbage is an
+// error.
+func TestParseVipdEvents(t *testing.T) {
+	out := `{"time":"2026-01-02T03:04:06Z","kind":"fence","node":"n1","message":"fenced: no majority evidence for 310ms"}
+{"time":"2026-01-02T03:04:05Z","kind":"membership","node":"n1","message":"lease expired: gone for the election"}
+`
+	es, err := ParseVipdEvents(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].Kind != "membership" || es[1].Kind != "fence" {
+		t.Errorf("ParseVipdEvents = %+v, want the two events oldest first", es)
+	}
+	if _, err := ParseVipdEvents("not json\n"); err == nil {
+		t.Error("garbage: want an error")
+	}
+}

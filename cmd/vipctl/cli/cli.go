@@ -96,7 +96,8 @@ func Command(version string) *cobra.Command {
 const rootLong = `vipctl talks to the vipd on this host over its unix socket: it shows what
 vipd sees (members, VIPs, who may own each VIP and why not), withdraws this
 node from every VIP before maintenance and restores it, forgets a member that
-is gone for good, and streams events.
+is gone for good, marks this node itself as removed for good before it goes
+(decommission), and streams events.
 
 Every node answers with its own view of the cluster; when nodes disagree, ask
 every node.

@@ -1,4 +1,4 @@
-package agent
+package lease
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestGridAfter(t *testing.T) {
 	base := time.Unix(1000, 0)
-	g := grid{base: base}
+	g := Grid{Base: base}
 	ms := time.Millisecond
 	for _, c := range []struct {
 		name string
@@ -26,19 +26,19 @@ func TestGridAfter(t *testing.T) {
 		// 300 ms beats with every third lease round of 100 ms.
 		{"300 ms on the 100 ms beats", 350 * ms, 300 * ms, 600 * ms},
 	} {
-		if got := g.after(base.Add(c.t), c.p).Sub(base); got != c.want {
+		if got := g.After(base.Add(c.t), c.p).Sub(base); got != c.want {
 			t.Errorf("%s: after(base+%v, %v) = base+%v, want base+%v", c.name, c.t, c.p, got, c.want)
 		}
 	}
 	// Never more than one period after t, always strictly after it.
 	for d := time.Duration(0); d < 2*time.Second; d += 7 * ms {
 		at := base.Add(d)
-		next := g.after(at, 250*ms)
+		next := g.After(at, 250*ms)
 		if !next.After(at) || next.Sub(at) > 250*ms {
 			t.Fatalf("after(base+%v, 250ms) = base+%v: not in (t, t+p]", d, next.Sub(base))
 		}
 	}
-	if got := (grid{}).after(base, time.Second); !got.Equal(base.Add(time.Second)) {
+	if got := (Grid{}).After(base, time.Second); !got.Equal(base.Add(time.Second)) {
 		t.Errorf("zero grid: after(t, 1s) = %v, want t+1s", got)
 	}
 }

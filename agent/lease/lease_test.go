@@ -1,10 +1,9 @@
-package agent
+package lease
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -12,13 +11,13 @@ import (
 
 // leaseSim simulates the lease of three nodes, each with its own clock
 // rate, over a network whose links the test controls: nodes tick when their
-// tracker asks, and answer heartbeats as they arrive, as leaseRunner does.
+// tracker asks, and answer heartbeats as they arrive, as Runner does.
 // Time advances in steps of a millisecond of real time.
 type leaseSim struct {
-	cfg   leaseConfig
+	cfg   Timers
 	names []string
 	rate  map[string]float64 // local seconds per real second
-	tr    map[string]*leaseTracker
+	tr    map[string]*tracker
 	next  map[string]time.Duration // real time of the next tick (-1: none)
 	delay time.Duration
 	drop  func(from, to string, now time.Duration) bool
@@ -36,28 +35,18 @@ type simMsg struct {
 	hb   heartbeat
 }
 
-func newLeaseSim(cfg leaseConfig, rates map[string]float64, delay time.Duration) *leaseSim {
-	s := &leaseSim{cfg: cfg, rate: rates, tr: map[string]*leaseTracker{}, next: map[string]time.Duration{},
+func newLeaseSim(cfg Timers, rates map[string]float64, delay time.Duration) *leaseSim {
+	s := &leaseSim{cfg: cfg, rate: rates, tr: map[string]*tracker{}, next: map[string]time.Duration{},
 		delay: delay, epoch: time.Unix(1_000_000, 0), ticks: map[string]int{}}
 	for n := range rates {
 		s.names = append(s.names, n)
 	}
-	sortStrings(s.names)
+	slices.Sort(s.names)
 	for i, n := range s.names {
-		s.tr[n] = newLeaseTracker(n, cfg, s.local(n), uint64(i+1))
+		s.tr[n] = newTracker(n, cfg, s.local(n), uint64(i+1))
 		s.next[n] = time.Duration(i) * 7 * time.Millisecond
 	}
 	return s
-}
-
-func sortStrings(s []string) {
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
 }
 
 // local is node n's clock now.
@@ -138,6 +127,13 @@ func (s *leaseSim) expired(by, who string) bool {
 	return s.tr[by].expired(who, s.names, true, s.local(by))
 }
 
+// fastTracker returns self's tracker with the fast timers, started at a
+// fixed time (epoch 1), with those timers and that time.
+func fastTracker(self string) (*tracker, Timers, time.Time) {
+	t0 := time.Unix(1000, 0)
+	return newTracker(self, FastTimers(), t0, 1), FastTimers(), t0
+}
+
 // holderReaction bounds how long after its fence expires a holder has
 // withdrawn the address: the lease goroutine notices within an interval,
 // the loop's pass and the netlink call follow (generous for a loaded host).
@@ -150,7 +146,7 @@ const holderReaction = 80 * time.Millisecond
 // holder's reaction time; and when only x's incoming traffic is lost, the
 // peers, who still hear x, never do.
 func TestLeaseFenceBeforeClaim(t *testing.T) {
-	cfg := leaseConfigFor("fast")
+	cfg := FastTimers()
 	cut := 2 * time.Second
 	links := map[string]func(from, to string, now time.Duration) bool{
 		"both ways": func(from, to string, now time.Duration) bool { return now >= cut && (from == "x" || to == "x") },
@@ -216,7 +212,7 @@ func TestLeaseFenceBeforeClaim(t *testing.T) {
 // simulated seconds (seeded, so the run is repeatable): its fence never
 // expires and no peer takes it for gone.
 func TestLeaseLossTolerated(t *testing.T) {
-	s := newLeaseSim(leaseConfigFor("fast"), map[string]float64{"x": 1, "w": 1, "y": 1}, 2*time.Millisecond)
+	s := newLeaseSim(FastTimers(), map[string]float64{"x": 1, "w": 1, "y": 1}, 2*time.Millisecond)
 	rng := rand.New(rand.NewPCG(7, 11))
 	s.drop = func(from, to string, now time.Duration) bool { return to == "x" && rng.Float64() < 0.3 }
 	s.drive("x")
@@ -236,12 +232,11 @@ func TestLeaseLossTolerated(t *testing.T) {
 
 // TestLeaseHolderHearsEveryMember: a holder hears every other member within
 // Claim, all the time, in both failure_detection modes and with clocks 1%
-// apart: hasQuorum counts members recentlyHeard as alive, so a member that
+// apart: CountQuorum counts members the runner RecentlyHeard as alive, so a member that
 // gossip declares dead for a moment (a node back from a partition spreads
 // the deaths it concluded) does not cost the holder its quorum.
 func TestLeaseHolderHearsEveryMember(t *testing.T) {
-	for _, mode := range []string{"fast", "lan"} {
-		cfg := leaseConfigFor(mode)
+	for mode, cfg := range map[string]Timers{"fast": FastTimers(), "lan": LANTimers()} {
 		s := newLeaseSim(cfg, map[string]float64{"x": 1.01, "w": 0.99, "y": 1}, 2*time.Millisecond)
 		s.drive("x")
 		for s.now < time.Second {
@@ -269,8 +264,7 @@ func TestLeaseHolderHearsEveryMember(t *testing.T) {
 // membership port (its vipd is gone) is positive evidence at once; a member
 // heard from again is not gone.
 func TestLeaseRefusedIsGone(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	l := newLeaseTracker("a", leaseConfigFor("fast"), t0, 1)
+	l, _, t0 := fastTracker("a")
 	base := []string{"a", "b", "c"}
 	l.receive(heartbeat{From: "b", Seq: 1, Driver: true}, base, t0.Add(100*time.Millisecond))
 	now := t0.Add(200 * time.Millisecond)
@@ -291,9 +285,7 @@ func TestLeaseRefusedIsGone(t *testing.T) {
 // it votes only once it has been silent-listening for Claim: a restarting
 // node cannot help expire a live holder.
 func TestLeaseNewNodeHasNoVote(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := leaseConfigFor("fast")
-	l := newLeaseTracker("c", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("c")
 	base := []string{"a", "b", "c"}
 	// a and b drive rounds; c (just started) expects them from their first
 	// heartbeat, and votes only after Claim without one.
@@ -318,9 +310,7 @@ func TestLeaseNewNodeHasNoVote(t *testing.T) {
 // TestLeaseWithoutQuorum: with quorum not required there is no fence and
 // this node's own vote is enough (one or two nodes).
 func TestLeaseWithoutQuorum(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := leaseConfigFor("fast")
-	l := newLeaseTracker("a", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("a")
 	base := []string{"a", "b"}
 	if ok, _ := l.fence(base, false, t0.Add(time.Hour)); !ok {
 		t.Error("fenced without quorum required")
@@ -334,38 +324,11 @@ func TestLeaseWithoutQuorum(t *testing.T) {
 	}
 }
 
-func TestHeartbeatRoundTrip(t *testing.T) {
-	in := heartbeat{From: "cp-1", Epoch: 99, Seq: 1 << 40, Driver: true, AskAll: true, Ask: "cp-3",
-		Entries: []heartbeatEntry{{Name: "cp-2", Epoch: 5, Seq: 7, Silent: true}, {Name: "cp-3", Seq: 0}}}
-	b, err := in.encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := decodeHeartbeat(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(in, out) {
-		t.Errorf("round trip: %+v -> %+v", in, out)
-	}
-	// A later version's trailing bytes are ignored.
-	if out, err := decodeHeartbeat(append(b, 9, 9, 9)); err != nil || !reflect.DeepEqual(in, out) {
-		t.Errorf("with trailing bytes: %+v, %v", out, err)
-	}
-	for _, bad := range [][]byte{nil, {'H'}, append([]byte{'H', 0}, make([]byte, 18)...), b[:len(b)-3], append([]byte{'X', 1}, make([]byte, 18)...)} {
-		if _, err := decodeHeartbeat(bad); err == nil {
-			t.Errorf("decodeHeartbeat(%x) accepted", bad)
-		}
-	}
-}
-
 // TestLeaseRestartedPeer: a peer that restarts numbers its heartbeats from 1
 // again under a new epoch: it is heard at once, and an ack for this node's
 // previous epoch does not count as evidence.
 func TestLeaseRestartedPeer(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	cfg := leaseConfigFor("fast")
-	l := newLeaseTracker("a", cfg, t0, 1)
+	l, cfg, t0 := fastTracker("a")
 	base := []string{"a", "b", "c"}
 	l.receive(heartbeat{From: "b", Epoch: 7, Seq: 500, Driver: true}, base, t0)
 	l.receive(heartbeat{From: "b", Epoch: 8, Seq: 1, Driver: true}, base, t0.Add(cfg.Claim))
@@ -389,7 +352,7 @@ func TestLeaseRestartedPeer(t *testing.T) {
 // interval asking one member, and its answer; with no holder, nothing but
 // the hello each node says when it starts.
 func TestLeaseQuiet(t *testing.T) {
-	cfg := leaseConfigFor("fast")
+	cfg := FastTimers()
 	s := newLeaseSim(cfg, map[string]float64{"x": 1, "w": 1, "y": 1}, time.Millisecond)
 	for s.now < 10*time.Second {
 		s.step()
@@ -420,7 +383,7 @@ func TestLeaseQuiet(t *testing.T) {
 // runs a tick as soon as the tracker says one is due, in steps of a
 // millisecond, so a deadline left in the past shows as a tick every step.
 func TestLeaseSilentDriverNoBusyLoop(t *testing.T) {
-	cfg := leaseConfigFor("fast")
+	cfg := FastTimers()
 	s := newLeaseSim(cfg, map[string]float64{"x": 1, "w": 1, "y": 1}, time.Millisecond)
 	s.drive("x")
 	for s.now < time.Second {
@@ -448,81 +411,6 @@ func TestLeaseSilentDriverNoBusyLoop(t *testing.T) {
 	}
 }
 
-// TestViewMemberStaleHeld: a member heard again after the lease took it
-// for gone holds nothing in the election until its metadata changes after
-// that: it released when its fence expired, whatever its old metadata says.
-func TestViewMemberStaleHeld(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	held := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{7: {Healthy: true, Held: true}}}
-	m := memberInfo{Name: "c", State: StateAlive, Meta: held, Since: t0.Add(5 * time.Second), MetaSince: t0}
-	gone := leaseState{expired: map[string]time.Time{}, lastGone: map[string]time.Time{"c": t0.Add(time.Second)}}
-
-	v := viewMember(m, gone)
-	if v.State != StateAlive || v.Meta.VIP(7).Held || !v.Meta.VIP(7).Healthy {
-		t.Errorf("heard again, metadata from before it was gone: %+v, want alive, healthy, not holding", v)
-	}
-	if !m.Meta.VIP(7).Held {
-		t.Error("viewMember changed the member's own metadata")
-	}
-	// Metadata received after it was gone is believed.
-	m.MetaSince = t0.Add(2 * time.Second)
-	if v := viewMember(m, gone); !v.Meta.VIP(7).Held {
-		t.Errorf("metadata newer than the gone time: %+v, want holding", v)
-	}
-	// Never gone: believed.
-	m.MetaSince = t0
-	if v := viewMember(m, leaseState{}); !v.Meta.VIP(7).Held {
-		t.Errorf("never gone: %+v, want holding", v)
-	}
-	// Gone now, nothing changed since: dead.
-	now := leaseState{expired: map[string]time.Time{"c": t0.Add(6 * time.Second)}, lastGone: map[string]time.Time{"c": t0.Add(6 * time.Second)}}
-	if v := viewMember(m, now); v.State != StateDead {
-		t.Errorf("gone: %+v, want dead", v)
-	}
-}
-
-// TestViewMemberDeadByGossipButHeard: a holder that membership says is dead
-// (a healed node's stale gossip) while the lease heard it a moment ago stays
-// alive for the election, holding; not heard, or left, it is not.
-func TestViewMemberDeadByGossipButHeard(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	k := vipKey("apiserver")
-	held := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true, Held: true}}}
-	m := memberInfo{Name: "c", State: StateDead, Meta: held, Since: t0, MetaSince: t0}
-	heard := leaseState{heard: map[string]bool{"c": true}}
-
-	v := viewMember(m, heard)
-	if v.State != StateSuspect || !v.Meta.VIP(k).Held {
-		t.Errorf("dead by gossip, heard: %+v, want suspect and holding", v)
-	}
-	// a and b are eligible; c holds: the election keeps c, and a sees the
-	// VIP held elsewhere.
-	healthy := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true}}}
-	view := []Member{v, {Name: "a", State: StateAlive, Meta: healthy}, {Name: "b", State: StateAlive, Meta: healthy}}
-	if r := Elect(view, ElectionVIP{Name: "apiserver"}); r.Owner != "c" {
-		t.Errorf("dead by gossip, heard: elected %q (%s), want c, the holder", r.Owner, r.Reason)
-	}
-	if !heldElsewhere("a", "apiserver", view) {
-		t.Error("dead by gossip, heard: a sees no holder, want c")
-	}
-	if r := Elect([]Member{viewMember(m, leaseState{}), view[1], view[2]}, ElectionVIP{Name: "apiserver"}); r.Owner == "c" {
-		t.Errorf("dead, not heard: elected c (%s), want another", r.Reason)
-	}
-	if v := viewMember(m, leaseState{}); v.State != StateDead {
-		t.Errorf("dead, not heard: %+v, want dead", v)
-	}
-	left := m
-	left.State = StateLeft
-	if v := viewMember(left, heard); v.State != StateLeft {
-		t.Errorf("left, heard: %+v, want left", v)
-	}
-	// Gone for the lease wins over a heartbeat from before it.
-	gone := leaseState{heard: map[string]bool{"c": true}, expired: map[string]time.Time{"c": t0.Add(time.Second)}}
-	if v := viewMember(m, gone); v.State != StateDead {
-		t.Errorf("dead and gone for the lease: %+v, want dead", v)
-	}
-}
-
 // TestLeaseRunnerGraceWhenFenceStarts: a holder in a cluster of two (no
 // fence) that grows to three has one interval for its first answers before
 // it counts as fenced, and is fenced after that without them; a new base
@@ -530,33 +418,45 @@ func TestViewMemberDeadByGossipButHeard(t *testing.T) {
 func TestLeaseRunnerGraceWhenFenceStarts(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	now := t0
-	cfg := leaseConfigFor("fast")
-	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
-	defer r.alarm.close()
-	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
-	r.setBase([]string{"a", "b"}, false, members[:1], true)
+	cfg := FastTimers()
+	r := newTestRunner(cfg, t0, func() time.Time { return now })
+	defer r.alarm.Close()
+	addrs := testAddrs()
+	r.SetBase([]string{"a", "b"}, false, map[string]netip.AddrPort{"b": addrs["b"]}, true)
 	if !r.takeKick() {
 		t.Fatal("driving did not kick the runner")
 	}
-	if st := r.state(); !st.canHold {
+	if st := r.State(); !st.canHold {
 		t.Fatal("fenced without quorum required")
 	}
 	now = now.Add(time.Second)
-	r.setBase([]string{"a", "b", "c"}, true, members, true)
+	r.SetBase([]string{"a", "b", "c"}, true, addrs, true)
 	if !r.takeKick() {
 		t.Error("a new base did not kick the runner")
 	}
-	if st := r.state(); !st.canHold {
+	if st := r.State(); !st.canHold {
 		t.Error("fenced the moment the fence started to apply")
 	}
 	now = now.Add(cfg.Interval)
-	if st := r.state(); st.canHold {
+	if st := r.State(); st.canHold {
 		t.Errorf("still may hold %v after the fence started, without an answer", cfg.Interval)
 	}
 }
 
-// takeKick reports whether a kick is pending and takes it, as run does.
-func (r *leaseRunner) takeKick() bool {
+// newTestRunner returns node a's runner on a clock of the test's, sending
+// nothing.
+func newTestRunner(cfg Timers, t0 time.Time, now func() time.Time) *Runner {
+	return NewRunner(Config{Self: "a", Timers: cfg, Grid: Grid{Base: t0}, Now: now,
+		Send: func([]byte, netip.AddrPort) {}, Wake: func() {}, ValidName: plainName})
+}
+
+// testAddrs are the membership addresses of b and c.
+func testAddrs() map[string]netip.AddrPort {
+	return map[string]netip.AddrPort{"b": netip.MustParseAddrPort("192.0.2.12:7946"), "c": netip.MustParseAddrPort("192.0.2.13:7946")}
+}
+
+// takeKick reports whether a kick is pending and takes it, as Run does.
+func (r *Runner) takeKick() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := r.kicked
@@ -570,22 +470,22 @@ func (r *leaseRunner) takeKick() bool {
 // once.
 func TestLeaseRunnerKeepsKick(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	r := newLeaseRunner("a", leaseConfigFor("fast"), grid{base: t0}, func() time.Time { return t0 }, func([]byte, netip.AddrPort) {}, func() {})
+	r := newTestRunner(FastTimers(), t0, func() time.Time { return t0 })
 	k, ok := r.alarm.(*kernelAlarm)
 	if !ok {
 		t.Skip("no timerfd: the runner uses a time.Timer")
 	}
-	defer k.close()
-	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
-	r.setBase([]string{"a", "b"}, false, members, false)
+	defer k.Close()
+	addrs := testAddrs()
+	r.SetBase([]string{"a", "b"}, false, addrs, false)
 	r.takeKick()
-	r.tr.tick(r.base, t0)                                    // as run would: the hello to b
-	r.setBase([]string{"a", "b", "c"}, true, members, false) // a new base: kick
+	r.tr.tick(r.base, t0)                                  // as run would: the hello to b
+	r.SetBase([]string{"a", "b", "c"}, true, addrs, false) // a new base: kick
 	p, err := heartbeat{From: "b", Epoch: 1, Seq: 1, Driver: true}.encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.receive(p, netip.MustParseAddrPort("192.0.2.12:7946")) // its silence deadline: 2 intervals on
+	r.Receive(p, addrs["b"]) // its silence deadline: 2 intervals on
 	if d, err := k.remaining(); err != nil || d != 0 {
 		t.Errorf("the heartbeat moved the kicked alarm to %v (%v)", d, err)
 	}
@@ -597,10 +497,10 @@ func TestLeaseRunnerKeepsKick(t *testing.T) {
 // countingAlarm is an alarm that counts how often it is set or stopped.
 type countingAlarm struct{ sets, stops int }
 
-func (c *countingAlarm) set(time.Duration) { c.sets++ }
-func (c *countingAlarm) stop()             { c.stops++ }
-func (c *countingAlarm) wait() bool        { return false }
-func (c *countingAlarm) close()            {}
+func (c *countingAlarm) Set(time.Duration) { c.sets++ }
+func (c *countingAlarm) Stop()             { c.stops++ }
+func (c *countingAlarm) Wait() bool        { return false }
+func (c *countingAlarm) Close()            {}
 
 // TestLeaseRunnerArmsOnlyOnChange: a driver's answers arrive between its
 // rounds and leave its next deadline (the next round) where it was; they
@@ -609,13 +509,13 @@ func (c *countingAlarm) close()            {}
 func TestLeaseRunnerArmsOnlyOnChange(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	now := t0
-	cfg := leaseConfigFor("fast")
-	r := newLeaseRunner("a", cfg, grid{base: t0}, func() time.Time { return now }, func([]byte, netip.AddrPort) {}, func() {})
-	r.alarm.close()
+	cfg := FastTimers()
+	r := newTestRunner(cfg, t0, func() time.Time { return now })
+	r.alarm.Close()
 	ca := &countingAlarm{}
 	r.alarm = ca
-	members := []memberInfo{{Name: "b", Address: "192.0.2.12:7946"}, {Name: "c", Address: "192.0.2.13:7946"}}
-	r.setBase([]string{"a", "b", "c"}, true, members, true)
+	addrs := testAddrs()
+	r.SetBase([]string{"a", "b", "c"}, true, addrs, true)
 	// What run does when the kick fires: the hello and the first round.
 	r.mu.Lock()
 	r.kicked, r.armed = false, time.Time{}
@@ -636,7 +536,7 @@ func TestLeaseRunnerArmsOnlyOnChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		armed, sets := r.armed, ca.sets
-		r.receive(p, netip.MustParseAddrPort(members[i%2].Address))
+		r.Receive(p, addrs[from])
 		if want := r.tr.next(r.base, now); !r.armed.Equal(want) {
 			t.Fatalf("heartbeat %d from %s: armed for %v, the tracker's next is %v", i, from, r.armed.Sub(t0), want.Sub(t0))
 		}

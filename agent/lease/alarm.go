@@ -1,4 +1,4 @@
-package agent
+package lease
 
 import (
 	"fmt"
@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// alarm is a one-shot timer that its owner moves, earlier or later, as
-// often as it likes, and that wakes the process only when it fires.
+// Alarm is a one-shot timer that its owner moves, earlier or later, as
+// often as it likes, and that wakes the process only when it fires. One
+// goroutine waits on it; any may move it.
 //
 // The lease runner needs one: a node that listens moves its "the holder
 // fell silent" deadline on every heartbeat, and a holder arms a retry
@@ -26,28 +27,28 @@ import (
 // kernelAlarm is a timerfd: timerfd_settime moves the kernel's timer in
 // place, and the runtime's poller waits for it like for a socket.
 // goAlarm, a time.Timer, is the fallback where timerfd is not available.
-type alarm interface {
-	// set makes it fire after d (at once for d <= 0), replacing any
+type Alarm interface {
+	// Set makes it fire after d (at once for d <= 0), replacing any
 	// setting before.
-	set(d time.Duration)
-	// stop disarms it.
-	stop()
-	// wait blocks until it fires (true) or is closed (false).
-	wait() bool
-	// close ends a wait in progress and every wait after it.
-	close()
+	Set(d time.Duration)
+	// Stop disarms it.
+	Stop()
+	// Wait blocks until it fires (true) or is closed (false).
+	Wait() bool
+	// Close ends a wait in progress and every wait after it.
+	Close()
 }
 
-// newAlarm returns a kernelAlarm, or a goAlarm when the kernel refuses a
-// timerfd.
-func newAlarm() alarm {
+// NewAlarm returns an Alarm on a timerfd (CLOCK_MONOTONIC), or on a
+// time.Timer when the kernel refuses a timerfd.
+func NewAlarm() Alarm {
 	if k, err := newKernelAlarm(); err == nil {
 		return k
 	}
 	return newGoAlarm()
 }
 
-// kernelAlarm is an alarm on a timerfd (CLOCK_MONOTONIC).
+// kernelAlarm is an Alarm on a timerfd (CLOCK_MONOTONIC).
 type kernelAlarm struct {
 	f *os.File
 	// rc reaches the fd for timerfd_settime; its Control fails once f is
@@ -80,25 +81,25 @@ func (k *kernelAlarm) settime(d time.Duration) {
 	})
 }
 
-func (k *kernelAlarm) set(d time.Duration) {
+func (k *kernelAlarm) Set(d time.Duration) {
 	// A zero it_value would disarm it: at once is a nanosecond.
 	k.settime(max(d, time.Nanosecond))
 }
 
-func (k *kernelAlarm) stop() { k.settime(0) }
+func (k *kernelAlarm) Stop() { k.settime(0) }
 
-// wait reads the expiration count. Re-arming resets the count, so a timer
+// Wait reads the expiration count. Re-arming resets the count, so a timer
 // that fired and was moved before the read does not end the wait: the
 // read finds nothing and the runtime waits again.
-func (k *kernelAlarm) wait() bool {
+func (k *kernelAlarm) Wait() bool {
 	var b [8]byte
 	_, err := k.f.Read(b[:])
 	return err == nil
 }
 
-func (k *kernelAlarm) close() { _ = k.f.Close() }
+func (k *kernelAlarm) Close() { _ = k.f.Close() }
 
-// goAlarm is an alarm on a time.Timer.
+// goAlarm is an Alarm on a time.Timer.
 type goAlarm struct {
 	t      *time.Timer
 	done   chan struct{}
@@ -111,11 +112,11 @@ func newGoAlarm() *goAlarm {
 	return &goAlarm{t: t, done: make(chan struct{})}
 }
 
-func (g *goAlarm) set(d time.Duration) { g.t.Reset(max(d, 0)) }
-func (g *goAlarm) stop()               { g.t.Stop() }
-func (g *goAlarm) close()              { g.closer.Do(func() { g.t.Stop(); close(g.done) }) }
+func (g *goAlarm) Set(d time.Duration) { g.t.Reset(max(d, 0)) }
+func (g *goAlarm) Stop()               { g.t.Stop() }
+func (g *goAlarm) Close()              { g.closer.Do(func() { g.t.Stop(); close(g.done) }) }
 
-func (g *goAlarm) wait() bool {
+func (g *goAlarm) Wait() bool {
 	select {
 	case <-g.t.C:
 		return true

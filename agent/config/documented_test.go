@@ -1,52 +1,36 @@
-package agent
+package config
 
 import (
 	"fmt"
 	"os"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/bgp"
 )
 
-// configKeys lists every key path of the configuration ("cluster.peers",
-// "vip.health.url", "bgp.peer.asn"), from the struct tags.
-func configKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("toml")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		path := prefix + tag
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct {
-			out = append(out, configKeys(ft, path+".")...)
-			continue
-		}
-		out = append(out, path)
+// documentation returns vipd.toml.example and docs/configuration.md.
+func documentation(t *testing.T) (example, ref []byte) {
+	t.Helper()
+	example, err := os.ReadFile("../../vipd.toml.example")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	ref, err = os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return example, ref
 }
 
 // TestEveryKeyIsDocumented keeps vipd.toml.example and
 // docs/configuration.md in step with the code.
 func TestEveryKeyIsDocumented(t *testing.T) {
-	example, err := os.ReadFile("../vipd.toml.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := os.ReadFile("../docs/configuration.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := configKeys(reflect.TypeOf(Config{}), "")
+	example, ref := documentation(t)
+	keys := Keys()
 	if len(keys) < 30 {
 		t.Fatalf("found only %d keys; reflection broke", len(keys))
 	}
@@ -124,14 +108,7 @@ func walkExample(text string, f func(table, key string, comment []string)) {
 // ("[300ms]" in the comment above a key) and docs/configuration.md (the
 // table's default column) equal to the ones the code applies.
 func TestDocumentedDefaults(t *testing.T) {
-	example, err := os.ReadFile("../vipd.toml.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := os.ReadFile("../docs/configuration.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	example, ref := documentation(t)
 	d := func(v time.Duration) string {
 		if v%time.Second == 0 {
 			return fmt.Sprintf("%ds", int(v/time.Second))
@@ -147,7 +124,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"vip.health.rise":         strconv.Itoa(DefaultHealthRise),
 		"vip.health.fall":         strconv.Itoa(DefaultHealthFall),
 		"bgp.graceful_shutdown":   d(DefaultGracefulShutdown),
-		"bgp.peer.hold_time":      d(DefaultBGPHoldTime),
+		"bgp.peer.hold_time":      d(bgp.DefaultHoldTime),
 		"bgp.listen_port":         strconv.Itoa(DefaultBGPListenPort),
 	}
 	bracketed := exampleDefaults(string(example))

@@ -1,4 +1,4 @@
-package agent
+package lease
 
 import (
 	"errors"
@@ -10,13 +10,13 @@ import (
 )
 
 // alarms returns one alarm of each kind the runner may get.
-func alarms(t *testing.T) map[string]alarm {
+func alarms(t *testing.T) map[string]Alarm {
 	t.Helper()
 	k, err := newKernelAlarm()
 	if err != nil {
 		t.Fatalf("timerfd: %v", err)
 	}
-	return map[string]alarm{"kernel": k, "go": newGoAlarm()}
+	return map[string]Alarm{"kernel": k, "go": newGoAlarm()}
 }
 
 // TestAlarmFiresAndCloses: an alarm set to fire does; one moved to an
@@ -24,19 +24,19 @@ func alarms(t *testing.T) map[string]alarm {
 func TestAlarmFiresAndCloses(t *testing.T) {
 	for name, a := range alarms(t) {
 		t.Run(name, func(t *testing.T) {
-			a.set(time.Hour)
-			a.set(0) // moved earlier: at once
-			if !a.wait() {
+			a.Set(time.Hour)
+			a.Set(0) // moved earlier: at once
+			if !a.Wait() {
 				t.Fatal("wait ended without the alarm firing")
 			}
-			a.set(time.Hour)
+			a.Set(time.Hour)
 			done := make(chan bool)
-			go func() { done <- a.wait() }()
-			a.close()
+			go func() { done <- a.Wait() }()
+			a.Close()
 			if <-done {
 				t.Error("wait reported a fire after close")
 			}
-			if a.wait() {
+			if a.Wait() {
 				t.Error("a wait after close reported a fire")
 			}
 		})
@@ -52,13 +52,13 @@ func TestKernelAlarmMovesInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("timerfd: %v", err)
 	}
-	defer k.close()
-	k.set(5 * time.Millisecond)
-	k.set(time.Hour)
+	defer k.Close()
+	k.Set(5 * time.Millisecond)
+	k.Set(time.Hour)
 	if d, err := k.remaining(); err != nil || d < 59*time.Minute {
 		t.Fatalf("moved to an hour, the kernel has it at %v (%v)", d, err)
 	}
-	k.stop()
+	k.Stop()
 	if d, err := k.remaining(); err != nil || d != 0 {
 		t.Fatalf("stopped, the kernel has it at %v (%v)", d, err)
 	}
@@ -73,8 +73,8 @@ func TestKernelAlarmRearmedBeforeRead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("timerfd: %v", err)
 	}
-	defer k.close()
-	k.set(time.Microsecond)
+	defer k.Close()
+	k.Set(time.Microsecond)
 	expired := false
 	for i := 0; i < 1000 && !expired; i++ { // a one-shot timer disarms when it fires
 		d, err := k.remaining()
@@ -87,7 +87,7 @@ func TestKernelAlarmRearmedBeforeRead(t *testing.T) {
 	if !expired {
 		t.Fatal("a 1 µs alarm had not fired after a second")
 	}
-	k.set(time.Hour)
+	k.Set(time.Hour)
 	var rerr error
 	if err := k.rc.Control(func(fd uintptr) {
 		var b [8]byte

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"fmt"
@@ -28,7 +28,9 @@ type HostEnv struct {
 
 // HostInterface is one interface of the host.
 type HostInterface struct {
-	Name     string
+	// Name is the interface's name ("eth0").
+	Name string
+	// Prefixes are its addresses with their prefix lengths.
 	Prefixes []netip.Prefix
 }
 

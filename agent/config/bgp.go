@@ -1,0 +1,119 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+
+	"github.com/vipd/vipd/bgp"
+)
+
+// checkBGP reads the [bgp] section into the bgp.Config the daemon's speaker
+// is built from, then checks it with bgp.Config.Validate: the speaker's
+// rules (ranges, whole seconds, a keepalive shorter than the hold time,
+// communities, BFD limits, peers listed twice) are the bgp package's,
+// placed here at the key they are about. What is checked here is only what
+// the conversion needs: values that parse, and the keys whose zero the
+// bgp package would take for its default.
+func (v *validator) checkBGP(c *Config) {
+	b, cl := c.BGP, &c.Cluster
+	sc := bgp.Config{ASN: b.ASN}
+	switch {
+	case b.RouterID != "":
+		a, err := netip.ParseAddr(b.RouterID)
+		if err != nil {
+			v.at("bgp.router_id", "router_id must be an IPv4 address, got %q", b.RouterID)
+		}
+		sc.RouterID = a
+	case cl.bindAddr.Is4():
+		sc.RouterID = cl.bindAddr
+	default:
+		v.at("bgp.router_id", "bgp.router_id is required when cluster.bind_address is not IPv4")
+	}
+	switch lp := *b.ListenPort; {
+	case lp == 0 || lp < math.MinInt32 || lp > math.MaxInt32:
+		// Zero would be the speaker's default (-1), not a port.
+		v.at("bgp.listen_port", "listen_port must be -1 or 1-65535, got %d", lp)
+	default:
+		sc.ListenPort = int32(lp)
+	}
+	if b.GracefulShutdown == "0s" || b.GracefulShutdown == "0" {
+		b.gracefulShutdown = 0
+	} else {
+		b.gracefulShutdown, _ = v.duration("bgp.graceful_shutdown", b.GracefulShutdown)
+	}
+	if len(b.Peers) == 0 {
+		v.at("bgp", "bgp needs at least one [[bgp.peer]]")
+	}
+	for i := range b.Peers {
+		pr := &b.Peers[i]
+		p := fmt.Sprintf("bgp.peer[%d]", i)
+		peer := bgp.Peer{ASN: pr.ASN, Communities: pr.Communities, BFD: bgp.BFD{Enabled: pr.BFD}}
+		if a, err := netip.ParseAddr(pr.Address); err != nil || pr.Address == "" {
+			v.at(p+".address", "invalid peer address %q", pr.Address)
+		} else {
+			peer.Address = a.Unmap()
+		}
+		peer.HoldTime, _ = v.duration(p+".hold_time", pr.HoldTime)
+		peer.Keepalive, _ = v.duration(p+".keepalive", pr.Keepalive)
+		peer.BFD.MinInterval, _ = v.duration(p+".bfd_min_interval", pr.BFDMinInterval)
+		if pr.PasswordFile != "" {
+			pw, err := readSecretFile(pr.PasswordFile)
+			if err != nil {
+				v.at(p+".password_file", "password_file %v", err)
+			}
+			peer.Password = pw
+		}
+		// Zero is the speaker's default for both: written, it is refused.
+		if pr.MaxPrefixes != nil {
+			switch n := *pr.MaxPrefixes; {
+			case n < 1:
+				v.at(p+".max_prefixes", "max_prefixes must be at least 1, got %d", n)
+			case n > math.MaxUint32:
+				v.at(p+".max_prefixes", "max_prefixes %d: must be at most %d", n, bgp.MaxPrefixesLimit)
+			default:
+				peer.MaxPrefixes = uint32(n)
+			}
+		}
+		if pr.BFDMultiplier != nil {
+			if n := *pr.BFDMultiplier; n < 1 || n > math.MaxUint8 {
+				v.at(p+".bfd_multiplier", "bfd_multiplier must be 1-255, got %d", n)
+			} else {
+				peer.BFD.Multiplier = uint8(n)
+			}
+		}
+		sc.Peers = append(sc.Peers, peer)
+	}
+	// The VIPs are checked with the section (bgp refuses addresses it
+	// cannot route, such as link-local ones); vipIndex maps their place
+	// in sc.VIPs back to c.VIPs.
+	b.speaker = sc
+	var vipIndex []int
+	for i, vip := range c.VIPs {
+		if vip.Mode == ModeBGP && vip.addr.IsValid() {
+			sc.VIPs = append(sc.VIPs, vip.addr)
+			vipIndex = append(vipIndex, i)
+		}
+	}
+	for _, err := range sc.Validate() {
+		path := "bgp"
+		var fe *bgp.FieldError
+		if errors.As(err, &fe) {
+			switch field, inPeer := strings.CutPrefix(fe.Field, "peer."); {
+			case inPeer && fe.Index >= 0:
+				path = fmt.Sprintf("bgp.peer[%d].%s", fe.Index, field)
+			case fe.Field == "vip" && fe.Index >= 0 && fe.Index < len(vipIndex):
+				path = fmt.Sprintf("vip[%d].address", vipIndex[fe.Index])
+			default:
+				path = "bgp." + fe.Field
+			}
+		}
+		// A key that has a problem already would be reported again for
+		// the zero value left in its place.
+		if !v.placed[path] {
+			v.at(path, "bgp: %v", err)
+		}
+	}
+}

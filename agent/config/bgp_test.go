@@ -1,0 +1,87 @@
+package config
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/bgp"
+)
+
+// TestHoldTimeOnly: a peer with only hold_time = "10s" is accepted, and
+// the speaker takes its configuration: the keepalive is left to the
+// speaker's default (hold_time / 3 in whole seconds, as FRR and GoBGP
+// do), not 3.333s, which the speaker refuses.
+func TestHoldTimeOnly(t *testing.T) {
+	c, err := Parse("hold.toml", []byte("[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\nhold_time = \"10s\"\n"+
+		"[[vip]]\nname = \"a\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n"))
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	sc := c.Speaker()
+	if errs := sc.Validate(); len(errs) > 0 {
+		t.Fatalf("accepted, and the speaker refuses it: %v", errs)
+	}
+	if p := sc.Peers[0]; p.HoldTime != 10*time.Second || p.Keepalive != 0 {
+		t.Errorf("peer hold time %s keepalive %s, want 10s and 0 (the speaker's default)", p.HoldTime, p.Keepalive)
+	}
+}
+
+// TestSpeaker: the [bgp] keys reach the speaker's configuration; keys left
+// out reach it as zero, for the speaker's own defaults; only bgp VIPs are
+// exportable.
+func TestSpeaker(t *testing.T) {
+	c, err := Parse("test.toml", []byte(`
+node_name = "n1"
+state_dir = "/tmp/vipd-test-unused"
+[cluster]
+bind_address = "192.0.2.11"
+[[vip]]
+name = "api"
+address = "192.0.2.10"
+interface = "eth0"
+[[vip]]
+name = "routed"
+address = "203.0.113.10"
+mode = "bgp"
+[[vip]]
+name = "routed6"
+address = "2001:db8:100::10"
+mode = "bgp"
+[bgp]
+asn = 64513
+[[bgp.peer]]
+address = "192.0.2.1"
+asn = 64512
+bfd = true
+bfd_min_interval = "100ms"
+bfd_multiplier = 4
+max_prefixes = 20000
+[[bgp.peer]]
+address = "2001:db8::1"
+asn = 64512
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := c.Speaker()
+	if len(bc.Peers) != 2 {
+		t.Fatalf("peers %+v", bc.Peers)
+	}
+	want := bgp.BFD{Enabled: true, MinInterval: 100 * time.Millisecond, Multiplier: 4}
+	if p := bc.Peers[0]; p.BFD != want || p.MaxPrefixes != 20000 {
+		t.Errorf("first peer %+v, want bfd %+v and max_prefixes 20000", p, want)
+	}
+	if p := bc.Peers[1]; p.BFD != (bgp.BFD{}) || p.MaxPrefixes != 0 || p.HoldTime != 0 || p.Keepalive != 0 {
+		t.Errorf("second peer %+v, want zero timers and limits (the speaker's defaults)", p)
+	}
+	if bc.ASN != 64513 || bc.RouterID != netip.MustParseAddr("192.0.2.11") || bc.ListenPort != bgp.DefaultListenPort {
+		t.Errorf("asn %d router id %s listen port %d, want 64513, the bind address, %d", bc.ASN, bc.RouterID, bc.ListenPort, bgp.DefaultListenPort)
+	}
+	if len(bc.VIPs) != 2 || bc.VIPs[0] != netip.MustParseAddr("203.0.113.10") || bc.VIPs[1] != netip.MustParseAddr("2001:db8:100::10") {
+		t.Errorf("vips %v, want the two bgp VIPs only", bc.VIPs)
+	}
+	if errs := bc.Validate(); len(errs) != 0 {
+		t.Errorf("speaker config invalid: %v", errs)
+	}
+}

@@ -1,0 +1,502 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/l2"
+)
+
+type validator struct {
+	path     string
+	keys     *keyIndex
+	problems []Problem
+	// placed are the key paths problems were recorded at.
+	placed map[string]bool
+}
+
+func (v *validator) err() error {
+	if len(v.problems) == 0 {
+		return nil
+	}
+	sort.SliceStable(v.problems, func(i, j int) bool {
+		a, b := v.problems[i], v.problems[j]
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
+	return &ConfigError{Problems: v.problems}
+}
+
+// at records a problem about the key at path ("vip[0].address").
+func (v *validator) at(path, format string, args ...any) {
+	if v.placed == nil {
+		v.placed = map[string]bool{}
+	}
+	v.placed[path] = true
+	p, _ := v.keys.lookup(path)
+	v.problems = append(v.problems, Problem{v.path, p.Line, p.Col, fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) unknownKey(k toml.Key) {
+	plain := strings.Join(k, ".")
+	places := v.keys.plain[plain]
+	if len(places) == 0 {
+		v.at("", "unknown key %q", plain)
+		return
+	}
+	for _, path := range places {
+		v.at(path, "unknown key %q", plain)
+	}
+}
+
+// checkTypes checks the generically decoded table data against the fields
+// of struct type t (by their toml tags), recursing into tables and arrays.
+// Keys with no field are left to MetaData.Undecoded.
+func (v *validator) checkTypes(data map[string]any, t reflect.Type, prefix string) {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); tag != "" && tag != "-" {
+			fields[tag] = f.Type
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(data)) {
+		ft, ok := fields[key]
+		if !ok {
+			continue
+		}
+		path := key
+		if prefix != "" {
+			path = prefix + "." + key
+		}
+		v.checkValue(data[key], ft, path)
+	}
+}
+
+// checkValue checks one value against the field type ft.
+func (v *validator) checkValue(val any, ft reflect.Type, path string) {
+	for ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	bad := func(want string) {
+		v.at(path, "%s: must be %s, got %s", stripIndexes(path), want, tomlKind(val))
+	}
+	switch ft.Kind() {
+	case reflect.String:
+		if _, ok := val.(string); !ok {
+			bad("a string")
+		}
+	case reflect.Bool:
+		if _, ok := val.(bool); !ok {
+			bad("true or false")
+		}
+	case reflect.Int, reflect.Int64, reflect.Uint32:
+		n, ok := val.(int64)
+		switch {
+		case !ok:
+			bad("an integer")
+		case ft.Kind() == reflect.Uint32 && (n < 0 || n > math.MaxUint32):
+			v.at(path, "%s: %d is out of range (0 to %d)", stripIndexes(path), n, uint32(math.MaxUint32))
+		}
+	case reflect.Slice:
+		var items []any
+		switch a := val.(type) {
+		case []any:
+			items = a
+		case []map[string]any:
+			for _, m := range a {
+				items = append(items, m)
+			}
+		default:
+			if ft.Elem().Kind() == reflect.Struct {
+				bad("an array of tables ([[" + stripIndexes(path) + "]])")
+			} else {
+				bad("an array")
+			}
+			return
+		}
+		for i, it := range items {
+			v.checkValue(it, ft.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.Struct:
+		m, ok := val.(map[string]any)
+		if !ok {
+			bad("a table")
+			return
+		}
+		v.checkTypes(m, ft, path)
+	}
+}
+
+// tomlKind names a generically decoded TOML value, with the value when short.
+func tomlKind(val any) string {
+	switch x := val.(type) {
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "..."
+		}
+		return fmt.Sprintf("a string (%q)", x)
+	case int64:
+		return fmt.Sprintf("an integer (%d)", x)
+	case float64:
+		return fmt.Sprintf("a float (%v)", x)
+	case bool:
+		return fmt.Sprintf("a boolean (%v)", x)
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", val)
+}
+
+// durationAtLeast is duration with a lower bound: intervals that are too
+// short would burn CPU or flap.
+func (v *validator) durationAtLeast(path, s string, least time.Duration) time.Duration {
+	d, ok := v.duration(path, s)
+	if ok && d < least {
+		v.at(path, "%s must be at least %s, got %q", path[strings.LastIndex(path, ".")+1:], least, s)
+		return 0
+	}
+	return d
+}
+
+// duration parses a positive duration; empty (a key whose default is the
+// backend's) gives zero. ok is false after a problem.
+func (v *validator) duration(path, s string) (d time.Duration, ok bool) {
+	if s == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		v.at(path, "invalid duration %q (use a Go duration such as \"500ms\", \"30s\")", s)
+		return 0, false
+	}
+	if d <= 0 {
+		v.at(path, "duration must be positive, got %q", s)
+		return 0, false
+	}
+	return d, true
+}
+
+func (v *validator) check(c *Config) {
+	if c.NodeName == "" {
+		v.at("node_name", "node_name is empty and the hostname is unknown")
+	} else if !ValidNodeName(c.NodeName) {
+		v.at("node_name", "node_name %q: use letters, digits, '-', '_' and '.' (at most 253, starting with a letter or digit)", c.NodeName)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		v.at("log_level", "log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if !strings.HasPrefix(c.StateDir, "/") {
+		v.at("state_dir", "state_dir must be an absolute path, got %q", c.StateDir)
+	}
+	if !strings.HasPrefix(c.API.Socket, "/") {
+		v.at("api.socket", "api.socket must be an absolute path, got %q", c.API.Socket)
+	}
+	if m := c.API.MetricsAddress; m != "" {
+		ap, err := netip.ParseAddrPort(m)
+		if err != nil {
+			v.at("api.metrics_address", "metrics_address must be ip:port, got %q", m)
+		} else if !ap.Addr().IsLoopback() {
+			v.at("api.metrics_address", "metrics_address must be a loopback address, got %q", m)
+		}
+	}
+	v.checkCluster(&c.Cluster)
+	v.checkVIPs(c)
+	if c.BGP != nil {
+		v.checkBGP(c)
+	}
+}
+
+func (v *validator) checkCluster(cl *ClusterConfig) {
+	if cl.BindAddress == "" {
+		v.at("cluster", "cluster.bind_address is required")
+	} else if a, err := netip.ParseAddr(cl.BindAddress); err != nil || a.Zone() != "" {
+		v.at("cluster.bind_address", "invalid address %q", cl.BindAddress)
+	} else if a = a.Unmap(); a.IsUnspecified() || a.IsMulticast() {
+		v.at("cluster.bind_address", "bind_address %s is not an address other nodes can reach: use this node's address on the cluster network (it is also what peers are told to call)", a)
+	} else {
+		cl.bindAddr = a
+	}
+	cl.allowed = nil
+	for i, n := range cl.AllowedNetworks {
+		p, err := parseNetwork(n)
+		if err != nil {
+			v.at("cluster.allowed_networks", "allowed_networks[%d]: %v", i, err)
+			continue
+		}
+		cl.allowed = append(cl.allowed, p)
+	}
+	if cl.BindPort < 1 || cl.BindPort > 65535 {
+		v.at("cluster.bind_port", "bind_port must be 1-65535, got %d", cl.BindPort)
+	}
+	cl.peerAddrs = nil
+	seen := map[string]bool{}
+	for i, p := range cl.Peers {
+		hp, err := peerAddress(p, cl.BindPort)
+		if err != nil {
+			v.at("cluster.peers", "peers[%d]: %v", i, err)
+			continue
+		}
+		if !seen[hp] {
+			seen[hp] = true
+			cl.peerAddrs = append(cl.peerAddrs, hp)
+		}
+	}
+	cl.rejoinInterval = v.durationAtLeast("cluster.rejoin_interval", cl.RejoinInterval, time.Second)
+	cl.handoffTimeout = v.durationAtLeast("cluster.handoff_timeout", cl.HandoffTimeout, 100*time.Millisecond)
+	switch cl.FailureDetection {
+	case FailureDetectionLAN, FailureDetectionFast:
+	default:
+		v.at("cluster.failure_detection", "failure_detection must be %q or %q, got %q", FailureDetectionLAN, FailureDetectionFast, cl.FailureDetection)
+	}
+	if cl.KeyFile != "" {
+		if !strings.HasPrefix(cl.KeyFile, "/") {
+			v.at("cluster.key_file", "key_file must be an absolute path, got %q", cl.KeyFile)
+		} else if _, err := ReadKeys(cl.KeyFile); err != nil {
+			v.at("cluster.key_file", "%v", err)
+		}
+	}
+}
+
+// parseNetwork reads "192.0.2.0/24" or a single address ("192.0.2.11",
+// taken as /32 or /128).
+func parseNetwork(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("invalid network %q (want CIDR such as \"192.0.2.0/24\" or an address)", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// peerAddress normalises "ip", "ip:port", "[v6]:port", "host" or
+// "host:port" to host:port.
+func peerAddress(s string, defPort int) (string, error) {
+	if s == "" {
+		return "", errors.New("empty address")
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a, uint16(defPort)).String(), nil
+	}
+	host, port := s, strconv.Itoa(defPort)
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("invalid port in %q", s)
+		}
+	} else if strings.Count(s, ":") > 0 {
+		return "", fmt.Errorf("invalid address %q", s)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !validHostname(host) {
+		return "", fmt.Errorf("invalid address %q", s)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// ValidInterface reports whether name can name a network interface, by the
+// rule of l2.Config.Validate (the announcers are built with it).
+func ValidInterface(name string) bool {
+	return l2.Config{Interface: name}.Validate() == nil
+}
+
+// VIPKey is the 32-bit key a VIP is known by in the metadata the members
+// exchange: FNV-32a of its name. Two names with one key could not be told
+// apart there, so Parse refuses them.
+func VIPKey(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32()
+}
+
+// ValidNodeName reports whether s can name a node: what a hostname or a
+// Kubernetes node name can be (letters, digits, '-', '_', '.', starting with
+// a letter or digit, at most 253). Names received from the network are held
+// to the same rule, so none can carry control characters into logs and
+// vipctl's output.
+func ValidNodeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '-' || r == '_' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// peerWithAddr returns the index of the configured peer whose address is a.
+func peerWithAddr(peers []string, defPort int, a netip.Addr) (int, bool) {
+	for i, p := range peers {
+		hp, err := peerAddress(p, defPort)
+		if err != nil {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(hp)
+		if pa, err := netip.ParseAddr(host); err == nil && pa.Unmap() == a {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// validHostname accepts DNS names, but not things that look like a mistyped
+// IPv4 address ("192.0.2.300").
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 || strings.Trim(h, "0123456789.") == "" {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (v *validator) checkVIPs(c *Config) {
+	if len(c.VIPs) == 0 {
+		v.at("", "no [[vip]] configured")
+	}
+	if len(c.VIPs) > MaxVIPs {
+		v.at(fmt.Sprintf("vip[%d]", MaxVIPs), "at most %d VIPs are supported, got %d", MaxVIPs, len(c.VIPs))
+	}
+	names := map[string]int{}
+	addrs := map[netip.Addr]int{}
+	keys := map[uint32]int{}
+	needBGP := false
+	for i := range c.VIPs {
+		vip := &c.VIPs[i]
+		p := fmt.Sprintf("vip[%d]", i)
+		switch {
+		case vip.Name == "":
+			v.at(p, "vip.name is required")
+		case names[vip.Name] > 0:
+			v.at(p+".name", "duplicate VIP name %q (first at vip[%d])", vip.Name, names[vip.Name]-1)
+		default:
+			names[vip.Name] = i + 1
+			k := VIPKey(vip.Name)
+			if j, dup := keys[k]; dup {
+				v.at(p+".name", "VIP name %q collides with %q in metadata; rename one", vip.Name, c.VIPs[j].Name)
+			}
+			keys[k] = i
+		}
+		if vip.Address == "" {
+			v.at(p, "vip.address is required")
+		} else if a, err := netip.ParseAddr(vip.Address); err != nil || a.Zone() != "" {
+			v.at(p+".address", "invalid address %q", vip.Address)
+		} else {
+			a = a.Unmap()
+			vip.addr = a
+			if j, dup := addrs[a]; dup {
+				v.at(p+".address", "address %s is also used by vip[%d]", a, j)
+			}
+			addrs[a] = i
+			switch {
+			case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback():
+				v.at(p+".address", "address %s cannot be a VIP", a)
+			case a == c.Cluster.bindAddr:
+				v.at(p+".address", "vip %q: address %s is this node's cluster.bind_address; a VIP needs an address no host uses", vip.Name, a)
+			default:
+				if j, ok := peerWithAddr(c.Cluster.Peers, c.Cluster.BindPort, a); ok {
+					v.at(p+".address", "vip %q: address %s is the address of cluster.peers[%d]; a VIP needs an address no host uses", vip.Name, a, j)
+				}
+			}
+		}
+		switch vip.Mode {
+		case ModeL2:
+			if vip.Announce != AnnounceOwner {
+				v.at(p+".announce", "announce = %q needs mode %q; l2 VIPs have one owner", vip.Announce, ModeBGP)
+			}
+		case ModeBGP:
+			needBGP = true
+			if vip.Announce != AnnounceOwner && vip.Announce != AnnounceAll {
+				v.at(p+".announce", "announce must be %q or %q, got %q", AnnounceOwner, AnnounceAll, vip.Announce)
+			}
+		default:
+			v.at(p+".mode", "mode must be %q or %q, got %q", ModeL2, ModeBGP, vip.Mode)
+		}
+		if vip.Mode == ModeL2 || vip.Mode == ModeBGP {
+			// The interface's rules are the l2 package's: the daemon's
+			// announcer for this VIP (quiet for bgp) is built from it.
+			if err := vip.L2().Validate(); err != nil {
+				at := p + ".interface"
+				if vip.Interface == "" {
+					at = p
+				}
+				v.at(at, "vip %q: %v (mode %q)", vip.Name, err, vip.Mode)
+			}
+		}
+		if vip.Health != nil {
+			v.checkHealth(p+".health", vip.Health)
+		}
+	}
+	if needBGP && c.BGP == nil {
+		v.at("", "a VIP has mode \"bgp\" but there is no [bgp] section")
+	}
+}
+
+// L2 returns the configuration of the l2 announcer that carries the VIP
+// (l2.Config.Validate accepts it; Logger is left for the caller): on its
+// interface, advertised for mode "l2", bound quietly for mode "bgp".
+func (v VIPConfig) L2() l2.Config {
+	return l2.Config{Interface: v.Interface, Quiet: v.Mode == ModeBGP}
+}
+
+func (v *validator) checkHealth(p string, h *HealthConfig) {
+	switch {
+	case h.URL == "" && len(h.Command) == 0:
+		v.at(p, "health needs url or command")
+	case h.URL != "" && len(h.Command) > 0:
+		v.at(p, "health takes url or command, not both")
+	case h.URL != "":
+		u, err := url.Parse(h.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.at(p+".url", "health url must be http:// or https:// with a host, got %q", h.URL)
+		}
+	case h.Command[0] == "":
+		v.at(p+".command", "health command has an empty program name")
+	}
+	h.interval = v.durationAtLeast(p+".interval", h.Interval, 100*time.Millisecond)
+	h.timeout = v.durationAtLeast(p+".timeout", h.Timeout, 10*time.Millisecond)
+	if h.Rise < 1 {
+		v.at(p+".rise", "rise must be at least 1, got %d", h.Rise)
+	}
+	if h.Fall < 1 {
+		v.at(p+".fall", "fall must be at least 1, got %d", h.Fall)
+	}
+	if h.CAFile != "" && !strings.HasPrefix(h.CAFile, "/") {
+		v.at(p+".ca_file", "ca_file must be an absolute path, got %q", h.CAFile)
+	}
+}

@@ -1,0 +1,516 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/bgp"
+)
+
+// Defaults. applyDefaults fills in every default that is a fixed value, and
+// the field comments below repeat each in brackets. The others are applied
+// where what they depend on is known, as their comments say:
+// api.socket_group (whether the group exists), cluster.require_quorum (how
+// many members are known), cluster.allowed_networks (whether key_file is
+// set), bgp.router_id (the bind address, by the BGP check); and a BGP
+// peer's timers and prefix limit are the bgp package's defaults (a zero
+// value reaches the speaker).
+const (
+	DefaultConfigPath       = "/etc/vipd/vipd.toml"
+	DefaultStateDir         = "/var/lib/vipd"
+	DefaultSocket           = apipb.DefaultSocket
+	DefaultLogLevel         = "info"
+	DefaultBindPort         = 7946
+	DefaultRejoinInterval   = 30 * time.Second
+	DefaultFailureDetection = FailureDetectionFast
+	DefaultHandoffTimeout   = 10 * time.Second
+	DefaultHealthInterval   = 300 * time.Millisecond
+	DefaultHealthTimeout    = 500 * time.Millisecond
+	DefaultHealthRise       = 2
+	DefaultHealthFall       = 3
+	DefaultGracefulShutdown = 5 * time.Second
+	DefaultBGPListenPort    = bgp.DefaultListenPort
+
+	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
+	// in its memberlist metadata, which memberlist caps at 512 bytes.
+	MaxVIPs = 100
+)
+
+// Modes of announcing a VIP (vip.mode).
+const (
+	ModeL2  = "l2"
+	ModeBGP = "bgp"
+)
+
+// How many nodes announce a VIP (vip.announce).
+const (
+	AnnounceOwner = "owner"
+	AnnounceAll   = "all"
+)
+
+// The lease's timer sets (cluster.failure_detection).
+const (
+	FailureDetectionFast = "fast"
+	FailureDetectionLAN  = "lan"
+)
+
+// Config is a parsed, validated vipd configuration. Fields hold the values
+// as written, with the defaults in brackets filled in; the typed values
+// derived from them (addresses, durations) are filled in by Load and Parse
+// and read with methods.
+type Config struct {
+	// NodeName is this node's unique name in the cluster. [hostname]
+	NodeName string `toml:"node_name"`
+	// StateDir holds the peer cache and the withdraw flag. [/var/lib/vipd]
+	StateDir string `toml:"state_dir"`
+	// LogLevel is debug, info, warn or error. [info]
+	LogLevel string `toml:"log_level"`
+
+	API     APIConfig     `toml:"api"`
+	Cluster ClusterConfig `toml:"cluster"`
+	// BGP configures the embedded BGP speaker; required when a VIP has
+	// mode = "bgp".
+	BGP *BGPConfig `toml:"bgp"`
+	// VIPs are the virtual addresses this cluster keeps reachable.
+	VIPs []VIPConfig `toml:"vip"`
+
+	// Path is the file the configuration was read from.
+	Path string `toml:"-"`
+}
+
+// APIConfig configures the local control API.
+type APIConfig struct {
+	// Socket is the unix socket vipctl talks to, created with mode 0660.
+	// [/run/vipd/vipd.sock]
+	Socket string `toml:"socket"`
+	// SocketGroup owns the socket; members may read status, and run
+	// withdraw/restore. [vipd if that group exists, else none: root only]
+	SocketGroup string `toml:"socket_group"`
+	// MetricsAddress serves Prometheus metrics on /metrics when set; it
+	// must be a loopback address with a port. [off]
+	MetricsAddress string `toml:"metrics_address"`
+}
+
+// ClusterConfig configures membership.
+type ClusterConfig struct {
+	// BindAddress is the address memberlist listens on and advertises.
+	// Required.
+	BindAddress string `toml:"bind_address"`
+	// BindPort is the memberlist TCP and UDP port. [7946]
+	BindPort int `toml:"bind_port"`
+	// Peers are addresses ("ip" or "ip:port", port defaulting to
+	// bind_port) joined at start, together with the cached peers.
+	Peers []string `toml:"peers"`
+	// RejoinInterval is how often peers that are not alive members are
+	// joined again. [30s]
+	RejoinInterval string `toml:"rejoin_interval"`
+	// FailureDetection sets the lease's timers (agent/lease): "fast" (an owner
+	// heartbeats every 100 ms, releases its VIPs after 300 ms without a
+	// majority's answer, and its peers take it for gone after 400 ms) or
+	// "lan" (250 ms, 1.2 s, 1.6 s: for loaded hosts and lossy links). [fast]
+	FailureDetection string `toml:"failure_detection"`
+	// RequireQuorum makes a node that sees fewer than a majority of the
+	// known members release its VIPs. [true with 3 or more known members]
+	RequireQuorum *bool `toml:"require_quorum"`
+	// KeyFile holds a base64 16, 24 or 32 byte key; when set, membership
+	// traffic is encrypted and authenticated with AES-GCM: only hosts with
+	// the key take part. Strongly recommended (vipd --check warns without
+	// it). [off]
+	KeyFile string `toml:"key_file"`
+	// AllowedNetworks are the networks (CIDR, or a single address) whose
+	// hosts may take part in membership: membership packets and
+	// connections from elsewhere are dropped before they are read, and
+	// members elsewhere are not admitted; a reload applies changes. [with
+	// key_file: any address; without: this node's bind_address and the
+	// configured peers' addresses]
+	AllowedNetworks []string `toml:"allowed_networks"`
+	// HandoffTimeout bounds the make-before-break handoff on SIGTERM and
+	// on withdraw: the VIP is kept until a successor holds it or this
+	// passes. [10s]
+	HandoffTimeout string `toml:"handoff_timeout"`
+
+	rejoinInterval time.Duration
+	handoffTimeout time.Duration
+	bindAddr       netip.Addr
+	peerAddrs      []string
+	allowed        []netip.Prefix // parsed allowed_networks
+}
+
+// VIPConfig is one virtual IP.
+type VIPConfig struct {
+	// Name identifies the VIP in status, logs and metrics. Required, unique.
+	Name string `toml:"name"`
+	// Address is the IPv4 or IPv6 address. Required.
+	Address string `toml:"address"`
+	// Mode is "l2" or "bgp". [l2]
+	Mode string `toml:"mode"`
+	// Interface carries the address: the LAN interface for l2 (required),
+	// the interface the address is bound to for bgp. [lo for bgp]
+	Interface string `toml:"interface"`
+	// Announce is "owner" (one node announces) or "all" (every eligible
+	// node announces: ECMP anycast; bgp only). [owner]
+	Announce string `toml:"announce"`
+	// Preempt lets a node that becomes eligible again take the VIP back
+	// from a healthy owner. [false]
+	Preempt bool `toml:"preempt"`
+	// Health gates ownership on a local check. [none: always healthy]
+	Health *HealthConfig `toml:"health"`
+
+	addr netip.Addr
+}
+
+// HealthConfig is a VIP's local health check: either an HTTP(S) URL or a
+// command.
+type HealthConfig struct {
+	// URL is fetched with GET; a 2xx answer is healthy.
+	URL string `toml:"url"`
+	// Command is run (argv, no shell); exit status 0 is healthy.
+	Command []string `toml:"command"`
+	// Interval between checks: with fall 3 an apiserver that stops
+	// answering loses the VIP within about a second. Checks fall on the
+	// lease's 100ms beat, so a multiple of 100ms costs the fewest
+	// wake-ups. At least 100ms. [300ms]
+	Interval string `toml:"interval"`
+	// Timeout of one check. At least 10ms. [500ms]
+	Timeout string `toml:"timeout"`
+	// Rise is how many successes in a row make a node healthy. [2]
+	Rise int `toml:"rise"`
+	// Fall is how many failures in a row make a node unhealthy. [3]
+	Fall int `toml:"fall"`
+	// CAFile verifies an https URL's server certificate. [system roots]
+	CAFile string `toml:"ca_file"`
+	// InsecureSkipVerify skips server certificate checks. [false]
+	InsecureSkipVerify bool `toml:"insecure_skip_verify"`
+	// TLSServerName is the name an https URL's certificate is verified
+	// against instead of the URL's host: "kubernetes" for a kubeadm or
+	// RKE2 apiserver checked at https://127.0.0.1:6443 (its certificate
+	// has no 127.0.0.1 SAN on some installs). [the URL's host]
+	TLSServerName string `toml:"tls_server_name"`
+
+	interval, timeout time.Duration
+}
+
+// BGPConfig configures the embedded BGP speaker.
+type BGPConfig struct {
+	// ASN is this node's AS number. Required, not 0.
+	ASN uint32 `toml:"asn"`
+	// RouterID is an IPv4 address. [cluster.bind_address when IPv4]
+	RouterID string `toml:"router_id"`
+	// ListenPort accepts sessions on this port; -1 does not listen and
+	// only initiates. [-1]
+	ListenPort *int `toml:"listen_port"`
+	// GracefulShutdown is how long a VIP is announced with the
+	// GRACEFUL_SHUTDOWN community (RFC 8326) before it is withdrawn on a
+	// planned drain. [5s]
+	GracefulShutdown string `toml:"graceful_shutdown"`
+	// Peers are the routers.
+	Peers []BGPPeerConfig `toml:"peer"`
+
+	gracefulShutdown time.Duration
+	// speaker is the section as the bgp package takes it, without the
+	// VIPs (Config.Speaker adds them).
+	speaker bgp.Config
+}
+
+// BGPPeerConfig is one router.
+type BGPPeerConfig struct {
+	// Address of the router. Required.
+	Address string `toml:"address"`
+	// ASN of the router. Required, not 0.
+	ASN uint32 `toml:"asn"`
+	// PasswordFile holds the TCP MD5 password; it must not be readable by
+	// group or others. [none]
+	PasswordFile string `toml:"password_file"`
+	// HoldTime, at least 3s, whole seconds. [90s: bgp.DefaultHoldTime]
+	HoldTime string `toml:"hold_time"`
+	// Keepalive interval, whole seconds, shorter than hold_time.
+	// [hold_time / 3, rounded down to whole seconds]
+	Keepalive string `toml:"keepalive"`
+	// Communities ("asn:value") added to every announcement. [none]
+	Communities []string `toml:"communities"`
+	// MaxPrefixes is how many prefixes the router may send before vipd
+	// closes the session (it uses none of them; the limit bounds the
+	// memory a router sending a full table can take), 1-1000000. [100:
+	// bgp.DefaultMaxPrefixes]
+	MaxPrefixes *int `toml:"max_prefixes"`
+	// BFD runs a BFD session (RFC 5880/5881) with the router: when it
+	// fails, the BGP session is closed at once instead of after hold_time.
+	// [false]
+	BFD bool `toml:"bfd"`
+	// BFDMinInterval is BFD's desired minimum TX and required minimum RX
+	// interval, whole milliseconds, at least 50ms. [300ms:
+	// bgp.DefaultBFDMinInterval]
+	BFDMinInterval string `toml:"bfd_min_interval"`
+	// BFDMultiplier is BFD's detect multiplier, 1-255. [3:
+	// bgp.DefaultBFDMultiplier]
+	BFDMultiplier *int `toml:"bfd_multiplier"`
+}
+
+// Problem is one configuration error, placed at the line and column of the
+// key it is about (0 when it is about the file as a whole).
+type Problem struct {
+	// Path is the file.
+	Path string
+	// Line and Col place the key, from 1 (0: the file as a whole).
+	Line, Col int
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error gives the problem on one line: control characters in the message
+// (the TOML library quotes the rune it stopped at raw, a newline included)
+// are written as Go escapes, so each line of a ConfigError is one problem
+// that starts with the file name.
+func (p Problem) Error() string {
+	msg := oneLine(p.Msg)
+	if p.Line == 0 {
+		return fmt.Sprintf("%s: %s", p.Path, msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", p.Path, p.Line, p.Col, msg)
+}
+
+// oneLine escapes the control characters of s (\n, \t, \x00 ...).
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ConfigError lists every problem found in a configuration file.
+type ConfigError struct {
+	// Problems are sorted by line and column.
+	Problems []Problem
+}
+
+// Error gives every problem on a line of its own, in file order.
+func (e *ConfigError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads and validates the configuration at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates a configuration read from path. On failure the error is a
+// *ConfigError listing every problem with its position.
+//
+// Three steps, so that no message depends on the TOML library's wording: the
+// file is decoded generically (syntax errors come with the library's own
+// position, toml.ParseError), the values are checked against the types of
+// Config's fields (type errors are vipd's, placed at the key), and only
+// then decoded into Config, whose unknown keys MetaData reports.
+func Parse(path string, data []byte) (*Config, error) {
+	v := &validator{path: path, keys: indexKeys(data)}
+	var generic map[string]any
+	if _, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&generic); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			v.problems = append(v.problems, Problem{path, pe.Position.Line, pe.Position.Col, pe.Message})
+		} else {
+			v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
+		}
+		return nil, v.err()
+	}
+	v.checkTypes(generic, reflect.TypeOf(Config{}), "")
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	var c Config
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		// The types were checked above; what is left (a value out of range
+		// for its field) is reported as the library says it.
+		v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
+		return nil, v.err()
+	}
+	for _, k := range md.Undecoded() {
+		v.unknownKey(k)
+	}
+	c.Path = path
+	c.applyDefaults()
+	v.check(&c)
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// applyDefaults fills in every key left out with its default, as written
+// in the file (durations as strings), before the values are checked.
+func (c *Config) applyDefaults() {
+	setString := func(p *string, def string) {
+		if *p == "" {
+			*p = def
+		}
+	}
+	if c.NodeName == "" {
+		c.NodeName, _ = os.Hostname()
+	}
+	setString(&c.StateDir, DefaultStateDir)
+	setString(&c.LogLevel, DefaultLogLevel)
+	setString(&c.API.Socket, DefaultSocket)
+	cl := &c.Cluster
+	if cl.BindPort == 0 {
+		cl.BindPort = DefaultBindPort
+	}
+	setString(&cl.RejoinInterval, DefaultRejoinInterval.String())
+	setString(&cl.FailureDetection, DefaultFailureDetection)
+	setString(&cl.HandoffTimeout, DefaultHandoffTimeout.String())
+	for i := range c.VIPs {
+		vip := &c.VIPs[i]
+		setString(&vip.Mode, ModeL2)
+		setString(&vip.Announce, AnnounceOwner)
+		if vip.Mode == ModeBGP {
+			setString(&vip.Interface, "lo")
+		}
+		if h := vip.Health; h != nil {
+			setString(&h.Interval, DefaultHealthInterval.String())
+			setString(&h.Timeout, DefaultHealthTimeout.String())
+			if h.Rise == 0 {
+				h.Rise = DefaultHealthRise
+			}
+			if h.Fall == 0 {
+				h.Fall = DefaultHealthFall
+			}
+		}
+	}
+	if b := c.BGP; b != nil {
+		setString(&b.GracefulShutdown, DefaultGracefulShutdown.String())
+		if b.ListenPort == nil {
+			lp := DefaultBGPListenPort
+			b.ListenPort = &lp
+		}
+	}
+}
+
+// Level returns log_level as a slog level.
+func (c *Config) Level() slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(c.LogLevel)) // validated by Parse
+	return l
+}
+
+// KeepRestartSettings sets the settings of c that take effect only when
+// vipd restarts (node_name, state_dir, [api], cluster.bind_address,
+// bind_port, failure_detection and the key_file path) to old's, and
+// reports whether any of them differed: what a reload keeps.
+func (c *Config) KeepRestartSettings(old *Config) (changed bool) {
+	cl, ocl := &c.Cluster, &old.Cluster
+	changed = c.NodeName != old.NodeName || c.StateDir != old.StateDir || c.API != old.API ||
+		cl.BindAddress != ocl.BindAddress || cl.BindPort != ocl.BindPort ||
+		cl.FailureDetection != ocl.FailureDetection || cl.KeyFile != ocl.KeyFile
+	if changed {
+		c.NodeName, c.StateDir, c.API = old.NodeName, old.StateDir, old.API
+		cl.BindAddress, cl.BindPort, cl.bindAddr = ocl.BindAddress, ocl.BindPort, ocl.bindAddr
+		cl.FailureDetection, cl.KeyFile = ocl.FailureDetection, ocl.KeyFile
+	}
+	return changed
+}
+
+// Speaker returns the configuration of the embedded BGP speaker: the [bgp]
+// section with its peers, and the addresses of the VIPs with mode "bgp"
+// (bgp.Config.Validate accepts it; Logger is left for the caller). It is
+// the zero bgp.Config without a [bgp] section.
+func (c *Config) Speaker() bgp.Config {
+	if c.BGP == nil {
+		return bgp.Config{}
+	}
+	sc := c.BGP.speaker
+	sc.Peers = slices.Clone(sc.Peers)
+	for i := range sc.Peers {
+		sc.Peers[i].Communities = slices.Clone(sc.Peers[i].Communities)
+	}
+	for _, v := range c.VIPs {
+		if v.Mode == ModeBGP {
+			sc.VIPs = append(sc.VIPs, v.addr)
+		}
+	}
+	return sc
+}
+
+// Addr returns the VIP's parsed address.
+func (v VIPConfig) Addr() netip.Addr { return v.addr }
+
+// IntervalDuration returns the parsed interval between checks.
+func (h HealthConfig) IntervalDuration() time.Duration { return h.interval }
+
+// TimeoutDuration returns the parsed timeout of one check.
+func (h HealthConfig) TimeoutDuration() time.Duration { return h.timeout }
+
+// BindAddr returns the parsed bind address.
+func (c ClusterConfig) BindAddr() netip.Addr { return c.bindAddr }
+
+// PeerAddrs returns the configured peers as host:port.
+func (c ClusterConfig) PeerAddrs() []string { return c.peerAddrs }
+
+// AllowedPrefixes returns the parsed allowed_networks (nil when unset).
+func (c ClusterConfig) AllowedPrefixes() []netip.Prefix { return c.allowed }
+
+// RejoinIntervalDuration returns the parsed rejoin interval.
+func (c ClusterConfig) RejoinIntervalDuration() time.Duration { return c.rejoinInterval }
+
+// HandoffTimeoutDuration returns the parsed handoff timeout.
+func (c ClusterConfig) HandoffTimeoutDuration() time.Duration { return c.handoffTimeout }
+
+// GracefulShutdownDuration returns the parsed graceful_shutdown (0: off).
+func (b BGPConfig) GracefulShutdownDuration() time.Duration { return b.gracefulShutdown }
+
+// Keys lists every key of the configuration file as a dotted path
+// ("cluster.peers", "vip.health.url", "bgp.peer.asn"), in the order Config
+// declares them: what vipd.toml.example and docs/configuration.md document.
+func Keys() []string {
+	var keys func(t reflect.Type, prefix string) []string
+	keys = func(t reflect.Type, prefix string) []string {
+		var out []string
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				out = append(out, keys(ft, prefix+tag+".")...)
+				continue
+			}
+			out = append(out, prefix+tag)
+		}
+		return out
+	}
+	return keys(reflect.TypeOf(Config{}), "")
+}

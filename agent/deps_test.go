@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/vipd/vipd/internal/deptest"
+)
+
+// TestDeps turns the layering into a test: the backends (l2, bgp, bfd) and
+// the agent's own packages never import the agent, the lease imports
+// nothing of vipd's, and the agent reaches the backends only through the
+// Announcer interface (cmd/vipd builds them; agent/config uses their
+// validation).
+func TestDeps(t *testing.T) {
+	backend := map[string]string{"github.com/vipd/vipd/agent/...": "a backend knows nothing of the agent: the agent calls it through Announcer"}
+	part := map[string]string{"github.com/vipd/vipd/agent": "a part of the agent with its own API: the agent uses it, not the other way round"}
+	bottom := map[string]string{"github.com/vipd/vipd/...": "the lease is the safety argument: it stands on nothing else of vipd's, so it can be read alone"}
+	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "./config": part, "./lease": bottom} {
+		t.Run(pkg, func(t *testing.T) {
+			deptest.DepChecker{Pkg: pkg, BadDeps: bad}.Check(t)
+		})
+	}
+	t.Run("agent", func(t *testing.T) {
+		deptest.DepChecker{BadImports: map[string]string{
+			"github.com/vipd/vipd/l2":  "the agent announces through Announcer; cmd/vipd builds the l2 announcers",
+			"github.com/vipd/vipd/bgp": "the agent announces through Announcer; cmd/vipd builds the BGP speaker",
+		}}.Check(t)
+	})
+}
