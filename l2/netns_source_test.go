@@ -5,6 +5,7 @@ package l2
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -426,5 +427,42 @@ func TestNetnsVIPAttributes(t *testing.T) {
 		if _, _, served, err := l.dial("b", vip4); err != nil || served != vip4.String() {
 			t.Errorf("arp_ignore=%s: B to VIP %s: served from %q, %v", ai, vip4, served, err)
 		}
+	}
+}
+
+// TestNetnsCheckHost runs CheckHost on a namespace's real settings: none
+// to warn about at the kernel's defaults; then arp_ignore 3 on the VIP's
+// interface, IPv6 disabled on it, and a VIP outside its prefixes, each
+// named.
+func TestNetnsCheckHost(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	check := func(vip netip.Addr) []HostWarning {
+		t.Helper()
+		var ws []HostWarning
+		if err := inNS(l.hA, func() (err error) { ws, err = CheckHost(l.ifA, vip); return err }); err != nil {
+			t.Fatalf("CheckHost(%s, %s): %v", l.ifA, vip, err)
+		}
+		return ws
+	}
+	for _, vip := range []netip.Addr{labVIP4, labVIP6} {
+		if ws := check(vip); len(ws) != 0 {
+			t.Errorf("CheckHost(%s) at the defaults: %v", vip, ws)
+		}
+	}
+	ipCmd(t, "netns", "exec", l.nsA, "sysctl", "-qw", "net.ipv4.conf."+l.ifA+".arp_ignore=3", "net.ipv6.conf."+l.ifA+".disable_ipv6=1")
+	if ws := check(labVIP4); len(ws) != 1 || ws[0].Sysctl != "net.ipv4.conf."+l.ifA+".arp_ignore" || ws[0].Value != "1" {
+		t.Errorf("CheckHost(%s) with arp_ignore 3: %v, want one warning naming net.ipv4.conf.%s.arp_ignore", labVIP4, ws, l.ifA)
+	}
+	if ws := check(labVIP6); len(ws) != 2 || ws[1].Sysctl != "net.ipv6.conf."+l.ifA+".disable_ipv6" {
+		// Disabling IPv6 removed 2001:db8::1/64 too: the VIP is also
+		// outside every prefix now.
+		t.Errorf("CheckHost(%s) with IPv6 disabled: %v, want the outside warning and one naming net.ipv6.conf.%s.disable_ipv6", labVIP6, ws, l.ifA)
+	}
+	if ws := check(netip.MustParseAddr("203.0.113.10")); len(ws) != 2 || !strings.Contains(ws[0].Problem, "outside every prefix") {
+		t.Errorf("CheckHost(203.0.113.10): %v, want the outside warning first", ws)
+	}
+	if _, err := CheckHost("vt-l2-absent", labVIP4); !errors.Is(err, errNoLink) {
+		t.Errorf("CheckHost on a missing interface: %v, want errNoLink", err)
 	}
 }
