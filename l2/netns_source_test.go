@@ -462,6 +462,23 @@ func TestNetnsCheckHost(t *testing.T) {
 	if ws := check(netip.MustParseAddr("203.0.113.10")); len(ws) != 2 || !strings.Contains(ws[0].Problem, "outside every prefix") {
 		t.Errorf("CheckHost(203.0.113.10): %v, want the outside warning first", ws)
 	}
+	// An interface name with a dot (a VLAN's, bond0.100; a veth here, as
+	// this kernel may lack 802.1Q): the warning names the setting as
+	// sysctl takes it, and the command it gives works.
+	ipCmd(t, "-n", l.nsA, "link", "add", "vt.100", "type", "veth", "peer", "name", "vt100p")
+	ipCmd(t, "-n", l.nsA, "addr", "add", "198.51.100.1/24", "dev", "vt.100")
+	ipCmd(t, "netns", "exec", l.nsA, "sysctl", "-qw", "net/ipv4/conf/vt.100/arp_ignore=8")
+	var ws []HostWarning
+	if err := inNS(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil {
+		t.Fatalf("CheckHost(vt.100): %v", err)
+	}
+	if len(ws) != 1 || ws[0].Sysctl != "net/ipv4/conf/vt.100/arp_ignore" || !strings.Contains(ws[0].String(), "sysctl -w net/ipv4/conf/vt.100/arp_ignore=1") {
+		t.Fatalf("CheckHost(vt.100) with arp_ignore 8: %v, want one warning naming net/ipv4/conf/vt.100/arp_ignore", ws)
+	}
+	ipCmd(t, "netns", "exec", l.nsA, "sysctl", "-w", ws[0].Sysctl+"="+ws[0].Value)
+	if err := inNS(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil || len(ws) != 0 {
+		t.Errorf("CheckHost(vt.100) after the fix it gave: %v, %v; want nothing", ws, err)
+	}
 	if _, err := CheckHost("vt-l2-absent", labVIP4); !errors.Is(err, errNoLink) {
 		t.Errorf("CheckHost on a missing interface: %v, want errNoLink", err)
 	}
