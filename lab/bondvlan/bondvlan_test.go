@@ -38,8 +38,8 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holder.Iface != netlab.BondVLANIface {
-		t.Fatalf("holder %s manages the VIP on %s, want %s", holder.Name, holder.Iface, netlab.BondVLANIface)
+	if holder.Iface() != netlab.BondVLANIface {
+		t.Fatalf("holder %s manages the VIP on %s, want %s", holder.Name, holder.Iface(), netlab.BondVLANIface)
 	}
 	return l, vip, holder
 }
@@ -55,7 +55,7 @@ func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 		return strings.EqualFold(mac, h.MAC.String()), fmt.Sprintf("lladdr %q state %s", mac, state)
 	})
 	if !ok {
-		t.Errorf("client's neighbor entry for %s on %s: want %s's MAC %s, saw %s", vip.Address, l.Client.Iface, h.Name, h.MAC, detail)
+		t.Errorf("client's neighbor entry for %s on %s: want %s's MAC %s, saw %s", vip.Address, l.Client.Iface(), h.Name, h.MAC, detail)
 	}
 }
 

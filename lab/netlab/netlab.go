@@ -39,7 +39,7 @@ var (
 const HTTPPort = 6443
 
 // Iface is the name of every host's lab interface inside its namespace
-// (Host.Iface), unless Options.BondVLAN is set.
+// (Host.Iface()), unless Options.BondVLAN is set.
 const Iface = "eth0"
 
 // With Options.BondVLAN, every host's addresses are on BondVLANIface, VLAN
@@ -103,14 +103,12 @@ type Host struct {
 	// Ports are the bridge-side veths of this host: Port alone, or one per
 	// bond slave (BondSlaves) with Options.BondVLAN.
 	Ports []string
-	// Iface is the interface that holds the host's addresses and that
-	// vipd manages the VIP on: Iface, or BondVLANIface with
-	// Options.BondVLAN.
-	Iface string
-	// IP and IP6 are the host's addresses on Iface (IP6 invalid without
+	// iface is what Iface returns ("" for Iface).
+	iface string
+	// IP and IP6 are the host's addresses on Iface() (IP6 invalid without
 	// Options.IPv6).
 	IP, IP6 netip.Addr
-	// MAC is the hardware address of the host's Iface.
+	// MAC is the hardware address of the host's Iface().
 	MAC net.HardwareAddr
 	// Dir is the host's own directory: configuration, state, logs.
 	Dir string
@@ -184,17 +182,16 @@ func New(t testing.TB, o Options) *Lab {
 
 func (l *Lab) addHost(name string, octet int) *Host {
 	h := &Host{
-		Name:  name,
-		NS:    l.Prefix + "-" + name,
-		Port:  "p-" + name,
-		Iface: Iface,
-		IP:    netip.AddrFrom4([4]byte{192, 0, 2, byte(octet)}),
-		MAC:   net.HardwareAddr{0x02, 0, 0, 0, 0, byte(octet)},
-		Dir:   filepath.Join(l.Dir, name),
+		Name: name,
+		NS:   l.Prefix + "-" + name,
+		Port: "p-" + name,
+		IP:   netip.AddrFrom4([4]byte{192, 0, 2, byte(octet)}),
+		MAC:  net.HardwareAddr{0x02, 0, 0, 0, 0, byte(octet)},
+		Dir:  filepath.Join(l.Dir, name),
 	}
 	h.Ports = []string{h.Port}
 	if l.BondVLAN {
-		h.Iface = BondVLANIface
+		h.iface = BondVLANIface
 		h.Ports = nil
 		for i := range BondSlaves {
 			h.Ports = append(h.Ports, fmt.Sprintf("p-%s%c", name, 'a'+i))
@@ -245,9 +242,9 @@ func (l *Lab) attach(h *Host) error {
 			[]string{"-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up"},
 			[]string{"-n", h.NS, "link", "set", Iface, "address", h.MAC.String()})
 	}
-	steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP.String() + "/24", "dev", h.Iface})
+	steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP.String() + "/24", "dev", h.Iface()})
 	if h.IP6.IsValid() {
-		steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP6.String() + "/64", "dev", h.Iface, "nodad"})
+		steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP6.String() + "/64", "dev", h.Iface(), "nodad"})
 	}
 	if l.BondVLAN {
 		for _, slave := range BondSlaves {
@@ -255,13 +252,22 @@ func (l *Lab) attach(h *Host) error {
 		}
 		steps = append(steps, []string{"-n", h.NS, "link", "set", BondIface, "up"})
 	}
-	steps = append(steps, []string{"-n", h.NS, "link", "set", h.Iface, "up"})
+	steps = append(steps, []string{"-n", h.NS, "link", "set", h.Iface(), "up"})
 	for _, s := range steps {
 		if _, err := Run("ip", s...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Iface returns the interface that holds h's addresses and that vipd
+// manages the VIP on: Iface, or BondVLANIface with Options.BondVLAN.
+func (h *Host) Iface() string {
+	if h.iface == "" {
+		return Iface
+	}
+	return h.iface
 }
 
 // DeleteLink deletes h's interface (and with it its bridge port, the other
@@ -393,11 +399,11 @@ func (l *Lab) Exec(h *Host, argv ...string) (string, error) {
 // LinkDown sets h's interface down inside its namespace.
 func (l *Lab) LinkDown(h *Host) {
 	l.t.Helper()
-	l.must("ip", "-n", h.NS, "link", "set", h.Iface, "down")
+	l.must("ip", "-n", h.NS, "link", "set", h.Iface(), "down")
 }
 
 // LinkUp sets h's interface up inside its namespace.
-func (l *Lab) LinkUp(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", h.Iface, "up") }
+func (l *Lab) LinkUp(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", h.Iface(), "up") }
 
 // Cut detaches h's port from the bridge: h keeps its link up but reaches
 // nobody (a switch-side failure).
@@ -414,7 +420,7 @@ func (l *Lab) Uncut(h *Host) {
 
 // Addrs returns the addresses on h's interface.
 func (l *Lab) Addrs(h *Host) ([]netip.Prefix, error) {
-	out, err := Run("ip", "-n", h.NS, "-o", "addr", "show", "dev", h.Iface)
+	out, err := Run("ip", "-n", h.NS, "-o", "addr", "show", "dev", h.Iface())
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +479,7 @@ func (l *Lab) AddrHolders(addr netip.Addr) ([]string, error) {
 // Neigh returns the MAC address and state of h's neighbor entry for addr
 // ("" when there is none or it has no lladdr, e.g. FAILED).
 func (l *Lab) Neigh(h *Host, addr netip.Addr) (mac, state string, err error) {
-	out, err := Run("ip", "-n", h.NS, "neigh", "show", addr.String(), "dev", h.Iface)
+	out, err := Run("ip", "-n", h.NS, "neigh", "show", addr.String(), "dev", h.Iface())
 	if err != nil {
 		return "", "", err
 	}

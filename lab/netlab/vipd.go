@@ -105,7 +105,7 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 		b.WriteString(o.Cluster + "\n")
 	}
 	for _, v := range o.VIPs {
-		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, h.Iface, v.Preempt)
+		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, h.Iface(), v.Preempt)
 		if v.HealthURL != "" {
 			fmt.Fprintf(&b, "[vip.health]\nurl = %q\n", v.HealthURL)
 			if v.HealthInterval != "" {
