@@ -336,19 +336,9 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 // sets vipd's again. A caller that trusts the kernel over its memory calls
 // Verify periodically and announces again when it reports false.
 func (a *Announcer) Verify(_ context.Context, addr netip.Addr) (bool, error) {
-	vip, err := vipAddr(addr)
+	vip, got, ok, err := a.lookup("verify", addr)
 	if err != nil {
-		return false, fmt.Errorf("verify %s: %w", addr, err)
-	}
-
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return false, fmt.Errorf("verify %s: %w", vip, net.ErrClosed)
-	}
-	got, ok, err := findHostPrefix(a.addrs, a.cfg.Interface, vip)
-	if err != nil {
-		return false, fmt.Errorf("verify %s: %w", vip, err)
+		return false, err
 	}
 	return ok && got.attrs.asVIPAdds(vip), nil
 }
@@ -358,21 +348,28 @@ func (a *Announcer) Verify(_ context.Context, addr netip.Addr) (bool, error) {
 // with another prefix length does not count. A missing interface holds
 // nothing and is not an error.
 func (a *Announcer) Held(addr netip.Addr) (bool, error) {
+	_, _, ok, err := a.lookup("held", addr)
+	return ok, err
+}
+
+// lookup validates addr and returns it as a VIP with its host prefix as
+// configured on the interface, and whether it is there. Errors start with
+// op and the address.
+func (a *Announcer) lookup(op string, addr netip.Addr) (netip.Addr, ifAddr, bool, error) {
 	vip, err := vipAddr(addr)
 	if err != nil {
-		return false, fmt.Errorf("held %s: %w", addr, err)
+		return netip.Addr{}, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, addr, err)
 	}
-
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return false, fmt.Errorf("held %s: %w", vip, net.ErrClosed)
+		return vip, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, vip, net.ErrClosed)
 	}
-	held, err := hasHostPrefix(a.addrs, a.cfg.Interface, vip)
+	got, ok, err := findHostPrefix(a.addrs, a.cfg.Interface, vip)
 	if err != nil {
-		return false, fmt.Errorf("held %s: %w", vip, err)
+		return vip, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, vip, err)
 	}
-	return held, nil
+	return vip, got, ok, nil
 }
 
 // Close stops all bursts, ends running WatchConflicts calls, waits for the

@@ -47,15 +47,8 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 // waitNeigh waits until the client's neighbor entry for the VIP has h's MAC.
 func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 	t.Helper()
-	ok, detail := netlab.Eventually(5*time.Second, 50*time.Millisecond, func() (bool, string) {
-		mac, state, err := l.Neigh(l.Client, vip.Address)
-		if err != nil {
-			return false, err.Error()
-		}
-		return strings.EqualFold(mac, h.MAC.String()), fmt.Sprintf("lladdr %q state %s", mac, state)
-	})
-	if !ok {
-		t.Errorf("client's neighbor entry for %s on %s: want %s's MAC %s, saw %s", vip.Address, l.Client.Iface(), h.Name, h.MAC, detail)
+	if err := l.WaitNeigh(l.Client, vip.Address, h, 5*time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -69,19 +62,10 @@ func TestFailoverOnBondVLAN(t *testing.T) {
 		t.Fatalf("before withdraw: %v", err)
 	}
 	waitNeigh(t, l, vip, owner)
-	ev := pr.Mark("withdraw " + owner.Name)
-	if out, err := l.Vipctl(owner, "withdraw"); err != nil {
-		t.Fatalf("vipctl withdraw on %s: %v: %s", owner.Name, err, out)
-	}
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, g, err := l.WithdrawAndFollow(pr, owner, vip, settle)
 	if err != nil {
-		t.Fatalf("after withdraw: want the VIP to leave %s: %v", owner.Name, err)
+		t.Fatal(err)
 	}
-	if err := pr.WaitServedBy(next, 25, ev.Time, 5*time.Second); err != nil {
-		t.Fatalf("after withdraw: %v", err)
-	}
-	pr.Stop()
-	g := pr.Gaps()[0]
 	t.Logf("withdraw on %s: %s -> %s, first answer from %s %v after it, longest gap %v (%d probes)",
 		netlab.BondVLANIface, g.Before, g.After, g.After, g.ToNewNode, g.Outage, g.LongestRun)
 	if g.After != next {

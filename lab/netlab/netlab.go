@@ -500,6 +500,27 @@ func parseNeigh(out string) (mac, state string, err error) {
 	return mac, f[len(f)-1], nil
 }
 
+// WaitNeigh waits up to timeout until from's neighbor entry for addr has
+// owner's MAC (after a VIP moved: the client follows the gratuitous ARP or
+// NA); the error says what it saw last.
+func (l *Lab) WaitNeigh(from *Host, addr netip.Addr, owner *Host, timeout time.Duration) error {
+	ok, detail := Eventually(timeout, 50*time.Millisecond, func() (bool, string) {
+		mac, state, err := l.Neigh(from, addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		who := "no node"
+		if n := l.NodeByMAC(mac); n != nil {
+			who = n.Name
+		}
+		return strings.EqualFold(mac, owner.MAC.String()), fmt.Sprintf("lladdr %q (%s) state %s", mac, who, state)
+	})
+	if !ok {
+		return fmt.Errorf("%s's neighbor entry for %s on %s: want %s's MAC %s, saw %s", from.Name, addr, from.Iface(), owner.Name, owner.MAC, detail)
+	}
+	return nil
+}
+
 // NodeByMAC returns the node with that MAC address, or nil.
 func (l *Lab) NodeByMAC(mac string) *Host {
 	for _, n := range l.Nodes {
