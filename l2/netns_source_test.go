@@ -136,6 +136,20 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 	for _, n := range []string{"a", "b", "r", "c"} {
 		waitLinkUp(t, l.h[n], map[string]string{"a": "eth0", "b": "eth0", "r": "br0", "c": "eth0"}[n])
 	}
+	// Carrier is reported a moment before IPv6 takes the link as ready;
+	// until then even a nodad address is tentative and cannot be the
+	// source of the VIP's neighbor advertisements. Wait (bounded) for A's
+	// fe80::a to be usable.
+	ready := false
+	for i := 0; i < 50 && !ready; i++ {
+		out := ipCmd(t, "-n", a, "-6", "-o", "addr", "show", "dev", "eth0", "tentative")
+		if ready = !strings.Contains(out, "fe80::a/"); !ready {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !ready {
+		t.Fatalf("fe80::a on A's eth0 still tentative after 5s")
+	}
 
 	cfg := Config{Interface: l.vipIface, Quiet: bgp, GARPCount: 1,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}
