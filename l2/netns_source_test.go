@@ -32,6 +32,7 @@ import (
 //	                                                  route without gateway or source
 //	behind R       203.0.113.0/25   2001:db8:1::/64   R .1/::1, C .2/::2
 //
+// A's interface is eth0 in this picture (named uniquely per run, see ifA).
 // L2 mode: A's node addresses are on its eth0 with the VIPs: 192.0.2.10 and
 // 2001:db8::10 inside the segment's prefix, 198.51.100.200 and
 // 2001:db8:3::10 outside every prefix on eth0 (R and C route those to A).
@@ -53,7 +54,8 @@ var (
 type srcLab struct {
 	ns           map[string]string // a, b, r, c -> namespace name
 	h            map[string]netns.NsHandle
-	vipIface     string // eth0 (L2) or lo (BGP)
+	ifA          string // A's interface on the segment (eth0 in the picture)
+	vipIface     string // ifA (L2) or lo (BGP)
 	node4, node6 netip.Addr
 	vips         []netip.Addr
 	a            *Announcer
@@ -63,7 +65,14 @@ type srcLab struct {
 func newSrcLab(t *testing.T, bgp bool) *srcLab {
 	t.Helper()
 	id := fmt.Sprintf("%d-%d", os.Getpid(), labSeq.Add(1))
-	l := &srcLab{ns: map[string]string{}, h: map[string]netns.NsHandle{}, seen: map[string]chan string{}}
+	l := &srcLab{ns: map[string]string{}, h: map[string]netns.NsHandle{}, seen: map[string]chan string{},
+		// Unique per run, not eth0: Go's interface-name cache, filled in
+		// another namespace (the test process's own has an eth0), would
+		// give the advertisement socket's zone a wrong index.
+		ifA: "l2s" + strings.ReplaceAll(id, "-", "")}
+	if len(l.ifA) > 15 {
+		l.ifA = l.ifA[:15]
+	}
 	for _, n := range []string{"a", "b", "r", "c"} {
 		l.ns[n] = "vt-l2s-" + id + "-" + n
 		ipCmd(t, "netns", "add", l.ns[n])
@@ -79,7 +88,7 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 	a, b, r, c := l.ns["a"], l.ns["b"], l.ns["r"], l.ns["c"]
 	ipCmd(t, "-n", r, "link", "add", "br0", "type", "bridge")
 	for _, n := range []string{"a", "b"} {
-		ipCmd(t, "-n", r, "link", "add", "p-"+n, "type", "veth", "peer", "name", "eth0", "netns", l.ns[n])
+		ipCmd(t, "-n", r, "link", "add", "p-"+n, "type", "veth", "peer", "name", map[string]string{"a": l.ifA, "b": "eth0"}[n], "netns", l.ns[n])
 		ipCmd(t, "-n", r, "link", "set", "p-"+n, "master", "br0", "up")
 	}
 	ipCmd(t, "-n", r, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns", c)
@@ -92,7 +101,7 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 		{b, "addr", "add", "198.51.100.12/25", "dev", "eth0"}, {b, "addr", "add", "2001:db8:2::12/64", "dev", "eth0", "nodad"},
 		{c, "addr", "add", "203.0.113.2/25", "dev", "eth0"}, {c, "addr", "add", "2001:db8:1::2/64", "dev", "eth0", "nodad"},
 		{r, "link", "set", "br0", "up"}, {r, "link", "set", "eth1", "up"},
-		{a, "link", "set", "eth0", "up"}, {b, "link", "set", "eth0", "up"}, {c, "link", "set", "eth0", "up"},
+		{a, "link", "set", l.ifA, "up"}, {b, "link", "set", "eth0", "up"}, {c, "link", "set", "eth0", "up"},
 		{c, "route", "add", "192.0.2.0/24", "via", "203.0.113.1"}, {c, "route", "add", "198.51.100.0/24", "via", "203.0.113.1"},
 		{c, "route", "add", "2001:db8::/32", "via", "2001:db8:1::1"},
 		{r, "route", "add", "198.51.100.0/25", "dev", "br0"}, {r, "route", "add", "2001:db8:2::/64", "dev", "br0"},
@@ -112,7 +121,7 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 			ipCmd(t, "-n", n, "-6", "route", "replace", "2001:db8::10/128", "via", "fe80::a", "dev", dev)
 		}
 	} else {
-		l.vipIface = "eth0"
+		l.vipIface = l.ifA
 		l.node4, l.node6 = netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8::11")
 		l.vips = []netip.Addr{
 			netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10"),
@@ -131,24 +140,10 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 	ipCmd(t, "-n", b, "-6", "route", "replace", "2001:db8:ff::11/128", "via", "fe80::a", "dev", "eth0")
 	ipCmd(t, "-n", b, "route", "add", "203.0.113.0/25", "via", "192.0.2.1")
 	ipCmd(t, "-n", b, "-6", "route", "add", "2001:db8:1::/64", "via", "2001:db8::1")
-	ipCmd(t, "-n", a, "addr", "add", "fe80::a/64", "dev", "eth0", "nodad")
+	ipCmd(t, "-n", a, "addr", "add", "fe80::a/64", "dev", l.ifA, "nodad")
 	l.addNode(t)
 	for _, n := range []string{"a", "b", "r", "c"} {
-		waitLinkUp(t, l.h[n], map[string]string{"a": "eth0", "b": "eth0", "r": "br0", "c": "eth0"}[n])
-	}
-	// Carrier is reported a moment before IPv6 takes the link as ready;
-	// until then even a nodad address is tentative and cannot be the
-	// source of the VIP's neighbor advertisements. Wait (bounded) for A's
-	// fe80::a to be usable.
-	ready := false
-	for i := 0; i < 50 && !ready; i++ {
-		out := ipCmd(t, "-n", a, "-6", "-o", "addr", "show", "dev", "eth0", "tentative")
-		if ready = !strings.Contains(out, "fe80::a/"); !ready {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if !ready {
-		t.Fatalf("fe80::a on A's eth0 still tentative after 5s")
+		waitLinkUp(t, l.h[n], map[string]string{"a": l.ifA, "b": "eth0", "r": "br0", "c": "eth0"}[n])
 	}
 
 	cfg := Config{Interface: l.vipIface, Quiet: bgp, GARPCount: 1,
@@ -186,19 +181,19 @@ func (l *srcLab) addNode(t *testing.T) {
 		ipCmd(t, "-n", a, "addr", "add", l.node4.String()+"/32", "dev", "lo")
 		ipCmd(t, "-n", a, "addr", "add", l.node6.String()+"/128", "dev", "lo")
 		for _, p := range []string{"192.0.2.0/24", "198.51.100.0/25", "203.0.113.0/25"} {
-			ipCmd(t, "-n", a, "route", "replace", p, "via", "192.0.2.1", "dev", "eth0", "onlink")
+			ipCmd(t, "-n", a, "route", "replace", p, "via", "192.0.2.1", "dev", l.ifA, "onlink")
 		}
 		for _, p := range []string{"2001:db8::/64", "2001:db8:2::/64", "2001:db8:1::/64"} {
-			ipCmd(t, "-n", a, "-6", "route", "replace", p, "via", "fe80::1", "dev", "eth0")
+			ipCmd(t, "-n", a, "-6", "route", "replace", p, "via", "fe80::1", "dev", l.ifA)
 		}
 		return
 	}
-	ipCmd(t, "-n", a, "addr", "add", l.node4.String()+"/24", "dev", "eth0")
-	ipCmd(t, "-n", a, "addr", "add", l.node6.String()+"/64", "dev", "eth0", "nodad")
+	ipCmd(t, "-n", a, "addr", "add", l.node4.String()+"/24", "dev", l.ifA)
+	ipCmd(t, "-n", a, "addr", "add", l.node6.String()+"/64", "dev", l.ifA, "nodad")
 	// An on-link route without gateway or preferred source, as a network
 	// manager adds for another subnet on the same segment.
-	ipCmd(t, "-n", a, "route", "replace", "198.51.100.0/25", "dev", "eth0")
-	ipCmd(t, "-n", a, "-6", "route", "replace", "2001:db8:2::/64", "dev", "eth0")
+	ipCmd(t, "-n", a, "route", "replace", "198.51.100.0/25", "dev", l.ifA)
+	ipCmd(t, "-n", a, "-6", "route", "replace", "2001:db8:2::/64", "dev", l.ifA)
 	ipCmd(t, "-n", a, "route", "replace", "203.0.113.0/25", "via", "192.0.2.1")
 	ipCmd(t, "-n", a, "-6", "route", "replace", "2001:db8:1::/64", "via", "2001:db8::1")
 }
@@ -208,7 +203,7 @@ func (l *srcLab) addNode(t *testing.T) {
 // A's address list.
 func (l *srcLab) readdNode(t *testing.T) {
 	t.Helper()
-	dev, bits4, bits6 := "eth0", "/24", "/64"
+	dev, bits4, bits6 := l.ifA, "/24", "/64"
 	if l.vipIface == "lo" {
 		dev, bits4, bits6 = "lo", "/32", "/128"
 	}
@@ -386,7 +381,7 @@ func TestNetnsVIPAttributes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Close()
-		link, err := h.LinkByName("eth0")
+		link, err := h.LinkByName(l.ifA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,9 +409,9 @@ func TestNetnsVIPAttributes(t *testing.T) {
 
 	// Re-added as plain addresses: `ip addr replace` cannot change an IPv4
 	// address's scope, so remove and add it, as a network manager would.
-	ipCmd(t, "-n", l.ns["a"], "addr", "del", vip4.String()+"/32", "dev", "eth0")
-	ipCmd(t, "-n", l.ns["a"], "addr", "add", vip4.String()+"/32", "dev", "eth0")
-	ipCmd(t, "-n", l.ns["a"], "addr", "replace", vip6.String()+"/128", "dev", "eth0", "nodad", "preferred_lft", "forever")
+	ipCmd(t, "-n", l.ns["a"], "addr", "del", vip4.String()+"/32", "dev", l.ifA)
+	ipCmd(t, "-n", l.ns["a"], "addr", "add", vip4.String()+"/32", "dev", l.ifA)
+	ipCmd(t, "-n", l.ns["a"], "addr", "replace", vip6.String()+"/128", "dev", l.ifA, "nodad", "preferred_lft", "forever")
 	for _, vip := range []netip.Addr{vip4, vip6} {
 		if ok, err := l.a.Verify(ctx, vip); err != nil || ok {
 			t.Errorf("Verify(%s) re-added as a plain address = %v, %v; want false", vip, ok, err)

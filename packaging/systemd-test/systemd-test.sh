@@ -581,7 +581,7 @@ nd_measure() {
 			for (i = 1; i <= n; i++) {
 				w = worst[i] + 0
 				if (gone[i] != "") w = -1
-				printf "%s removed %d times, longest absence %d ms\n", v[i], removed[i] + 0, w
+				printf "%s removed %d times, longest absence %.1f ms\n", v[i], removed[i] + 0, w
 			}
 		}' "$mon" >"$out"
 	sed 's/^/info:   /' "$out"
