@@ -14,27 +14,96 @@ import (
 // interface with another prefix length, so its host prefix cannot be added.
 var errOtherPrefix = errors.New("address configured with another prefix length")
 
-// hasHostPrefix reports whether vip's host prefix is configured on the
-// interface named iface. A missing interface holds nothing.
-func hasHostPrefix(m addrManager, iface string, vip netip.Addr) (bool, error) {
+// ifAddr is an address configured on an interface, with the attributes
+// vipd sets on a VIP.
+type ifAddr struct {
+	prefix netip.Prefix
+	attrs  addrAttrs
+}
+
+// addrAttrs are the attributes of an address, besides its prefix, that
+// decide whether the kernel takes it as the source of the host's own
+// connections.
+type addrAttrs struct {
+	// scope is the address scope, a unix.RT_SCOPE_* value.
+	scope uint8
+	// nodad: IFA_F_NODAD, the address skipped duplicate address detection.
+	nodad bool
+	// deprecated: IFA_F_DEPRECATED, an IPv6 address whose preferred
+	// lifetime is over.
+	deprecated bool
+	// permanent: IFA_F_PERMANENT, the valid lifetime is forever.
+	permanent bool
+}
+
+// vipAttrs returns the attributes vipd gives vip's host prefix, so that
+// the kernel never chooses the VIP as the source address of the host's own
+// connections while it still accepts traffic to it, answers ARP and
+// neighbor solicitations for it, and replies from it:
+//
+//   - IPv4: scope host. The kernel picks an IPv4 source address among the
+//     primary addresses of the outgoing interface whose scope is at most
+//     the route's (link for on-link routes, global for routes via a
+//     gateway), preferring one in the gateway's subnet and otherwise taking
+//     the first in the list; a /32 VIP is a primary address of its own,
+//     first in the list once the node's address is removed and added back
+//     (a DHCP renewal, a network manager restart), and then the source for
+//     every route without a preferred source. A host-scoped address is
+//     never a candidate.
+//   - IPv6: IFA_F_NODAD (usable at once) and deprecated: preferred
+//     lifetime 0 with a valid lifetime of forever, so it never expires.
+//     Source address selection (RFC 6724 rule 3) avoids a deprecated
+//     address; without it a /128 VIP wins rule 8 (longest matching prefix,
+//     which Linux caps at the address's prefix length) over the node's
+//     /64 for every on-link and routed destination.
+func vipAttrs(vip netip.Addr) addrAttrs {
+	if vip.Is4() {
+		return addrAttrs{scope: unix.RT_SCOPE_HOST, permanent: true}
+	}
+	return addrAttrs{scope: unix.RT_SCOPE_UNIVERSE, nodad: true, deprecated: true, permanent: true}
+}
+
+// asVIPAdds reports whether a, found on vip's host prefix, is what
+// vipAttrs(vip) asks for in every attribute that matters once the address
+// is up: the scope of an IPv4 VIP; for IPv6, deprecated and never expiring
+// (IFA_F_NODAD only matters while the address is being added).
+func (a addrAttrs) asVIPAdds(vip netip.Addr) bool {
+	want := vipAttrs(vip)
+	if vip.Is4() {
+		return a.scope == want.scope
+	}
+	return a.scope == want.scope && a.deprecated && a.permanent
+}
+
+// findHostPrefix returns vip's host prefix as configured on the interface
+// named iface, and whether it is there. A missing interface holds nothing.
+func findHostPrefix(m addrManager, iface string, vip netip.Addr) (ifAddr, bool, error) {
 	ifi, err := m.link(iface)
 	if errors.Is(err, errNoLink) {
-		return false, nil
+		return ifAddr{}, false, nil
 	}
 	if err != nil {
-		return false, err
+		return ifAddr{}, false, err
 	}
 	present, err := m.list(ifi)
 	if err != nil {
-		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+		return ifAddr{}, false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
 	}
 	host := hostPrefix(vip)
-	for _, p := range present {
-		if p == host {
-			return true, nil
+	for _, a := range present {
+		if a.prefix == host {
+			return a, true, nil
 		}
 	}
-	return false, nil
+	return ifAddr{}, false, nil
+}
+
+// hasHostPrefix reports whether vip's host prefix is configured on the
+// interface named iface, whatever its attributes. A missing interface
+// holds nothing.
+func hasHostPrefix(m addrManager, iface string, vip netip.Addr) (bool, error) {
+	_, ok, err := findHostPrefix(m, iface, vip)
+	return ok, err
 }
 
 // removeHostPrefix removes vip's host prefix from the interface named iface,
@@ -53,8 +122,8 @@ func removeHostPrefix(m addrManager, iface string, vip netip.Addr) (bool, error)
 		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
 	}
 	host := hostPrefix(vip)
-	for _, p := range present {
-		if p != host {
+	for _, a := range present {
+		if a.prefix != host {
 			continue
 		}
 		if err := m.del(ifi, host); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func TestAddrChange(t *testing.T) {
@@ -67,6 +68,30 @@ func BenchmarkHasAddress(b *testing.B) {
 	for b.Loop() {
 		if _, err := HasAddress("lo", loopback); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestAttrsOf(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		scope, flags int
+		want         addrAttrs
+	}{
+		{"plain ipv4", unix.RT_SCOPE_UNIVERSE, unix.IFA_F_PERMANENT, plainAttrs},
+		{"ipv4 vip", unix.RT_SCOPE_HOST, unix.IFA_F_PERMANENT, v4Attrs},
+		{"ipv6 vip", unix.RT_SCOPE_UNIVERSE, unix.IFA_F_NODAD | unix.IFA_F_DEPRECATED | unix.IFA_F_PERMANENT, v6Attrs},
+		{"ipv6 deprecated, expiring", unix.RT_SCOPE_UNIVERSE, unix.IFA_F_DEPRECATED, addrAttrs{deprecated: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := attrsOf(tt.scope, tt.flags); got != tt.want {
+				t.Fatalf("attrsOf(%d, %#x) = %+v, want %+v", tt.scope, tt.flags, got, tt.want)
+			}
+		})
+	}
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		if !vipAttrs(vip).asVIPAdds(vip) {
+			t.Errorf("vipAttrs(%s) = %+v does not pass its own check", vip, vipAttrs(vip))
 		}
 	}
 }

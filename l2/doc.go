@@ -8,8 +8,16 @@
 //     request and an ARP reply, both broadcast, with sender and target IP set
 //     to the VIP) and, for IPv6, unsolicited neighbor advertisements to the
 //     all-nodes group ff02::1 with the Override flag set and a Target
-//     Link-Layer Address option. IPv6 VIPs are added with IFA_F_NODAD, so the
-//     address is usable at once instead of after duplicate address detection.
+//     Link-Layer Address option. The address is added so that the kernel
+//     never takes it as the source of the host's own connections, while it
+//     still accepts connections to it and answers ARP and neighbor
+//     solicitations for it: an IPv4 VIP with scope host (source address
+//     selection only considers addresses of at most the route's scope, link
+//     or global), an IPv6 VIP deprecated (preferred lifetime 0, valid
+//     lifetime forever: RFC 6724 rule 3 avoids it) and with IFA_F_NODAD, so
+//     it is usable at once instead of after duplicate address detection.
+//     Verify reports false for a VIP found with other attributes (re-added
+//     as a plain address by a network manager), and Announce sets them again.
 //     The first advertisement is sent before Announce returns; the rest of the
 //     burst is spaced by Config.GARPInterval in a goroutine the Announcer owns.
 //     Announce is idempotent: a host prefix that is already present is left as

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +24,12 @@ var testMAC = net.HardwareAddr{0x02, 0x00, 0x5e, 0x00, 0x00, 0x01}
 
 const testIndex = 7
 
-// fakeAddrs is an addrManager holding one interface's addresses in memory.
+// fakeAddrs is an addrManager holding one interface's addresses in memory,
+// with their attributes, changed the way the kernel changes them.
 type fakeAddrs struct {
 	mu      sync.Mutex
 	ifi     *net.Interface // nil: the interface does not exist
-	addrs   []netip.Prefix
+	addrs   []ifAddr
 	adds    []addCall
 	dels    []netip.Prefix
 	addErr  error
@@ -38,13 +40,26 @@ type fakeAddrs struct {
 
 type addCall struct {
 	prefix netip.Prefix
-	nodad  bool
+	attrs  addrAttrs
 }
 
+// plainAttrs are the attributes of an address added with `ip addr add` and
+// nothing else: scope global, valid and preferred forever.
+var plainAttrs = addrAttrs{permanent: true}
+
+// newFakeAddrs returns a fake interface "test0" with present addresses:
+// "192.0.2.1/24" is a plain address (plainAttrs); "192.0.2.10/32 vip" one
+// with the attributes vipd gives its VIPs (vipAttrs).
 func newFakeAddrs(present ...string) *fakeAddrs {
 	f := &fakeAddrs{ifi: &net.Interface{Index: testIndex, MTU: 1500, Name: "test0", HardwareAddr: testMAC}}
-	for _, p := range present {
-		f.addrs = append(f.addrs, netip.MustParsePrefix(p))
+	for _, s := range present {
+		ps, vip := strings.CutSuffix(s, " vip")
+		p := netip.MustParsePrefix(ps)
+		at := plainAttrs
+		if vip {
+			at = vipAttrs(p.Addr())
+		}
+		f.addrs = append(f.addrs, ifAddr{p, at})
 	}
 	return f
 }
@@ -59,7 +74,7 @@ func (f *fakeAddrs) link(name string) (*net.Interface, error) {
 	return &ifi, nil
 }
 
-func (f *fakeAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
+func (f *fakeAddrs) list(ifi *net.Interface) ([]ifAddr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.listErr != nil {
@@ -68,17 +83,51 @@ func (f *fakeAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
 	return slices.Clone(f.addrs), nil
 }
 
-func (f *fakeAddrs) add(ifi *net.Interface, p netip.Prefix, nodad bool) error {
+// add mimics the kernel's replace: a new address is appended; an existing
+// IPv6 one gets the new attributes; an existing IPv4 one keeps its scope.
+func (f *fakeAddrs) add(ifi *net.Interface, p netip.Prefix, at addrAttrs) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.addErr != nil {
 		return f.addErr
 	}
-	f.adds = append(f.adds, addCall{p, nodad})
-	if !slices.Contains(f.addrs, p) {
-		f.addrs = append(f.addrs, p)
+	f.adds = append(f.adds, addCall{p, at})
+	i := slices.IndexFunc(f.addrs, func(a ifAddr) bool { return a.prefix == p })
+	switch {
+	case i < 0:
+		f.addrs = append(f.addrs, ifAddr{p, at})
+	case p.Addr().Is4():
+		at.scope = f.addrs[i].attrs.scope
+		f.addrs[i].attrs = at
+	default:
+		f.addrs[i].attrs = at
 	}
 	return nil
+}
+
+// attrs returns the attributes of p on the interface, and whether it is
+// there.
+func (f *fakeAddrs) attrs(p netip.Prefix) (addrAttrs, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.addrs {
+		if a.prefix == p {
+			return a.attrs, true
+		}
+	}
+	return addrAttrs{}, false
+}
+
+// setAttrs changes the attributes of p, as something other than vipd
+// re-adding it would.
+func (f *fakeAddrs) setAttrs(p netip.Prefix, at addrAttrs) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.addrs {
+		if f.addrs[i].prefix == p {
+			f.addrs[i].attrs = at
+		}
+	}
 }
 
 func (f *fakeAddrs) del(ifi *net.Interface, p netip.Prefix) error {
@@ -88,7 +137,7 @@ func (f *fakeAddrs) del(ifi *net.Interface, p netip.Prefix) error {
 		return f.delErr
 	}
 	f.dels = append(f.dels, p)
-	f.addrs = slices.DeleteFunc(f.addrs, func(q netip.Prefix) bool { return q == p })
+	f.addrs = slices.DeleteFunc(f.addrs, func(a ifAddr) bool { return a.prefix == p })
 	return nil
 }
 
@@ -99,10 +148,15 @@ func (f *fakeAddrs) close() error {
 	return nil
 }
 
+// snapshot returns the prefixes configured, in order, and every add and
+// delete so far.
 func (f *fakeAddrs) snapshot() (addrs []netip.Prefix, adds []addCall, dels []netip.Prefix) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.addrs), slices.Clone(f.adds), slices.Clone(f.dels)
+	for _, a := range f.addrs {
+		addrs = append(addrs, a.prefix)
+	}
+	return addrs, slices.Clone(f.adds), slices.Clone(f.dels)
 }
 
 // sentARP and sentNA record what the fake sockets were asked to send.

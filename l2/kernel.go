@@ -23,11 +23,14 @@ type addrManager interface {
 	// link looks up an interface by name; the error wraps errNoLink if it
 	// does not exist.
 	link(name string) (*net.Interface, error)
-	// list returns the addresses configured on ifi, of both families.
-	list(ifi *net.Interface) ([]netip.Prefix, error)
-	// add configures p on ifi, with IFA_F_NODAD if nodad. An existing equal
-	// address is not an error.
-	add(ifi *net.Interface, p netip.Prefix, nodad bool) error
+	// list returns the addresses configured on ifi, of both families,
+	// with their attributes.
+	list(ifi *net.Interface) ([]ifAddr, error)
+	// add configures p on ifi with the attributes at. An existing equal
+	// address is not an error: an IPv6 one gets at (its flags and
+	// lifetimes replaced), an IPv4 one keeps its scope (the kernel does
+	// not change the scope of an existing IPv4 address; delete it first).
+	add(ifi *net.Interface, p netip.Prefix, at addrAttrs) error
 	// del removes p from ifi. An absent address is not an error.
 	del(ifi *net.Interface, p netip.Prefix) error
 	close() error
@@ -94,7 +97,7 @@ func nlLink(ifi *net.Interface) netlink.Link {
 	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifi.Index, Name: ifi.Name}}
 }
 
-func (n *netlinkAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
+func (n *netlinkAddrs) list(ifi *net.Interface) ([]ifAddr, error) {
 	var (
 		as  []netlink.Addr
 		err error
@@ -109,7 +112,7 @@ func (n *netlinkAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]netip.Prefix, 0, len(as))
+	out := make([]ifAddr, 0, len(as))
 	for _, a := range as {
 		if a.IPNet == nil {
 			continue
@@ -119,22 +122,44 @@ func (n *netlinkAddrs) list(ifi *net.Interface) ([]netip.Prefix, error) {
 			continue
 		}
 		ones, _ := a.Mask.Size()
-		out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
+		out = append(out, ifAddr{
+			prefix: netip.PrefixFrom(ip.Unmap(), ones),
+			attrs:  attrsOf(a.Scope, a.Flags),
+		})
 	}
 	return out, nil
 }
 
-func (n *netlinkAddrs) add(ifi *net.Interface, p netip.Prefix, nodad bool) error {
-	a := &netlink.Addr{IPNet: prefixIPNet(p)}
-	if nodad {
-		a.Flags = unix.IFA_F_NODAD
+// attrsOf reads the attributes vipd sets from an address's scope and
+// IFA_F_* flags as the kernel reports them.
+func attrsOf(scope, flags int) addrAttrs {
+	return addrAttrs{
+		scope:      uint8(scope),
+		nodad:      flags&unix.IFA_F_NODAD != 0,
+		deprecated: flags&unix.IFA_F_DEPRECATED != 0,
+		permanent:  flags&unix.IFA_F_PERMANENT != 0,
 	}
-	err := n.h.AddrAdd(nlLink(ifi), a)
-	if errors.Is(err, unix.EEXIST) {
-		return nil
-	}
-	return err
 }
+
+func (n *netlinkAddrs) add(ifi *net.Interface, p netip.Prefix, at addrAttrs) error {
+	a := &netlink.Addr{IPNet: prefixIPNet(p), Scope: int(at.scope)}
+	if at.nodad {
+		a.Flags |= unix.IFA_F_NODAD
+	}
+	if at.deprecated {
+		// Preferred lifetime 0 (the kernel sets IFA_F_DEPRECATED), valid
+		// lifetime forever (IFA_F_PERMANENT: it never expires).
+		a.PreferedLft, a.ValidLft = 0, int(lifetimeForever)
+	}
+	// Replace: creates the address, or sets the flags and lifetimes of an
+	// IPv6 address already there (someone re-added it with others).
+	return n.h.AddrReplace(nlLink(ifi), a)
+}
+
+// lifetimeForever is the infinite address lifetime (INFINITY_LIFE_TIME). A
+// variable, not a constant: netlink.Addr holds lifetimes in an int, which
+// carries it on the 64-bit platforms vipd is built for.
+var lifetimeForever uint32 = 0xFFFFFFFF
 
 func (n *netlinkAddrs) del(ifi *net.Interface, p netip.Prefix) error {
 	err := n.h.AddrDel(nlLink(ifi), &netlink.Addr{IPNet: prefixIPNet(p)})

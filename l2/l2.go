@@ -158,9 +158,12 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 	}
 }
 
-// Announce ensures addr's host prefix (/32 for IPv4, /128 with IFA_F_NODAD
-// for IPv6) is configured on the interface and, unless Quiet, sends a burst of
-// Config.GARPCount advertisements spaced by Config.GARPInterval.
+// Announce ensures addr's host prefix is configured on the interface, as an
+// address the kernel never takes as the source of the host's own
+// connections: a /32 with scope host for IPv4, a /128 with IFA_F_NODAD,
+// preferred lifetime 0 (deprecated) and valid lifetime forever for IPv6.
+// Unless Quiet, it then sends a burst of Config.GARPCount advertisements
+// spaced by Config.GARPInterval.
 //
 // Only the exact host prefix counts: an address with addr's IP and another
 // prefix length, such as the host's own 192.0.2.11/24 when addr is
@@ -169,8 +172,11 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 // with another prefix length cannot be announced: Announce returns an error
 // and changes nothing.
 //
-// Announce is idempotent: a host prefix already present is not added again,
-// and a burst already running for addr is replaced by a new one. The first
+// Announce is idempotent: a host prefix already present with those
+// attributes is not added again (one present with others gets them: an
+// IPv4 one is removed and added back, since the kernel keeps the scope of
+// an existing IPv4 address), and a burst already running for addr is
+// replaced by a new one. The first
 // advertisement is sent before Announce returns; the others are sent by a
 // goroutine owned by the Announcer, which a later Withdraw of addr or Close
 // stops. ctx bounds only the work done before Announce returns.
@@ -198,12 +204,15 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", vip, err)
 	}
-	added, err := a.ensureLocked(ifi, vip)
+	did, err := a.ensureLocked(ifi, vip)
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", vip, err)
 	}
-	if added {
+	switch did {
+	case "added":
 		a.log.Info("vip address added", "vip", vip, "prefix", hostPrefix(vip))
+	case "restored":
+		a.log.Info("vip address found with other attributes (a plain address the host could take as its source); set them again", "vip", vip, "prefix", hostPrefix(vip))
 	}
 	if a.cfg.Quiet {
 		return nil
@@ -237,30 +246,48 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
-// ensureLocked adds vip's host prefix to ifi unless it is already there. It
-// reports whether it added it.
-func (a *Announcer) ensureLocked(ifi *net.Interface, vip netip.Addr) (bool, error) {
+// ensureLocked adds vip's host prefix to ifi, with the attributes of
+// vipAttrs, unless it is already there with them. It reports what it did:
+// "added", "restored" (the address was there with other attributes, say
+// re-added by a network manager as a plain global address: it is given
+// vipd's again) or "" (nothing).
+func (a *Announcer) ensureLocked(ifi *net.Interface, vip netip.Addr) (string, error) {
 	present, err := a.addrs.list(ifi)
 	if err != nil {
-		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+		return "", fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
 	}
-	host := hostPrefix(vip)
+	host, want := hostPrefix(vip), vipAttrs(vip)
 	for _, p := range present {
-		if p == host {
-			return false, nil
+		if p.prefix != host {
+			continue
 		}
+		if p.attrs.asVIPAdds(vip) {
+			return "", nil
+		}
+		// The kernel keeps the scope of an IPv4 address that is added
+		// again: remove it first. (An IPv6 one gets its flags and
+		// lifetimes replaced in place.)
+		if vip.Is4() {
+			if err := a.addrs.del(ifi, host); err != nil {
+				return "", fmt.Errorf("delete %s from %s to add it back with scope host: %w", host, ifi.Name, err)
+			}
+		}
+		if err := a.addrs.add(ifi, host, want); err != nil {
+			return "", fmt.Errorf("restore the attributes of %s on %s: %w", host, ifi.Name, err)
+		}
+		return "restored", nil
 	}
 	if vip.Is6() {
 		for _, p := range present {
-			if p.Addr() == vip {
-				return false, fmt.Errorf("%w: %s is configured on %s as %s, and the kernel holds an IPv6 address once per interface", errOtherPrefix, vip, ifi.Name, p)
+			if p.prefix.Addr() == vip {
+				return "", fmt.Errorf("%w: %s is configured on %s as %s, and the kernel holds an IPv6 address once per interface", errOtherPrefix, vip, ifi.Name, p.prefix)
 			}
 		}
 	}
-	if err := a.addrs.add(ifi, host, vip.Is6()); err != nil {
-		return false, fmt.Errorf("add %s to %s: %w", host, ifi.Name, err)
+	if err := a.addrs.add(ifi, host, want); err != nil {
+		return "", fmt.Errorf("add %s to %s: %w", host, ifi.Name, err)
 	}
-	return true, nil
+	return "added", nil
 }
 
 // runBurst sends the advertisements after the first one, until the burst is
@@ -323,32 +350,48 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
-// Verify is Held with a context: whether what Announce put on the
-// interface is still there. A caller that trusts the kernel over its memory
-// calls it periodically and announces again when it reports false.
+// Verify reports whether addr's host prefix is on the interface as
+// Announce left it: present, and with the attributes that keep the kernel
+// from taking it as a source address (scope host for IPv4; deprecated and
+// never expiring for IPv6). An address something else added back with
+// other attributes, say as a plain global one, reads false, and Announce
+// sets vipd's again. A caller that trusts the kernel over its memory calls
+// Verify periodically and announces again when it reports false.
 func (a *Announcer) Verify(_ context.Context, addr netip.Addr) (bool, error) {
-	return a.Held(addr)
+	vip, got, ok, err := a.lookup("verify", addr)
+	if err != nil {
+		return false, err
+	}
+	return ok && got.attrs.asVIPAdds(vip), nil
 }
 
 // Held reports whether addr's host prefix (/32 or /128) is configured on the
-// interface; the same IP with another prefix length does not count. A missing
-// interface holds nothing and is not an error.
+// interface, whatever its attributes (Verify checks those too); the same IP
+// with another prefix length does not count. A missing interface holds
+// nothing and is not an error.
 func (a *Announcer) Held(addr netip.Addr) (bool, error) {
+	_, _, ok, err := a.lookup("held", addr)
+	return ok, err
+}
+
+// lookup validates addr and returns it as a VIP with its host prefix as
+// configured on the interface, and whether it is there. Errors start with
+// op and the address.
+func (a *Announcer) lookup(op string, addr netip.Addr) (netip.Addr, ifAddr, bool, error) {
 	vip, err := vipAddr(addr)
 	if err != nil {
-		return false, fmt.Errorf("held %s: %w", addr, err)
+		return netip.Addr{}, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, addr, err)
 	}
-
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return false, fmt.Errorf("held %s: %w", vip, net.ErrClosed)
+		return vip, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, vip, net.ErrClosed)
 	}
-	held, err := hasHostPrefix(a.addrs, a.cfg.Interface, vip)
+	got, ok, err := findHostPrefix(a.addrs, a.cfg.Interface, vip)
 	if err != nil {
-		return false, fmt.Errorf("held %s: %w", vip, err)
+		return vip, ifAddr{}, false, fmt.Errorf("%s %s: %w", op, vip, err)
 	}
-	return held, nil
+	return vip, got, ok, nil
 }
 
 // Close stops all bursts, ends running WatchConflicts calls, waits for the

@@ -7,17 +7,24 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
+	"golang.org/x/sys/unix"
 )
 
 var (
 	vip4 = netip.MustParseAddr("192.0.2.10")
 	vip6 = netip.MustParseAddr("2001:db8::10")
+
+	// What vipd adds: IPv4 scope host; IPv6 nodad, deprecated (preferred
+	// lifetime 0), valid forever.
+	v4Attrs = addrAttrs{scope: unix.RT_SCOPE_HOST, permanent: true}
+	v6Attrs = addrAttrs{scope: unix.RT_SCOPE_UNIVERSE, nodad: true, deprecated: true, permanent: true}
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -85,30 +92,36 @@ func TestAnnounceConfiguresHostAddress(t *testing.T) {
 			name:     "ipv4 vip gets a /32",
 			addr:     vip4,
 			times:    1,
-			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), v4Attrs}},
 		},
 		{
 			name:     "ipv6 vip gets a /128 without DAD",
 			addr:     vip6,
 			times:    1,
-			wantAdds: []addCall{{netip.MustParsePrefix("2001:db8::10/128"), true}},
+			wantAdds: []addCall{{netip.MustParsePrefix("2001:db8::10/128"), v6Attrs}},
 		},
 		{
 			name:     "ipv4-mapped ipv6 vip is treated as ipv4",
 			addr:     netip.MustParseAddr("::ffff:192.0.2.10"),
 			times:    1,
-			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), v4Attrs}},
 		},
 		{
 			name:     "announcing twice adds once",
 			addr:     vip4,
 			times:    2,
-			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), v4Attrs}},
 		},
 		{
 			name:    "vip already present is not added again",
-			present: []string{"192.0.2.1/24", "192.0.2.10/32"},
+			present: []string{"192.0.2.1/24", "192.0.2.10/32 vip"},
 			addr:    vip4,
+			times:   1,
+		},
+		{
+			name:    "ipv6 vip already present is not added again",
+			present: []string{"2001:db8::1/64", "2001:db8::10/128 vip"},
+			addr:    vip6,
 			times:   1,
 		},
 		{
@@ -116,14 +129,14 @@ func TestAnnounceConfiguresHostAddress(t *testing.T) {
 			present:  []string{"192.0.2.10/24"},
 			addr:     vip4,
 			times:    1,
-			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), v4Attrs}},
 		},
 		{
 			name:     "vip inside the host's subnet gets a /32",
 			present:  []string{"192.0.2.1/24"},
 			addr:     vip4,
 			times:    2,
-			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), false}},
+			wantAdds: []addCall{{netip.MustParsePrefix("192.0.2.10/32"), v4Attrs}},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,7 +390,7 @@ func TestQuietOnlyManagesAddresses(t *testing.T) {
 		}
 	}
 	_, adds, _ := h.addrs.snapshot()
-	want := []addCall{{hostPrefix(vip4), false}, {hostPrefix(vip6), true}}
+	want := []addCall{{hostPrefix(vip4), v4Attrs}, {hostPrefix(vip6), v6Attrs}}
 	if !slices.Equal(adds, want) {
 		t.Fatalf("adds = %v, want %v", adds, want)
 	}
@@ -485,7 +498,7 @@ func TestWithdraw(t *testing.T) {
 func prefixes(ss []string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
+		out = append(out, netip.MustParsePrefix(strings.TrimSuffix(s, " vip")))
 	}
 	return out
 }
@@ -742,5 +755,111 @@ func TestHasAddress(t *testing.T) {
 	}
 	if held, err := HasAddress("lo", netip.MustParseAddr("127.0.0.1")); err != nil || held {
 		t.Fatalf("HasAddress(lo, 127.0.0.1) with only 127.0.0.1/8 = %v, %v; want false", held, err)
+	}
+}
+
+// TestAnnounceAddsVIPNeverASource: what Announce asks of the kernel is what
+// keeps the VIP from becoming the host's source address (see vipAttrs):
+// scope host for IPv4, deprecated and never expiring for IPv6.
+func TestAnnounceAddsVIPNeverASource(t *testing.T) {
+	h := newHarness(t, Config{GARPCount: 1}, newFakeAddrs("192.0.2.11/24", "2001:db8::11/64"))
+	for _, vip := range []netip.Addr{vip4, vip6} {
+		if err := h.a.Announce(context.Background(), vip); err != nil {
+			t.Fatalf("Announce %s: %v", vip, err)
+		}
+	}
+	if at, _ := h.addrs.attrs(hostPrefix(vip4)); at.scope != unix.RT_SCOPE_HOST {
+		t.Errorf("IPv4 VIP scope %d, want host (%d): a global /32 is the first primary address once the node's is re-added", at.scope, unix.RT_SCOPE_HOST)
+	}
+	if at, _ := h.addrs.attrs(hostPrefix(vip6)); !at.deprecated || !at.permanent || !at.nodad || at.scope != unix.RT_SCOPE_UNIVERSE {
+		t.Errorf("IPv6 VIP attributes %+v, want nodad, deprecated (preferred lifetime 0) and permanent (valid forever), scope global", at)
+	}
+	// The node's own addresses are untouched.
+	for _, p := range prefixes([]string{"192.0.2.11/24", "2001:db8::11/64"}) {
+		if at, ok := h.addrs.attrs(p); !ok || at != plainAttrs {
+			t.Errorf("%s: %+v, %v; want it left as it was", p, at, ok)
+		}
+	}
+}
+
+// TestAnnounceRestoresAttributes: the VIP's host prefix is there, but
+// something re-added it with other attributes (a network manager putting
+// back a plain address, an operator's ip addr add). Verify says so, and
+// Announce gives it vipd's attributes again: an IPv4 address is removed and
+// added back (the kernel keeps the scope of an existing IPv4 address), an
+// IPv6 one is replaced in place.
+func TestAnnounceRestoresAttributes(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		vip      netip.Addr
+		found    addrAttrs
+		wantDels []netip.Prefix
+	}{
+		{"ipv4 vip re-added with scope global", vip4, plainAttrs, []netip.Prefix{hostPrefix(vip4)}},
+		{"ipv4 vip re-added with scope link", vip4, addrAttrs{scope: unix.RT_SCOPE_LINK, permanent: true}, []netip.Prefix{hostPrefix(vip4)}},
+		{"ipv6 vip re-added preferred", vip6, addrAttrs{nodad: true, permanent: true}, nil},
+		{"ipv6 vip deprecated but expiring", vip6, addrAttrs{nodad: true, deprecated: true}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			host := hostPrefix(tt.vip)
+			h := newHarness(t, Config{GARPCount: 1}, newFakeAddrs("192.0.2.11/24", "2001:db8::11/64", host.String()+" vip"))
+			ctx := context.Background()
+			if ok, err := h.a.Verify(ctx, tt.vip); err != nil || !ok {
+				t.Fatalf("Verify as vipd added it = %v, %v; want true", ok, err)
+			}
+			h.addrs.setAttrs(host, tt.found)
+			if ok, err := h.a.Verify(ctx, tt.vip); err != nil || ok {
+				t.Fatalf("Verify with attributes %+v = %v, %v; want false", tt.found, ok, err)
+			}
+			if held, err := h.a.Held(tt.vip); err != nil || !held {
+				t.Fatalf("Held = %v, %v; want true (the address is there)", held, err)
+			}
+			if err := h.a.Announce(ctx, tt.vip); err != nil {
+				t.Fatalf("Announce: %v", err)
+			}
+			if ok, err := h.a.Verify(ctx, tt.vip); err != nil || !ok {
+				at, _ := h.addrs.attrs(host)
+				t.Fatalf("Verify after Announce = %v, %v with attributes %+v; want true", ok, err, at)
+			}
+			_, adds, dels := h.addrs.snapshot()
+			if !slices.Equal(dels, tt.wantDels) {
+				t.Errorf("deleted %v, want %v", dels, tt.wantDels)
+			}
+			if want := []addCall{{host, vipAttrs(tt.vip)}}; !slices.Equal(adds, want) {
+				t.Errorf("adds %v, want %v", adds, want)
+			}
+			if got := h.advertisements(); got != 1 {
+				t.Errorf("%d advertisements, want 1", got)
+			}
+		})
+	}
+}
+
+func TestVerify(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		addrs *fakeAddrs
+		addr  netip.Addr
+		want  bool
+	}{
+		{name: "ipv4 vip as vipd adds it", addrs: newFakeAddrs("192.0.2.10/32 vip"), addr: vip4, want: true},
+		{name: "ipv6 vip as vipd adds it", addrs: newFakeAddrs("2001:db8::10/128 vip"), addr: vip6, want: true},
+		{name: "ipv4 vip as a plain address", addrs: newFakeAddrs("192.0.2.10/32"), addr: vip4},
+		{name: "ipv6 vip as a plain address", addrs: newFakeAddrs("2001:db8::10/128"), addr: vip6},
+		{name: "absent", addrs: newFakeAddrs("192.0.2.11/24"), addr: vip4},
+		{name: "only with a wider prefix", addrs: newFakeAddrs("192.0.2.10/24"), addr: vip4},
+		{name: "missing interface", addrs: func() *fakeAddrs { f := newFakeAddrs(); f.ifi = nil; return f }(), addr: vip6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, tt.addrs)
+			got, err := h.a.Verify(context.Background(), tt.addr)
+			if err != nil || got != tt.want {
+				t.Fatalf("Verify = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+	h := newHarness(t, Config{}, func() *fakeAddrs { f := newFakeAddrs(); f.listErr = errBoom; return f }())
+	if _, err := h.a.Verify(context.Background(), vip4); !errors.Is(err, errBoom) {
+		t.Fatalf("Verify with a list failure = %v, want errBoom", err)
 	}
 }

@@ -101,6 +101,7 @@ expected=(
 	/usr/share/fish/vendor_completions.d/vipctl.fish
 	/usr/share/vipd/prometheus/vipd-alerts.yml
 	/usr/share/vipd/grafana/vipd-dashboard.json
+	/usr/share/vipd/networkd/vipd.conf
 )
 executables=(/usr/bin/vipd /usr/bin/vipctl /usr/share/vipd/hooks/vipd-drain /usr/share/vipd/hooks/vipd-undrain
 	/usr/share/vipd/hooks/kubeadm-pre-reset /usr/share/vipd/hooks/rke2-upgrade /usr/share/vipd/hooks/capi-pre-drain)
@@ -124,6 +125,7 @@ check "deb: prerm stops the unit" sh -c "dpkg-deb -I '$deb' prerm | grep -q 'sys
 check "deb: postrm present" dpkg-deb -I "$deb" postrm
 check "deb: zsh completion in vendor-completions" grep -qx -- "-rw-r--r-- /usr/share/zsh/vendor-completions/_vipctl" "$work/deb.list"
 check "deb: man pages are 0644" grep -qx -- "-rw-r--r-- /usr/share/man/man5/vipd.toml.5.gz" "$work/deb.list"
+check "deb: the networkd drop-in is 0644" grep -qx -- "-rw-r--r-- /usr/share/vipd/networkd/vipd.conf" "$work/deb.list"
 
 echo "== .rpm contents"
 rpm -qlp "$rpm" 2>/dev/null >"$work/rpm.list"
@@ -212,6 +214,10 @@ else
 	[ -n "$made_key" ] && rm -f /etc/vipd/cluster.key
 	check "installed unit: systemd-analyze verify is clean" verify_clean /usr/lib/systemd/system/vipd.service
 	check "installed hook runs" /usr/share/vipd/hooks/vipd-drain --help
+	# The networkd drop-in: one [Network] section keeping foreign addresses
+	# (make systemd-test checks what networkd does with it).
+	check "installed networkd drop-in sets KeepConfiguration=yes under [Network]" \
+		sh -c "grep -v '^#' /usr/share/vipd/networkd/vipd.conf | grep . | tr '\n' ' ' | grep -qx '\[Network\] KeepConfiguration=yes '"
 	if command -v man >/dev/null; then
 		for page in "8 vipd" "8 vipctl" "5 vipd.toml"; do
 			# shellcheck disable=SC2086

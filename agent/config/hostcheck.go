@@ -24,6 +24,11 @@ type HostEnv struct {
 	Interfaces func() ([]HostInterface, error)
 	// Euid is the effective user id. [os.Geteuid]
 	Euid func() int
+	// CheckL2 returns, one line each, the host's settings that keep an L2
+	// VIP at addr on iface from working (a sysctl and its value to set, a
+	// VIP outside every prefix on iface). [none; cmd/vipd passes
+	// l2.CheckHost]
+	CheckL2 func(iface string, addr netip.Addr) ([]string, error)
 }
 
 // HostInterface is one interface of the host.
@@ -36,8 +41,9 @@ type HostInterface struct {
 
 // CheckHost checks the configuration against this host: what `vipd --check`
 // warns about and what stops `vipd` at start. Warnings are things that work
-// but are unsafe or will surprise (no key_file; a VIP outside the subnets of
-// its interface; a secret file, state_dir or socket directory the service
+// but are unsafe or will surprise (no key_file; what env.CheckL2 finds for
+// an L2 VIP: a sysctl that breaks it, a VIP outside the prefixes of its
+// interface; a secret file, state_dir or socket directory the service
 // user cannot use). Errors are what make the daemon unable to do its job
 // here: an L2 interface that does not exist. --check reports both as
 // warnings (it may run before the interface exists); start fails on errors.
@@ -76,14 +82,15 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 			v.problems = v.problems[:before]
 			continue
 		}
-		inSubnet := false
-		for _, pf := range ifi.Prefixes {
-			if pf.Contains(vip.addr) && pf.Bits() < pf.Addr().BitLen() {
-				inSubnet = true
-			}
+		if env.CheckL2 == nil {
+			continue
 		}
-		if !inSubnet && len(ifi.Prefixes) > 0 {
-			v.at(fmt.Sprintf("vip[%d].address", i), "vip %q: address %s is outside every subnet on %s (%v): hosts on that link will not ARP for it directly, so it is reachable only through a route", vip.Name, vip.addr, vip.Interface, ifi.Prefixes)
+		ws, err := env.CheckL2(ifi.Name, vip.addr)
+		if err != nil {
+			ws = []string{fmt.Sprintf("cannot read the host's settings: %v", err)}
+		}
+		for _, w := range ws {
+			v.at(p, "vip %q: %s", vip.Name, w)
 		}
 	}
 	if env.Euid() == 0 {

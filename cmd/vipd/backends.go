@@ -150,10 +150,12 @@ type routedVIP struct {
 	route router
 }
 
-// binder is the local half of a routed VIP (a quiet l2.Announcer).
+// binder is the local half of a routed VIP (a quiet l2.Announcer): Verify
+// reports whether the address is on lo as Announce binds it (so the host
+// never takes it as its source address).
 type binder interface {
 	agent.Announcer
-	Held(addr netip.Addr) (bool, error)
+	agent.Verifier
 }
 
 // router is the BGP half of a routed VIP (bgp.Speaker).
@@ -172,12 +174,12 @@ func (r *routedVIP) Announce(ctx context.Context, addr netip.Addr) error {
 	return r.route.Announce(ctx, addr)
 }
 
-// Verify implements agent.Verifier: the address is on the interface and
-// the speaker's RIB holds its locally originated path. The speaker lists
+// Verify implements agent.Verifier: the address is on the interface as the
+// binder adds it and the speaker's RIB holds its locally originated path. The speaker lists
 // its RIB once for all the VIPs verified within 250ms, so a pass over 100
 // VIPs costs one or two listings, not 100.
 func (r *routedVIP) Verify(ctx context.Context, addr netip.Addr) (bool, error) {
-	held, err := r.bind.Held(addr)
+	held, err := r.bind.Verify(ctx, addr)
 	if err != nil || !held {
 		return false, err
 	}

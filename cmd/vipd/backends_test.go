@@ -21,7 +21,7 @@ import (
 )
 
 // fakeHalf is either half of a routed VIP: it records calls and answers
-// Held/Announced with what the test set.
+// Verify/Announced with what the test set.
 type fakeHalf struct {
 	present   bool
 	err       error
@@ -35,7 +35,9 @@ func (f *fakeHalf) Announce(context.Context, netip.Addr) error {
 }
 func (f *fakeHalf) Withdraw(context.Context, netip.Addr) error { f.present = false; return nil }
 func (f *fakeHalf) Drain(context.Context, netip.Addr) error    { return nil }
-func (f *fakeHalf) Held(netip.Addr) (bool, error)              { return f.present, f.err }
+func (f *fakeHalf) Verify(context.Context, netip.Addr) (bool, error) {
+	return f.present, f.err
+}
 func (f *fakeHalf) Announced(context.Context, netip.Addr) (bool, error) {
 	return f.present, f.err
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -27,7 +28,8 @@ const usage = `vipd keeps a cluster's control-plane virtual IP reachable.
 Usage:
   vipd [--config PATH]            run the daemon
   vipd [--config PATH] --check    validate the configuration and this host
-                                  (interfaces, key file access) and exit
+                                  (interfaces, key file access, the sysctls
+                                  an L2 VIP needs) and exit
   vipd cleanup [--config PATH]    remove every VIP address vipd may have left on
                                   this host: those the configuration names and
                                   those recorded in state_dir (systemd runs it
@@ -97,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	warnings, hostErrs := config.CheckHost(cfg, config.HostEnv{})
+	warnings, hostErrs := config.CheckHost(cfg, config.HostEnv{CheckL2: checkL2})
 	if *check {
 		for _, w := range append(warnings, hostErrs...) {
 			fmt.Fprintln(stderr, "warning:", w.Error())
@@ -153,6 +155,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkL2 is the agent's HostEnv.CheckL2: l2.CheckHost, one line per
+// warning.
+func checkL2(iface string, addr netip.Addr) ([]string, error) {
+	ws, err := l2.CheckHost(iface, addr)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.String())
+	}
+	return out, nil
 }
 
 // limitProcs runs the daemon on one scheduler thread unless GOMAXPROCS is

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,19 +46,8 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 // holder's MAC.
 func checkNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, holder *netlab.Host) {
 	t.Helper()
-	ok, detail := netlab.Eventually(5*time.Second, 50*time.Millisecond, func() (bool, string) {
-		mac, state, err := l.Neigh(l.Client, vip.Address)
-		if err != nil {
-			return false, err.Error()
-		}
-		owner := "no node"
-		if n := l.NodeByMAC(mac); n != nil {
-			owner = n.Name
-		}
-		return strings.EqualFold(mac, holder.MAC.String()), fmt.Sprintf("lladdr %q (%s) state %s", mac, owner, state)
-	})
-	if !ok {
-		t.Errorf("client neighbor entry for %s: want %s's MAC %s, saw %s", vip.Address, holder.Name, holder.MAC, detail)
+	if err := l.WaitNeigh(l.Client, vip.Address, holder, 5*time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -99,21 +87,10 @@ func TestWithdrawMovesVIP(t *testing.T) {
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before withdraw: %v", err)
 	}
-	ev := pr.Mark("withdraw " + owner.Name)
-	if out, err := l.Vipctl(owner, "withdraw"); err != nil {
-		t.Fatalf("vipctl withdraw on %s: %v", owner.Name, err)
-	} else {
-		t.Logf("vipctl withdraw: %s", strings.TrimSpace(out))
-	}
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, g, err := l.WithdrawAndFollow(pr, owner, vip, settle)
 	if err != nil {
-		t.Fatalf("after withdraw: want the VIP to leave %s: %v", owner.Name, err)
+		t.Fatal(err)
 	}
-	if err := pr.WaitServedBy(next, 25, ev.Time, 5*time.Second); err != nil {
-		t.Fatalf("after withdraw: %v", err)
-	}
-	pr.Stop()
-	g := pr.Gaps()[0]
 	t.Logf("timeline:\n%s", timeline(pr))
 	if g.After != next {
 		t.Errorf("withdraw: client saw the VIP move %s -> %q, want -> %s", g.Before, g.After, next)

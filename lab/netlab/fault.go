@@ -82,7 +82,7 @@ func dropRuleset(table string, dir Direction, matches []string) (string, error) 
 }
 
 // DropIngressPercent adds the nftables table "netdev <table>" to h's
-// namespace: it drops pct percent of every packet arriving on h's Iface,
+// namespace: it drops pct percent of every packet arriving on h.Iface(),
 // chosen at random (ARP included), at the ingress hook before anything
 // else sees them. RemoveTable undoes it.
 func (l *Lab) DropIngressPercent(h *Host, table string, pct int) error {
@@ -90,7 +90,7 @@ func (l *Lab) DropIngressPercent(h *Host, table string, pct int) error {
 		return fmt.Errorf("drop ingress on %s: %d%%, want 0-100", h.Name, pct)
 	}
 	return l.nft(h, table, fmt.Sprintf("table netdev %s {\n\tchain in {\n\t\ttype filter hook ingress device %q priority -500; policy accept;\n\t\tnumgen random mod 100 < %d drop\n\t}\n}\n",
-		table, Iface, pct))
+		table, h.Iface(), pct))
 }
 
 // RemoveTable deletes the nftables table family/table ("inet", "netdev")

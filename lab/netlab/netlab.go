@@ -39,8 +39,23 @@ var (
 // HTTPPort is where StartHTTP serves inside a node namespace.
 const HTTPPort = 6443
 
-// Iface is the name of every host's lab interface inside its namespace.
+// Iface is the name of every host's lab interface inside its namespace
+// (Host.Iface()), unless Options.BondVLAN is set.
 const Iface = "eth0"
+
+// With Options.BondVLAN, every host's addresses are on BondVLANIface, VLAN
+// BondVLANID of the active-backup bond BondIface, whose slaves are
+// BondSlaves.
+const (
+	BondIface     = "bond0"
+	BondVLANID    = 100
+	BondVLANIface = "bond0.100"
+)
+
+// BondSlaves are the veths enslaved to BondIface, each linked to the bridge
+// by a port of its own (Host.Ports, in this order); the first is active
+// after creation.
+var BondSlaves = []string{"eth0", "eth1"}
 
 // Bridge is the name of the bridge inside the switch namespace.
 const Bridge = "br0"
@@ -68,6 +83,12 @@ type Options struct {
 	IPv6 bool
 	// Client creates the client namespace. [true when nil]
 	Client *bool
+	// BondVLAN wires every host (nodes and client) the way control-plane
+	// hosts often are: an 802.1Q interface (BondVLANIface) over a bond in
+	// active-backup mode (BondIface, miimon 100) of two veths, each to
+	// its own bridge port, instead of one veth. The bridge carries the
+	// tagged frames as they are. [false: one veth, Iface]
+	BondVLAN bool
 }
 
 // Host is one namespace attached to the lab bridge.
@@ -77,12 +98,18 @@ type Host struct {
 	Name string
 	// NS is the network namespace name.
 	NS string
-	// Port is the bridge-side veth of this host inside the switch namespace.
+	// Port is the bridge-side veth of this host inside the switch namespace
+	// (with Options.BondVLAN, the first slave's; see Ports).
 	Port string
-	// IP and IP6 are the host's addresses on Iface (IP6 invalid without
+	// Ports are the bridge-side veths of this host: Port alone, or one per
+	// bond slave (BondSlaves) with Options.BondVLAN.
+	Ports []string
+	// iface is what Iface returns ("" for Iface).
+	iface string
+	// IP and IP6 are the host's addresses on Iface() (IP6 invalid without
 	// Options.IPv6).
 	IP, IP6 netip.Addr
-	// MAC is the hardware address of the host's Iface.
+	// MAC is the hardware address of the host's Iface().
 	MAC net.HardwareAddr
 	// Dir is the host's own directory: configuration, state, logs.
 	Dir string
@@ -106,6 +133,8 @@ type Lab struct {
 	Tools Tools
 	// IPv6 records Options.IPv6.
 	IPv6 bool
+	// BondVLAN records Options.BondVLAN.
+	BondVLAN bool
 
 	t testing.TB
 
@@ -135,7 +164,7 @@ func New(t testing.TB, o Options) *Lab {
 	if err != nil {
 		t.Fatalf("netlab: %v", err)
 	}
-	l := &Lab{Prefix: prefix, Switch: prefix + "-sw", Dir: dir, IPv6: o.IPv6, t: t,
+	l := &Lab{Prefix: prefix, Switch: prefix + "-sw", Dir: dir, IPv6: o.IPv6, BondVLAN: o.BondVLAN, t: t,
 		vipds: map[string]*Vipd{}, https: map[string]*Proc{}}
 	t.Cleanup(l.teardown)
 	l.Tools = BuildTools(t, dir)
@@ -161,8 +190,19 @@ func (l *Lab) addHost(name string, octet int) *Host {
 		MAC:  net.HardwareAddr{0x02, 0, 0, 0, 0, byte(octet)},
 		Dir:  filepath.Join(l.Dir, name),
 	}
-	if len(h.Port) > 15 {
-		l.t.Fatalf("netlab: port name %q too long", h.Port)
+	h.Ports = []string{h.Port}
+	if l.BondVLAN {
+		h.iface = BondVLANIface
+		h.Ports = nil
+		for i := range BondSlaves {
+			h.Ports = append(h.Ports, fmt.Sprintf("p-%s%c", name, 'a'+i))
+		}
+		h.Port = h.Ports[0]
+	}
+	for _, p := range h.Ports {
+		if len(p) > 15 {
+			l.t.Fatalf("netlab: port name %q too long", p)
+		}
 	}
 	if l.IPv6 {
 		h.IP6 = netip.MustParseAddr(fmt.Sprintf("2001:db8::%d", octet))
@@ -181,18 +221,39 @@ func (l *Lab) addHost(name string, octet int) *Host {
 }
 
 // attach creates h's veth pair (Iface in h's namespace, h.Port on the
-// bridge) with h's MAC and addresses, and sets both ends up.
+// bridge) with h's MAC and addresses, and sets both ends up. With
+// Options.BondVLAN it creates a veth pair per bond slave instead, the bond
+// (h's MAC) and the VLAN interface on it, which gets the addresses.
 func (l *Lab) attach(h *Host) error {
-	steps := [][]string{
-		{"-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", Iface, "netns", h.NS},
-		{"-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up"},
-		{"-n", h.NS, "link", "set", Iface, "address", h.MAC.String()},
-		{"-n", h.NS, "addr", "add", h.IP.String() + "/24", "dev", Iface},
+	var steps [][]string
+	if l.BondVLAN {
+		steps = append(steps, []string{"-n", h.NS, "link", "add", BondIface, "type", "bond", "mode", "active-backup", "miimon", "100"})
+		for i, slave := range BondSlaves {
+			steps = append(steps,
+				[]string{"-n", l.Switch, "link", "add", h.Ports[i], "type", "veth", "peer", "name", slave, "netns", h.NS},
+				[]string{"-n", l.Switch, "link", "set", h.Ports[i], "master", Bridge, "up"},
+				[]string{"-n", h.NS, "link", "set", slave, "master", BondIface})
+		}
+		steps = append(steps,
+			[]string{"-n", h.NS, "link", "set", BondIface, "address", h.MAC.String()},
+			[]string{"-n", h.NS, "link", "add", "link", BondIface, "name", BondVLANIface, "type", "vlan", "id", fmt.Sprint(BondVLANID)})
+	} else {
+		steps = append(steps,
+			[]string{"-n", l.Switch, "link", "add", h.Port, "type", "veth", "peer", "name", Iface, "netns", h.NS},
+			[]string{"-n", l.Switch, "link", "set", h.Port, "master", Bridge, "up"},
+			[]string{"-n", h.NS, "link", "set", Iface, "address", h.MAC.String()})
 	}
+	steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP.String() + "/24", "dev", h.Iface()})
 	if h.IP6.IsValid() {
-		steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP6.String() + "/64", "dev", Iface, "nodad"})
+		steps = append(steps, []string{"-n", h.NS, "addr", "add", h.IP6.String() + "/64", "dev", h.Iface(), "nodad"})
 	}
-	steps = append(steps, []string{"-n", h.NS, "link", "set", Iface, "up"})
+	if l.BondVLAN {
+		for _, slave := range BondSlaves {
+			steps = append(steps, []string{"-n", h.NS, "link", "set", slave, "up"})
+		}
+		steps = append(steps, []string{"-n", h.NS, "link", "set", BondIface, "up"})
+	}
+	steps = append(steps, []string{"-n", h.NS, "link", "set", h.Iface(), "up"})
 	for _, s := range steps {
 		if _, err := Run("ip", s...); err != nil {
 			return err
@@ -201,9 +262,22 @@ func (l *Lab) attach(h *Host) error {
 	return nil
 }
 
+// Iface returns the interface that holds h's addresses and that vipd
+// manages the VIP on: Iface, or BondVLANIface with Options.BondVLAN.
+func (h *Host) Iface() string {
+	if h.iface == "" {
+		return Iface
+	}
+	return h.iface
+}
+
 // DeleteLink deletes h's interface (and with it its bridge port, the other
 // end of the veth pair): the interface vipd was configured with is gone.
+// Not with Options.BondVLAN.
 func (l *Lab) DeleteLink(h *Host) error {
+	if l.BondVLAN {
+		return fmt.Errorf("netlab: DeleteLink on a BondVLAN lab")
+	}
 	_, err := Run("ip", "-n", h.NS, "link", "del", Iface)
 	return err
 }
@@ -214,6 +288,32 @@ func (l *Lab) DeleteLink(h *Host) error {
 // interface has a new index.
 func (l *Lab) RecreateLink(h *Host) error {
 	return l.attach(h)
+}
+
+// SetPort sets h's bridge port i (an index into h.Ports) down or up from
+// the switch side, as a pulled cable or a failed switch port: h's end of
+// that veth loses or regains its carrier.
+func (l *Lab) SetPort(h *Host, i int, up bool) error {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	_, err := Run("ip", "-n", l.Switch, "link", "set", h.Ports[i], state)
+	return err
+}
+
+// ActiveSlave returns the active slave of h's bond (Options.BondVLAN).
+func (l *Lab) ActiveSlave(h *Host) (string, error) {
+	out, err := l.Exec(h, "cat", "/proc/net/bonding/"+BondIface)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "Currently Active Slave: "); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("no active slave in /proc/net/bonding/%s of %s:\n%s", BondIface, h.Name, out)
 }
 
 func (l *Lab) mustAddNS(ns string) {
@@ -290,10 +390,13 @@ func (l *Lab) Exec(h *Host, argv ...string) (string, error) {
 }
 
 // LinkDown sets h's interface down inside its namespace.
-func (l *Lab) LinkDown(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", Iface, "down") }
+func (l *Lab) LinkDown(h *Host) {
+	l.t.Helper()
+	l.must("ip", "-n", h.NS, "link", "set", h.Iface(), "down")
+}
 
 // LinkUp sets h's interface up inside its namespace.
-func (l *Lab) LinkUp(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", Iface, "up") }
+func (l *Lab) LinkUp(h *Host) { l.t.Helper(); l.must("ip", "-n", h.NS, "link", "set", h.Iface(), "up") }
 
 // Cut detaches h's port from the bridge: h keeps its link up but reaches
 // nobody (a switch-side failure).
@@ -310,7 +413,7 @@ func (l *Lab) Uncut(h *Host) {
 
 // Addrs returns the addresses on h's interface.
 func (l *Lab) Addrs(h *Host) ([]netip.Prefix, error) {
-	out, err := Run("ip", "-n", h.NS, "-o", "addr", "show", "dev", Iface)
+	out, err := Run("ip", "-n", h.NS, "-o", "addr", "show", "dev", h.Iface())
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +472,7 @@ func (l *Lab) AddrHolders(addr netip.Addr) ([]string, error) {
 // Neigh returns the MAC address and state of h's neighbor entry for addr
 // ("" when there is none or it has no lladdr, e.g. FAILED).
 func (l *Lab) Neigh(h *Host, addr netip.Addr) (mac, state string, err error) {
-	out, err := Run("ip", "-n", h.NS, "neigh", "show", addr.String(), "dev", Iface)
+	out, err := Run("ip", "-n", h.NS, "neigh", "show", addr.String(), "dev", h.Iface())
 	if err != nil {
 		return "", "", err
 	}
@@ -388,6 +491,27 @@ func parseNeigh(out string) (mac, state string, err error) {
 		}
 	}
 	return mac, f[len(f)-1], nil
+}
+
+// WaitNeigh waits up to timeout until from's neighbor entry for addr has
+// owner's MAC (after a VIP moved: the client follows the gratuitous ARP or
+// NA); the error says what it saw last.
+func (l *Lab) WaitNeigh(from *Host, addr netip.Addr, owner *Host, timeout time.Duration) error {
+	ok, detail := Eventually(timeout, 50*time.Millisecond, func() (bool, string) {
+		mac, state, err := l.Neigh(from, addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		who := "no node"
+		if n := l.NodeByMAC(mac); n != nil {
+			who = n.Name
+		}
+		return strings.EqualFold(mac, owner.MAC.String()), fmt.Sprintf("lladdr %q (%s) state %s", mac, who, state)
+	})
+	if !ok {
+		return fmt.Errorf("%s's neighbor entry for %s on %s: want %s's MAC %s, saw %s", from.Name, addr, from.Iface(), owner.Name, owner.MAC, detail)
+	}
+	return nil
 }
 
 // NodeByMAC returns the node with that MAC address, or nil.

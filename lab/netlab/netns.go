@@ -2,7 +2,9 @@ package netlab
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"testing"
 
 	"github.com/vishvananda/netns"
 )
@@ -32,4 +34,28 @@ func (l *Lab) InNamespace(h *Host, f func() error) error {
 		errc <- f()
 	}()
 	return <-errc
+}
+
+// SkipUnlessBondVLAN skips t unless this kernel creates bonds and 802.1Q
+// VLAN interfaces (CONFIG_BONDING, CONFIG_VLAN_8021Q, built in or loaded),
+// which Options.BondVLAN needs. It tries both in a scratch namespace of its
+// own, removed before it returns.
+func SkipUnlessBondVLAN(t testing.TB) {
+	t.Helper()
+	SkipUnlessEnabled(t)
+	ns := fmt.Sprintf("vt-%d-probe-bond", os.Getpid())
+	if _, err := Run("ip", "netns", "add", ns); err != nil {
+		t.Fatalf("netlab: %v", err)
+	}
+	defer func() {
+		if _, err := Run("ip", "netns", "del", ns); err != nil {
+			t.Errorf("netlab: %v", err)
+		}
+	}()
+	if _, err := Run("ip", "-n", ns, "link", "add", "bond0", "type", "bond", "mode", "active-backup"); err != nil {
+		t.Skipf("this kernel creates no bond interface (CONFIG_BONDING): %v", err)
+	}
+	if _, err := Run("ip", "-n", ns, "link", "add", "link", "bond0", "name", "bond0.100", "type", "vlan", "id", "100"); err != nil {
+		t.Skipf("this kernel creates no 802.1Q VLAN interface (CONFIG_VLAN_8021Q): %v", err)
+	}
 }

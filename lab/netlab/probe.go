@@ -417,3 +417,23 @@ func summarize(ps []Probe) string {
 	}
 	return fmt.Sprintf("%s (%d probes)", strings.Join(parts, " "), len(ps))
 }
+
+// WithdrawAndFollow runs `vipctl withdraw` on owner, marked on pr as
+// "withdraw OWNER", waits up to timeout for vip to move to another node and
+// for pr to be served by it 25 times, then stops pr. It returns the new
+// holder and what the client saw from the withdraw on (pr.Gaps()[0]).
+func (l *Lab) WithdrawAndFollow(pr *Prober, owner *Host, vip VIP, timeout time.Duration) (string, Gap, error) {
+	ev := pr.Mark("withdraw " + owner.Name)
+	if out, err := l.Vipctl(owner, "withdraw"); err != nil {
+		return "", Gap{}, fmt.Errorf("vipctl withdraw on %s: %w: %s", owner.Name, err, out)
+	}
+	next, err := l.WaitMoved(vip, owner.Name, timeout)
+	if err != nil {
+		return "", Gap{}, fmt.Errorf("after withdraw: want %s to leave %s: %w", vip.Address, owner.Name, err)
+	}
+	if err := pr.WaitServedBy(next, 25, ev.Time, 5*time.Second); err != nil {
+		return next, Gap{}, fmt.Errorf("after withdraw: %w", err)
+	}
+	pr.Stop()
+	return next, pr.Gaps()[0], nil
+}

@@ -105,7 +105,7 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 		b.WriteString(o.Cluster + "\n")
 	}
 	for _, v := range o.VIPs {
-		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, Iface, v.Preempt)
+		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, h.Iface(), v.Preempt)
 		if v.HealthURL != "" {
 			fmt.Fprintf(&b, "[vip.health]\nurl = %q\n", v.HealthURL)
 			if v.HealthInterval != "" {
@@ -206,7 +206,7 @@ func (l *Lab) OneHolder(vip VIP, nodes ...*Host) (string, error) {
 		return "", err
 	}
 	if len(holders) != 1 {
-		return "", fmt.Errorf("want exactly one node with %s on %s, got %d: %v", vip.Address, Iface, len(holders), holders)
+		return "", fmt.Errorf("want exactly one node with %s, got %d: %v", vip.Address, len(holders), holders)
 	}
 	holder := holders[0]
 	var problems []string

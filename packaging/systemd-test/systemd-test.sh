@@ -16,6 +16,10 @@
 #   5  vipctl withdraw --force survives a restart; vipctl restore clears it
 #   6  systemctl reload works, and keeps the VIP with a health check configured
 #      while a healthy peer (a second vipd, outside the container) watches
+#   n  systemd-networkd manages eth0: networkctl reconfigure eth0, networkctl
+#      reload after an edit and a restart of systemd-networkd; without the
+#      packaged drop-in the VIPs (IPv4 and IPv6) are back within 1 s; with
+#      it (/usr/share/vipd/networkd/vipd.conf) they are never removed
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
 #      fix it, a crash still gets its VIP removed
@@ -495,6 +499,124 @@ step_6b() {
 	fi
 }
 
+# --- n: systemd-networkd manages eth0 ----------------------------------------
+
+VIP6=2001:db8::10
+ND_NETWORK=/etc/systemd/network/10-eth0.network
+ND_DROPIN=/etc/systemd/network/10-eth0.network.d/vipd.conf
+nd_has_vips() { ip -n "$LAB_PREFIX-c1" -o addr show dev eth0 | grep -F " $VIP/32 " >/dev/null &&
+	ip -n "$LAB_PREFIX-c1" -o addr show dev eth0 | grep -F " $VIP6/128 " >/dev/null; }
+step_n1() {
+	ct c1 sh -c "cat > $ND_NETWORK" <<-NET
+		[Match]
+		Name=eth0
+		[Network]
+		Address=$C1_IP/24
+		IPv6AcceptRA=no
+		[Address]
+		Address=2001:db8::11/64
+		DuplicateAddressDetection=none
+	NET
+	ct c1 systemctl enable --now systemd-networkd.service
+	setup_is() { ct c1 networkctl list --no-legend --no-pager eth0 | grep -wE "$1" >/dev/null; }
+	st_wait 20 setup_is 'configured|failed' || fail "networkd did not configure eth0: $(ct c1 networkctl list --no-pager)"
+	if setup_is failed; then
+		# networkd 252's first configuration of the lab's eth0 fails on this
+		# kernel ("Failed to configure address: Numerical result out of
+		# range"), with or without vipd; the next one succeeds.
+		echo "info: networkd's first configuration of eth0 failed: $(ct c1 journalctl -u systemd-networkd -o cat --no-pager | grep -m1 'Failed to configure')"
+		ct c1 networkctl reconfigure eth0
+	fi
+	st_wait 20 setup_is configured || fail "networkd did not configure eth0: $(ct c1 networkctl list --no-pager)"
+	ct c1 sh -c 'cat > /etc/vipd/vipd.toml' <<-TOML
+		node_name = "c1"
+		[cluster]
+		bind_address = "$C1_IP"
+		[[vip]]
+		name = "apiserver"
+		address = "$VIP"
+		interface = "eth0"
+		[[vip]]
+		name = "apiserver6"
+		address = "$VIP6"
+		interface = "eth0"
+	TOML
+	ct c1 systemctl restart vipd.service
+	st_wait 10 nd_has_vips || fail "vipd does not hold $VIP and $VIP6: $(ip -n "$LAB_PREFIX-c1" -o addr show dev eth0)"
+	echo "info: $(ct c1 networkctl list --no-legend --no-pager eth0 | tr -s ' ')"
+}
+# nd_measure OUT CMD...: runs CMD in c1 while `ip monitor` watches eth0's
+# addresses from outside, waits until both VIPs are there again (5 s at
+# most) and 1 s more, and writes one line per VIP address to OUT: "ADDR
+# removed N times, longest absence MS ms" (MS -1: never back).
+nd_measure() {
+	local out=$1 mon=$LAB_DIR/nd-monitor.txt mp
+	shift
+	ip -ts -n "$LAB_PREFIX-c1" monitor address dev eth0 >"$mon" 2>&1 &
+	mp=$!
+	echo "$mp" >"$LAB_DIR/nd-monitor.pid"
+	sleep 0.3
+	if [ "$1" = nd_edit_reload ]; then nd_edit_reload; else ct c1 "$@"; fi
+	st_wait 5 nd_has_vips || true
+	sleep 1
+	# (Not lab_stop_pid: its wait fails a set -e step for a child ended by
+	# a signal.)
+	kill "$mp" 2>/dev/null || true
+	wait "$mp" 2>/dev/null || true
+	rm -f "$LAB_DIR/nd-monitor.pid"
+	# [2026-11-26T16:20:01.123456] Deleted 2: eth0    inet 192.0.2.10/32 ...
+	awk -v vips="$VIP/32 $VIP6/128" '
+		BEGIN { n = split(vips, v, " ") }
+		{
+			if (match($0, /T[0-9:.]+\]/) == 0) next
+			split(substr($0, RSTART + 1, RLENGTH - 2), hms, ":")
+			ms = (hms[1] * 3600 + hms[2] * 60 + hms[3]) * 1000
+			for (i = 1; i <= n; i++) {
+				if (index($0, " " v[i] " ") == 0) continue
+				if ($2 == "Deleted") { removed[i]++; gone[i] = ms }
+				else if (gone[i] != "") { d = ms - gone[i]; if (d > worst[i]) worst[i] = d; gone[i] = "" }
+			}
+		}
+		END {
+			for (i = 1; i <= n; i++) {
+				w = worst[i] + 0
+				if (gone[i] != "") w = -1
+				printf "%s removed %d times, longest absence %.1f ms\n", v[i], removed[i] + 0, w
+			}
+		}' "$mon" >"$out"
+	sed 's/^/info:   /' "$out"
+}
+# nd_within_1s OUT: every VIP was back within 1 s each time.
+nd_within_1s() { awk '$NF == "ms" && ($(NF-1) < 0 || $(NF-1) >= 1000) { bad = 1 } END { exit bad }' "$1"; }
+# nd_never_removed OUT: no VIP was removed.
+nd_never_removed() { ! grep -v ' removed 0 times' "$1" >/dev/null; }
+step_n2() { nd_measure "$LAB_DIR/n2.out" networkctl reconfigure eth0; nd_within_1s "$LAB_DIR/n2.out" || fail "a VIP was gone for 1 s or more"; }
+# networkctl reload reconfigures the links whose .network file changed.
+nd_edit_reload() { ct c1 sh -c "echo '# edited by systemd-test' >> $ND_NETWORK && networkctl reload"; }
+step_n3() { nd_measure "$LAB_DIR/n3.out" nd_edit_reload; nd_within_1s "$LAB_DIR/n3.out" || fail "a VIP was gone for 1 s or more"; }
+step_n4() { nd_measure "$LAB_DIR/n4.out" systemctl restart systemd-networkd.service; nd_within_1s "$LAB_DIR/n4.out" || fail "a VIP was gone for 1 s or more"; }
+step_n5() {
+	ct c1 test -f /usr/share/vipd/networkd/vipd.conf || fail "the package does not ship /usr/share/vipd/networkd/vipd.conf"
+	ct c1 install -D -m 0644 /usr/share/vipd/networkd/vipd.conf "$ND_DROPIN"
+	ct c1 networkctl reload
+	st_wait 5 nd_has_vips || fail "the VIPs are not back after networkctl reload"
+	local a
+	for a in "networkctl reconfigure eth0" nd_edit_reload "systemctl restart systemd-networkd.service"; do
+		echo "info: $a:"
+		# shellcheck disable=SC2086
+		nd_measure "$LAB_DIR/n5.out" $a
+		nd_never_removed "$LAB_DIR/n5.out" || fail "$a removed a VIP although the drop-in is installed"
+	done
+}
+step_n6() {
+	ct c1 rm -rf "$ND_DROPIN" "$(dirname "$ND_DROPIN")" "$ND_NETWORK"
+	ct c1 systemctl disable --now systemd-networkd.service systemd-networkd.socket
+	c1_config
+	ct c1 systemctl restart vipd.service
+	ip -n "$LAB_PREFIX-c1" addr del "$VIP6/128" dev eth0 2>/dev/null || true
+	st_wait 10 c1_has_vip || fail "the VIP is not back on eth0"
+}
+
 # --- 7: stop, purge ---------------------------------------------------------
 
 step_7a() {
@@ -665,6 +787,12 @@ st_step 5a "vipctl withdraw --force survives systemctl restart" step_5a
 st_step 5b "vipctl restore brings the VIP back" step_5b
 st_step 6a "systemctl reload vipd works (ExecReload)" step_6a
 st_step 6b "systemctl reload with a health check keeps the VIP (a healthy peer watching)" step_6b
+st_step n1 "systemd-networkd manages eth0; vipd holds an IPv4 and an IPv6 VIP on it" step_n1
+st_step n2 "networkctl reconfigure eth0: the VIPs are back within 1 s" step_n2
+st_step n3 "networkctl reload after an edit of the .network: the VIPs are back within 1 s" step_n3
+st_step n4 "systemctl restart systemd-networkd: the VIPs are back within 1 s" step_n4
+st_step n5 "with the packaged networkd drop-in, none of the three removes a VIP" step_n5
+st_step n6 "networkd off again, one VIP" step_n6
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
 st_step 7c "dpkg -P keeps the vipd user and group (docs/install.md)" step_7c
