@@ -36,7 +36,7 @@ endif
 
 # The packages with network-namespace tests (agent's tests are in-process
 # and already ran above).
-NETNS_PKGS := ./l2/... ./bgp/... ./cmd/... ./lab/...
+NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./cmd/... ./lab/...
 netns-test: build
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 25m -p 1 $(NETNS_PKGS)
 
@@ -54,6 +54,10 @@ fuzz:
 	done
 	@echo "fuzz FuzzUnmarshal ($(FUZZTIME))"
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime $(FUZZTIME) ./bfd
+	@for f in FuzzDecodeSet FuzzDecodeDelta; do \
+		echo "fuzz $$f ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./conns || exit 1; \
+	done
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }

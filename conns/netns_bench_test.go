@@ -1,0 +1,214 @@
+//go:build linux
+
+package conns
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// raiseFileLimit lets the benchmark hold both ends of its connections.
+func raiseFileLimit(b *testing.B, n uint64) {
+	b.Helper()
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		b.Fatal(err)
+	}
+	if rl.Cur >= n {
+		return
+	}
+	old := rl
+	rl.Cur, rl.Max = n, max(rl.Max, n)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		b.Skipf("raise the open file limit to %d: %v", n, err)
+	}
+	b.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
+
+// benchServer accepts connections to vip:6443 in ns until cleanup.
+type benchServer struct {
+	ns       string
+	vip      netip.Addr
+	accepted chan net.Conn
+}
+
+func serve(b *testing.B, ns string, vip netip.Addr) *benchServer {
+	b.Helper()
+	var l net.Listener
+	inNS(b, ns, func() (err error) {
+		l, err = net.Listen("tcp", netip.AddrPortFrom(vip, 6443).String())
+		return err
+	})
+	s := &benchServer{ns: ns, vip: vip, accepted: make(chan net.Conn, 1024)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted <- c
+		}
+	}()
+	b.Cleanup(func() { l.Close(); <-done })
+	return s
+}
+
+// connect opens n connections from 192.0.2.1 to the server (both ends in
+// this process) and returns both ends of each.
+func (s *benchServer) connect(b *testing.B, n int) []net.Conn {
+	b.Helper()
+	out := make([]net.Conn, 0, 2*n)
+	inNS(b, s.ns, func() error {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)}, KeepAlive: -1}
+		for range n {
+			c, err := d.Dial("tcp", netip.AddrPortFrom(s.vip, 6443).String())
+			if err != nil {
+				return err
+			}
+			out = append(out, c, <-s.accepted)
+		}
+		return nil
+	})
+	return out
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// BenchmarkList lists one VIP's connections on a host that has three VIPs
+// with 10, 1,000 and 20,000 client connections (42,020 TCP sockets in all):
+// what a holder does every second to publish its connections. The
+// "library" case is what netlink.SocketDiagTCP (vishvananda/netlink, the
+// version in go.mod) costs for the same answer: every TCP socket of the
+// host, in every state, with its tcp_info, filtered in Go.
+func BenchmarkList(b *testing.B) {
+	requireNetns(b)
+	raiseFileLimit(b, 50000)
+	ns := newNS(b, "bench")
+	counts := map[string]int{"192.0.2.10": 10, "192.0.2.11": 1000, "192.0.2.12": 20000}
+	ip(b, "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
+	for vip, n := range counts {
+		ip(b, "-n", ns, "addr", "add", vip+"/32", "dev", "lo")
+		cs := serve(b, ns, netip.MustParseAddr(vip)).connect(b, n)
+		b.Cleanup(func() { closeAll(cs) })
+	}
+	var tab *Table
+	inNS(b, ns, func() (err error) { tab, err = Open(); return err })
+	b.Cleanup(func() { tab.Close() })
+	for _, vip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12"} {
+		n := counts[vip]
+		f := Filter{Addrs: []netip.Addr{netip.MustParseAddr(vip)}, Ports: []uint16{6443}}
+		b.Run(fmt.Sprintf("conns=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := tab.List(f)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if s.Len() != n {
+					b.Fatalf("listed %d connections, want %d", s.Len(), n)
+				}
+			}
+		})
+	}
+	b.Run("conns=20000/library", func(b *testing.B) {
+		vip := netip.MustParseAddr("192.0.2.12")
+		var h *netlink.Handle
+		inNS(b, ns, func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_SOCK_DIAG); return err })
+		defer h.Delete()
+		b.ReportAllocs()
+		for b.Loop() {
+			socks, err := h.SocketDiagTCP(unix.AF_INET)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var cs []Conn
+			for _, s := range socks {
+				local, _ := netip.AddrFromSlice(s.ID.Source.To4())
+				remote, _ := netip.AddrFromSlice(s.ID.Destination.To4())
+				if s.State == tcpEstablished && local == vip && s.ID.SourcePort == 6443 {
+					cs = append(cs, Conn{Local: netip.AddrPortFrom(local, s.ID.SourcePort), Remote: netip.AddrPortFrom(remote, s.ID.DestinationPort)})
+				}
+			}
+			if set := NewSet(cs...); set.Len() != 20000 {
+				b.Fatalf("listed %d connections", set.Len())
+			}
+		}
+	})
+}
+
+// BenchmarkDestroy closes 1,000 connections per operation (a planned
+// release); setting them up is not counted.
+func BenchmarkDestroy(b *testing.B) {
+	requireNetns(b)
+	raiseFileLimit(b, 50000)
+	ns := newNS(b, "bench")
+	vip := netip.MustParseAddr("192.0.2.10")
+	ip(b, "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
+	ip(b, "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "lo")
+	var tab *Table
+	inNS(b, ns, func() (err error) { tab, err = Open(); return err })
+	b.Cleanup(func() { tab.Close() })
+	srv := serve(b, ns, vip)
+	const n = 1000
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		cs := srv.connect(b, n)
+		b.StartTimer()
+		got, err := tab.Destroy(Filter{Addrs: []netip.Addr{vip}, Ports: []uint16{6443}})
+		if err != nil || got != n {
+			b.Fatalf("Destroy = %d, %v; want %d", got, err, n)
+		}
+		b.StopTimer()
+		closeAll(cs)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/conn")
+}
+
+// BenchmarkPoke sends 20,000 pokes per operation, unpaced, out of a dummy
+// interface (which drops them): the sender's own cost.
+func BenchmarkPoke(b *testing.B) {
+	requireNetns(b)
+	ns := newNS(b, "bench")
+	ip(b, "-n", ns, "link", "add", "d0", "type", "dummy")
+	ip(b, "-n", ns, "addr", "add", "192.0.2.1/24", "dev", "d0")
+	ip(b, "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "d0")
+	ip(b, "-n", ns, "link", "set", "d0", "up")
+	p, err := NewPoker(PokeConfig{Rate: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 20000
+	cs := make([]Conn, n)
+	for i := range cs {
+		cs[i] = Conn{
+			Local:  netip.MustParseAddrPort("192.0.2.10:6443"),
+			Remote: netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i%100)}), uint16(32768+i)),
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		inNS(b, ns, func() error {
+			res, err := p.Poke(context.Background(), cs)
+			if err == nil && res.Sent != n {
+				err = fmt.Errorf("poke: %+v", res)
+			}
+			return err
+		})
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/poke")
+}
