@@ -7,7 +7,7 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
+#   PARTS=all       failover,bgp,footprint,scale (gobench: the agent and conns Go benchmarks)
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
 #   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
 #
@@ -52,6 +52,9 @@ CGO_ENABLED=0 go build -o "$WORK/vipbench" ./lab/bench/cmd/vipbench
 if [[ $PARTS == all || ,$PARTS, == *,gobench,* ]]; then
 	echo "bench: go test -run '^\$' -bench . -benchmem ./agent/" >&2
 	go test -run '^$' -bench . -benchmem ./agent/ | tee "$WORK/gobench.txt" >&2
+	# conns lists, destroys and pokes real connections in namespaces of its own.
+	echo "bench: VIPD_NETNS_TESTS=1 go test -run '^\$' -bench . -benchmem ./conns/" >&2
+	VIPD_NETNS_TESTS=1 go test -run '^$' -bench . -benchmem ./conns/ | tee -a "$WORK/gobench.txt" >&2
 fi
 # gobench is not a vipbench part.
 RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)

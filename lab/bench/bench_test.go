@@ -98,11 +98,15 @@ BenchmarkParseConfig-2   	   20000	     61234.5 ns/op
 BenchmarkBroken-2   	 x	  1 ns/op
 PASS
 ok  	github.com/vipd/vipd/agent	3.1s
+pkg: github.com/vipd/vipd/conns
+BenchmarkEncodeSet/ipv4/conns=20000-2      	    2473	    651838 ns/op	         3.470 B/conn	     69393 B/set	       0 B/op	       0 allocs/op
+PASS
 `
 	got := ParseGoBench(out)
 	want := []GoBench{
-		{Name: "BenchmarkElect-2", N: 812345, NsPerOp: 1456, BytesPerOp: 320, AllocsPer: 4},
-		{Name: "BenchmarkParseConfig-2", N: 20000, NsPerOp: 61234.5, BytesPerOp: -1, AllocsPer: -1},
+		{Pkg: "github.com/vipd/vipd/agent", Name: "BenchmarkElect-2", N: 812345, NsPerOp: 1456, BytesPerOp: 320, AllocsPer: 4},
+		{Pkg: "github.com/vipd/vipd/agent", Name: "BenchmarkParseConfig-2", N: 20000, NsPerOp: 61234.5, BytesPerOp: -1, AllocsPer: -1},
+		{Pkg: ConnsPkg, Name: "BenchmarkEncodeSet/ipv4/conns=20000-2", N: 2473, NsPerOp: 651838, BytesPerOp: 0, AllocsPer: 0, Other: "3.470 B/conn, 69393 B/set"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("ParseGoBench: got %+v, want %+v", got, want)
@@ -239,7 +243,8 @@ func TestTargetsInPlaceNotAnsweredAgain(t *testing.T) {
 
 func TestMarkdown(t *testing.T) {
 	md := Markdown(sample(), Machine{NProc: 2, CPU: "Test CPU", Kernel: "Linux 6", Go: "go1.26"},
-		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1}}, "RUNS=2 make bench", "benchmarks.svg")
+		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1},
+			{Pkg: ConnsPkg, Name: "BenchmarkDelta/ipv4/conns=20000-2", N: 5, NsPerOp: 700000, Other: "1901 B/delta"}}, "RUNS=2 make bench", "benchmarks.svg")
 	for _, want := range []string{
 		"| CPU | Test CPU |",
 		"RUNS=2 make bench",
@@ -248,6 +253,8 @@ func TestMarkdown(t *testing.T) {
 		"| linkdown | keepalived | 0 (+1 failed) | - |",
 		"- keepalived linkdown run 1: lab not steady",
 		"| BenchmarkElect-2 | 10 | 99 | 1 | 1 |",
+		"## Client connections (conns)",
+		"| BenchmarkDelta/ipv4/conns=20000-2 | 5 | 700000 | 0 | 0 | 1901 B/delta |",
 		"| 1 VIP, idle | 30.0 | 0.40 |",
 		"- run 2 (n1 to n3): 2 probe(s), read: connection reset by peer",
 		// No takeover when the VIP stayed on its node.
