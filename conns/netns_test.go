@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/vipd/vipd/lab/netlab"
 )
 
 // These tests run the real kernel paths in network namespaces they create
@@ -29,19 +31,6 @@ import (
 // resetWithin bounds how long a client may take to see its reset (poke or
 // destroy); the experiment measured about 0.1 s.
 const resetWithin = 2 * time.Second
-
-func requireNetns(t testing.TB) {
-	t.Helper()
-	if os.Getenv("VIPD_NETNS_TESTS") != "1" {
-		t.Skip("network namespace test: set VIPD_NETNS_TESTS=1 (and run as root) to enable")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("network namespace test: needs root to create namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("network namespace test: ip (iproute2) not found")
-	}
-}
 
 var nsSeq atomic.Int32
 
@@ -236,7 +225,7 @@ func addVIP(t *testing.T, ns string, vip netip.Addr) {
 // resetWithin of the poke. The control (no poke) shows it would not have:
 // the connection is still silent after the same time.
 func TestNetnsPokeResetsClient(t *testing.T) {
-	requireNetns(t)
+	netlab.SkipUnlessEnabled(t)
 	for _, tc := range []struct {
 		name     string
 		vip      string
@@ -331,7 +320,7 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 // VIP on another port, not the host's own connection to its VIP. The
 // clients of the closed ones see a reset at once.
 func TestNetnsDestroy(t *testing.T) {
-	requireNetns(t)
+	netlab.SkipUnlessEnabled(t)
 	h, c := newNS(t, "h"), newNS(t, "c")
 	id := nsSeq.Add(1)
 	hIf := fmt.Sprintf("h%d", id)
