@@ -104,3 +104,23 @@ func randomSet(rng *rand.Rand, n int) Set {
 func randomSubset(rng *rand.Rand, s Set) Set {
 	return s.Filter(func(Conn) bool { return rng.IntN(10) == 0 })
 }
+
+// TestSortKeys: the packed IPv4 sort orders as cmpKey does, with one local
+// end or several, and with more local ends than it packs.
+func TestSortKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, locals := range []int{1, 3, 256, 300} {
+		ks := make([]key, 0, 2000)
+		for range 2000 {
+			l := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(rng.IntN(locals) % 256)}), uint16(6443+rng.IntN(locals)/256))
+			r := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, byte(rng.IntN(256)), byte(rng.IntN(256))}), uint16(1+rng.IntN(65535)))
+			ks = append(ks, toKey(Conn{Local: l, Remote: r}))
+		}
+		want := slices.Clone(ks)
+		slices.SortFunc(want, cmpKey)
+		sortKeys(ks)
+		if !slices.Equal(ks, want) {
+			t.Fatalf("%d local ends: sortKeys differs from sorting by cmpKey", locals)
+		}
+	}
+}
