@@ -80,12 +80,17 @@ func (t *Table) Close() error {
 // sockets. A listing is a snapshot taken while connections come and go: a
 // connection opened or closed during it may be missing or present.
 func (t *Table) List(f Filter) (Set, error) {
-	var cs []Conn
-	err := t.dump(f, func(c Conn, _ []byte) { cs = append(cs, c) })
+	var ks []key
+	err := t.dump(f, func(c Conn, _ []byte) {
+		if c.Valid() {
+			ks = append(ks, toKey(c))
+		}
+	})
 	if err != nil {
 		return Set{}, err
 	}
-	return NewSet(cs...), nil
+	sortKeys(ks)
+	return Set{k: slices.Compact(ks)}, nil
 }
 
 // Destroy closes the established TCP connections that f selects, as
