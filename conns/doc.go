@@ -28,6 +28,9 @@
 //   - Set and Delta are connection sets and the change between two, with a
 //     compact, canonical binary encoding (grouped by VIP and port, client
 //     addresses front-coded), for the holders to publish to their peers.
+//     Feed and Mirror carry them (sans-IO): a holder's successive listings
+//     become numbered deltas with a full set now and then, and a peer's
+//     copy notices a lost message and asks for a full set.
 //   - Pokable is the safety rule: which of a previous holder's connections
 //     a node may poke (only VIPs it holds, only once the previous holder
 //     released the VIP or its fence expired, never a connection it has).
@@ -35,19 +38,18 @@
 // Limits. A poke reaches only a client whose answer comes back to the VIP:
 // a client behind a NAT or a stateful firewall that has dropped the flow's
 // state (or drops unsolicited ACKs) is not reset, and waits for its own
-// timeout as before. A client whose connection went through the previous
-// holder's NAT or proxy is not the VIP's client. A stack that ignores an
-// unacceptable ACK without answering (none known among Linux, BSD or
-// Windows; Linux answers at most one such segment per connection every
-// 500 ms, net.ipv4.tcp_invalid_ratelimit) is not reset. A listener on the
-// VIP's port whose SYN queue overflowed in the last two minutes checks an
-// unknown ACK as a SYN cookie and drops it instead of answering with a
-// reset.
+// timeout as before. A client stack that stays silent is not reset either
+// (RFC 9293 requires the answer; only Linux clients were tested, and Linux
+// answers at most one such segment per connection every 500 ms,
+// net.ipv4.tcp_invalid_ratelimit). A listener on the VIP's port whose SYN
+// queue overflowed in the last two minutes checks an unknown ACK as a SYN
+// cookie and drops it instead of answering with a reset.
 //
 // Sockets (netlink and raw) are created in the network namespace of the
 // calling thread: the netlink socket in Open, the raw sockets in each Poke
 // call. The package never imports vipd's agent. Its unit tests need no
 // privileges (Poker's sockets and clock are unexported seams; the filter
-// program is checked by an interpreter of the kernel's rules), and tests enabled by VIPD_NETNS_TESTS=1 as root run the real kernel
-// paths in network namespaces they create.
+// program is checked by an interpreter of the kernel's rules); tests
+// enabled by VIPD_NETNS_TESTS=1 as root run the real kernel paths in
+// network namespaces they create.
 package conns
