@@ -11,8 +11,9 @@
 //   - Table.List lists the established TCP connections whose local end is
 //     one of some addresses (and ports), IPv4 and IPv6, through the
 //     kernel's sock_diag netlink interface with a filter program, so the
-//     holder can tell its peers which clients it has (about 10 ms of CPU
-//     for 20,000 connections, docs/benchmarks.md).
+//     holder can tell its peers which clients it has (30 ms of the lab
+//     VM's CPU for 20,000 connections, nearly all of it the kernel's dump;
+//     docs/benchmarks.md).
 //   - Table.Destroy closes such connections as `ss -K` does (SOCK_DESTROY):
 //     on a planned release the old holder resets its own clients once the
 //     new holder has the VIP, so they reconnect to it at once.

@@ -534,7 +534,8 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		p("## Client connections (conns)\n\n`VIPD_NETNS_TESTS=1 go test -run '^$' -bench . -benchmem ./conns/` (as root)\n\n")
 		p("What publishing a VIP's client connections, resetting them and closing them costs (docs/design.md, \"Client connections at a failover\"). ")
 		p("BenchmarkList lists one VIP's connections on a host with 42,020 TCP sockets; its `library` line is vishvananda/netlink's SocketDiagTCP for the same answer. ")
-		p("BenchmarkDelta is a holder's second after 1%% of its connections changed; B/set and B/delta are encoded sizes.\n\n")
+		p("BenchmarkDelta is a holder's second after 1%% of its connections changed; B/set and B/delta are encoded sizes. ")
+		p("BenchmarkDestroy closes 1,000 connections per operation; BenchmarkPoke sends 20,000 pokes per operation, unpaced.\n\n")
 		p("| benchmark | iterations | ns/op | B/op | allocs/op | other |\n|---|---|---|---|---|---|\n")
 		for _, g := range connsBench {
 			p("| %s | %d | %.0f | %d | %d | %s |\n", g.Name, g.N, g.NsPerOp, g.BytesPerOp, g.AllocsPer, g.Other)
