@@ -206,13 +206,16 @@ func newFailoverLab(t *testing.T) *failoverLab {
 	return l
 }
 
-// addVIP adds vip's host prefix to eth0 in ns (IPv6 without DAD), as l2
-// does.
+// addVIP adds vip's host prefix to eth0 in ns as l2 does: IPv4 with scope
+// host, IPv6 without DAD and deprecated (so the host never takes it as a
+// source address; the VIP's own connections and pokes still leave from it).
 func addVIP(t *testing.T, ns string, vip netip.Addr) {
 	t.Helper()
 	args := []string{"-n", ns, "addr", "add", netip.PrefixFrom(vip, vip.BitLen()).String(), "dev", "eth0"}
 	if vip.Is6() {
-		args = append(args, "nodad")
+		args = append(args, "nodad", "preferred_lft", "0")
+	} else {
+		args = append(args, "scope", "host")
 	}
 	ip(t, args...)
 }
