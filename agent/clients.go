@@ -233,7 +233,7 @@ func (c *clients) run(ctx context.Context) {
 		case <-t.C:
 		}
 		now := c.now()
-		c.publish(ctx, feed, synced, now)
+		c.publish(feed, synced, now)
 		t.Reset(c.grid.After(c.now(), publishEvery).Sub(c.now()))
 	}
 }
@@ -241,7 +241,7 @@ func (c *clients) run(ctx context.Context) {
 // publish is one round: list, count reconnects, send the change (or the
 // full set to a peer that needs it), ask for the full sets wanted, forget
 // departed publishers.
-func (c *clients) publish(ctx context.Context, feed *conns.Feed, synced map[string]bool, now time.Time) {
+func (c *clients) publish(feed *conns.Feed, synced map[string]bool, now time.Time) {
 	spec := c.spec.Load()
 	var set conns.Set
 	if spec != nil && c.backend != nil && len(spec.filter.Addrs) > 0 {
