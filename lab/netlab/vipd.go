@@ -27,6 +27,14 @@ type VIP struct {
 	HealthURL string
 	// HealthInterval is the check interval. [vipd default]
 	HealthInterval string
+	// HealthCAFile and HealthTLSServerName are the check's ca_file and
+	// tls_server_name (for an https URL). [none]
+	HealthCAFile, HealthTLSServerName string
+	// HealthTimeout is the check's timeout. [vipd default]
+	HealthTimeout string
+	// HealthRise and HealthFall are the check's rise and fall. [vipd
+	// defaults]
+	HealthRise, HealthFall int
 }
 
 // VipdOptions shape the configuration StartVipd writes.
@@ -108,8 +116,19 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, h.Iface(), v.Preempt)
 		if v.HealthURL != "" {
 			fmt.Fprintf(&b, "[vip.health]\nurl = %q\n", v.HealthURL)
-			if v.HealthInterval != "" {
-				fmt.Fprintf(&b, "interval = %q\n", v.HealthInterval)
+			for _, kv := range [][2]string{{"interval", v.HealthInterval}, {"timeout", v.HealthTimeout},
+				{"ca_file", v.HealthCAFile}, {"tls_server_name", v.HealthTLSServerName}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "%s = %q\n", kv[0], kv[1])
+				}
+			}
+			for _, kv := range []struct {
+				key string
+				n   int
+			}{{"rise", v.HealthRise}, {"fall", v.HealthFall}} {
+				if kv.n != 0 {
+					fmt.Fprintf(&b, "%s = %d\n", kv.key, kv.n)
+				}
 			}
 		}
 	}
