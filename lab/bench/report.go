@@ -295,6 +295,7 @@ func (r *Results) Targets() []Target {
 		add("BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router)", "not measured", false, true)
 	}
 	ts = append(ts, r.fenceTargets()...)
+	ts = append(ts, r.k8sTargets()...)
 	fp := r.Footprint
 	if fp != nil && fp.Idle1.Window > 0 {
 		add("idle RSS under 40 MiB (vipd, 1 VIP)", fmt.Sprintf("%.1f MiB", float64(fp.Idle1.RSSKiB)/1024), fp.Idle1.RSSKiB < 40*1024, false)
@@ -406,6 +407,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	writeCut(&b, r, command)
 	writeStress(&b, r, command)
+	writeK8s(&b, r, command)
 
 	if len(r.BGP) > 0 {
 		p("## BGP: route at the router, gap at the client\n\n")

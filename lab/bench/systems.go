@@ -93,6 +93,19 @@ func keepalivedPriority(i int) int { return 150 - 50*i }
 // priority, with the lab HTTP server as a tracked script (interval 1, fall
 // 3, rise 2, weight -100: like vipd's health check defaults).
 func KeepalivedConfig(node string, priority int) string {
+	return keepalivedConfig(node, priority, "")
+}
+
+// defaultCheck is keepalived's tracked script in the failover lab: a curl
+// of the lab HTTP server's /readyz.
+var defaultCheck = "/usr/bin/curl -sf -o /dev/null -m 1 " + healthURL
+
+// keepalivedConfig is KeepalivedConfig with check as the tracked script's
+// command ("" for defaultCheck).
+func keepalivedConfig(node string, priority int, check string) string {
+	if check == "" {
+		check = defaultCheck
+	}
 	return fmt.Sprintf(`global_defs {
 	router_id %s
 	script_user root
@@ -100,7 +113,7 @@ func KeepalivedConfig(node string, priority int) string {
 }
 
 vrrp_script chk_http {
-	script "/usr/bin/curl -sf -o /dev/null -m 1 %s"
+	script "%s"
 	interval 1
 	timeout 1
 	fall 3
@@ -121,14 +134,16 @@ vrrp_instance VI_1 {
 		chk_http
 	}
 }
-`, node, healthURL, netlab.Iface, priority, netlab.VIP4, netlab.Iface)
+`, node, check, netlab.Iface, priority, netlab.VIP4, netlab.Iface)
 }
 
 // keepalivedSystem runs keepalived (VRRP) on the lab nodes.
 type keepalivedSystem struct {
-	l  *netlab.Lab
-	mu sync.Mutex
-	ps map[string]*netlab.Proc
+	l *netlab.Lab
+	// check is the tracked script's command ("" for defaultCheck).
+	check string
+	mu    sync.Mutex
+	ps    map[string]*netlab.Proc
 }
 
 func (s *keepalivedSystem) name() string { return "keepalived" }
@@ -157,7 +172,7 @@ func (s *keepalivedSystem) start(h *netlab.Host) error {
 		}
 	}
 	conf := filepath.Join(d, "keepalived.conf")
-	if err := os.WriteFile(conf, []byte(KeepalivedConfig(h.Name, keepalivedPriority(idx))), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(keepalivedConfig(h.Name, keepalivedPriority(idx), s.check)), 0o644); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(d, "vrrp.pid"))

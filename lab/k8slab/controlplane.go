@@ -440,3 +440,19 @@ func (cp *ControlPlane) dumpLogs() {
 		}
 	}
 }
+
+// etcdCutTable is the nftables table CutEtcd adds.
+const etcdCutTable = "k8slab-etcd-cut"
+
+// CutEtcd drops h's etcd peer traffic (both ways): its member runs but has
+// no quorum, so its apiserver, which talks only to it, has lost etcd while
+// everything else of the node works. UncutEtcd undoes it.
+func (cp *ControlPlane) CutEtcd(h *netlab.Host) error {
+	return cp.Lab.DropTraffic(h, etcdCutTable, netlab.Both, []string{
+		fmt.Sprintf("tcp dport %d", EtcdPeerPort), fmt.Sprintf("tcp sport %d", EtcdPeerPort)})
+}
+
+// UncutEtcd removes CutEtcd's table.
+func (cp *ControlPlane) UncutEtcd(h *netlab.Host) error {
+	return cp.Lab.RemoveTable(h, "inet", etcdCutTable)
+}
