@@ -98,9 +98,9 @@ func k8sBench(ctx context.Context, c Config, r *Results, logf func(string, ...an
 // k8sLine is a trial's progress line.
 func k8sLine(tr k8slab.Trial) string {
 	c := tr.Clients
-	s := fmt.Sprintf("%s->%s moves %d; %d of %d requests failed %v, longest %v; stall %v (%s), back %v, relists %d",
+	s := fmt.Sprintf("%s->%s moves %d; %d of %d requests failed %v, longest %v; stall %v (%s; %d over %v), back %v, relists %d",
 		tr.From, tr.To, tr.Moves, c.Failed, c.Requests, c.FailedBy, c.LongestRequest.Round(time.Millisecond),
-		c.Stall.Round(time.Millisecond), c.StallWatch, c.Back.Round(time.Millisecond), c.Relists)
+		c.Stall.Round(time.Millisecond), c.StallWatch, c.Stalled, k8slab.LagLimit, c.Back.Round(time.Millisecond), c.Relists)
 	if tr.Err != "" {
 		s = "ERROR " + tr.Err + "; " + s
 	}
@@ -193,9 +193,10 @@ func writeK8s(w io.Writer, r *Results, command string) {
 	p("Runs per scenario and system: %d. Min / median / max.\n\n", r.k8sRuns())
 	p("- **failed requests**: creates and gets that returned an error (or hit the 10 s bound).\n")
 	p("- **watch stall**: the longest time any informer delivered nothing while an object it had not delivered yet existed (ms).\n")
-	p("- **all back**: event to every informer having delivered an object created after the event (ms).\n")
+	p("- **stalled**: informers (of 20) whose stall was over %v.\n", k8slab.LagLimit)
+	p("- **all back**: event to the last delivery that came more than %v after its object existed: from then on every informer kept up (ms; 0: none was ever that far behind).\n", k8slab.LagLimit)
 	p("- **longest request**: the slowest create or get (ms). **relists**: informer lists after the event. **moves**: changes of the VIP's holder.\n\n")
-	p("| scenario | system | runs | failed requests | watch stall | all back | longest request | relists | moves |\n|---|---|---|---|---|---|---|---|---|\n")
+	p("| scenario | system | runs | failed requests | watch stall | stalled | all back | longest request | relists | moves |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range k8slab.Scenarios {
 		for _, sys := range Systems {
 			ts, failed := r.k8sTrials(sys, sc)
@@ -206,9 +207,10 @@ func writeK8s(w io.Writer, r *Results, command string) {
 			if failed > 0 {
 				runs += fmt.Sprintf(" (+%d failed)", failed)
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc, sys, runs,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc, sys, runs,
 				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Failed) })),
 				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })),
+				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Stalled) })),
 				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Back })),
 				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.LongestRequest })),
 				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Relists) })),

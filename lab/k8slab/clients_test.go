@@ -42,9 +42,9 @@ func TestClientsThroughFailovers(t *testing.T) {
 			tr := cp.RunTrial(a, sc, 1, t.Logf)
 			trials = append(trials, tr)
 			c := tr.Clients
-			t.Logf("%s (%v): %s -> %s, %d moves; clients: %d of %d requests failed (%v), longest %v; watch stall %v (%s), all back after %v, %d relists, %d watch errors; baseline: %d failed, stall %v",
+			t.Logf("%s (%v): %s -> %s, %d moves; clients: %d of %d requests failed (%v), longest %v; watch stall %v (%s; %d informers over %v), all back after %v, %d relists, %d watch errors; baseline: %d failed, stall %v",
 				sc, time.Since(start).Round(time.Second), tr.From, tr.To, tr.Moves, c.Failed, c.Requests, c.FailedBy,
-				c.LongestRequest.Round(time.Millisecond), c.Stall.Round(time.Millisecond), c.StallWatch,
+				c.LongestRequest.Round(time.Millisecond), c.Stall.Round(time.Millisecond), c.StallWatch, c.Stalled, LagLimit,
 				c.Back.Round(time.Millisecond), c.Relists, c.WatchErrors, tr.Baseline.Failed, tr.Baseline.Stall.Round(time.Millisecond))
 			if c.FirstError != "" {
 				t.Logf("%s: first failed request: %s", sc, c.FirstError)

@@ -456,3 +456,35 @@ func (cp *ControlPlane) CutEtcd(h *netlab.Host) error {
 func (cp *ControlPlane) UncutEtcd(h *netlab.Host) error {
 	return cp.Lab.RemoveTable(h, "inet", etcdCutTable)
 }
+
+// Throttle starves h's kube-apiserver of CPU the way a CPU quota does:
+// every period it is stopped (SIGSTOP) for stopped, then runs (SIGCONT),
+// until the returned function is called or max passes. The function ends
+// the throttling and leaves the process running.
+func (cp *ControlPlane) Throttle(h *netlab.Host, stopped, period, max time.Duration) (stop func()) {
+	p := cp.APIServer(h)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer p.Signal(syscall.SIGCONT)
+		for deadline := time.Now().Add(max); time.Now().Before(deadline); {
+			p.Signal(syscall.SIGSTOP)
+			select {
+			case <-quit:
+				return
+			case <-time.After(stopped):
+			}
+			p.Signal(syscall.SIGCONT)
+			select {
+			case <-quit:
+				return
+			case <-time.After(period - stopped):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}

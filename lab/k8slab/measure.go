@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// LagLimit is how far behind the cluster an informer may be and still count
+// as working: an object delivered later than this after it existed is a
+// watch that was not (the issue's target: every watch delivering again
+// within 1 s).
+const LagLimit = time.Second
+
 // Record is one line of the clients tool's output (lab/k8s/cmd/clients
 // documents them); times are Unix microseconds.
 type Record struct {
@@ -72,9 +78,15 @@ type ClientStats struct {
 	// cluster. StallWatch is that informer.
 	Stall      time.Duration
 	StallWatch string `json:",omitempty"`
-	// Back is from the event until every informer had delivered an object
-	// whose create started after the event: every watch working again
-	// (the run's end when one never did; then NotBack names them).
+	// Stalled counts the informers whose stall was over LagLimit; Stalls
+	// has their stalls.
+	Stalled int
+	Stalls  map[string]time.Duration `json:",omitempty"`
+	// Back is from the event until every informer was back to delivering
+	// each object within LagLimit of its existence, for good: the last
+	// delivery that came later than that (0 when none did). NotBack
+	// names the informers still behind by more than LagLimit at the end
+	// of the window (Back is then the whole window).
 	Back    time.Duration
 	NotBack []string `json:",omitempty"`
 	// Relists counts the informers' lists (and watch-lists) in the
@@ -197,8 +209,16 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 		}
 	}
 	for _, w := range r.Watches() {
-		if st := r.stall(w, from, to); st > s.Stall {
+		st := r.stall(w, from, to)
+		if st > s.Stall {
 			s.Stall, s.StallWatch = st, w
+		}
+		if st > LagLimit {
+			s.Stalled++
+			if s.Stalls == nil {
+				s.Stalls = map[string]time.Duration{}
+			}
+			s.Stalls[w] = st
 		}
 		back, ok := r.back(w, from, to)
 		if !ok {
@@ -274,21 +294,30 @@ func (r *Run) stall(w string, from, to time.Time) time.Duration {
 	return longest
 }
 
-// back is from from until w delivered an object whose create started at
-// or after from; false (and to - from) when it did not before to.
+// back is from from until w's last delivery within [from, to) that came
+// more than LagLimit after its object existed (0 without one); false, and
+// to - from, when an object that existed before to - LagLimit was still
+// not delivered at to.
 func (r *Run) back(w string, from, to time.Time) (time.Duration, bool) {
-	first := time.Time{}
-	for seq, d := range r.deliveries[w] {
-		wr, ok := r.writes[seq]
-		if !ok || us(wr.T).Before(from) || !d.Before(to) {
+	dl := r.deliveries[w]
+	var last time.Time
+	for seq, e := range r.exists {
+		d, ok := dl[seq]
+		if !ok || !d.Before(to) {
+			if e.Before(to.Add(-LagLimit)) {
+				return to.Sub(from), false
+			}
 			continue
 		}
-		if first.IsZero() || d.Before(first) {
-			first = d
+		if d.Before(from) || d.Sub(e) <= LagLimit {
+			continue
+		}
+		if d.After(last) {
+			last = d
 		}
 	}
-	if first.IsZero() {
-		return to.Sub(from), false
+	if last.IsZero() {
+		return 0, true
 	}
-	return first.Sub(from), true
+	return last.Sub(from), true
 }

@@ -59,6 +59,8 @@ const (
 	// its reflector's backoff.
 	backTimeout = 150 * time.Second
 	baseline    = 2 * time.Second
+	// backSettle is the least time waitBack waits.
+	backSettle = 3 * time.Second
 	// tail is how long the clients keep running once every watch is back
 	// after the heal, for late effects.
 	tail = 3 * time.Second
@@ -142,11 +144,16 @@ func (cp *ControlPlane) act(a Agent, scenario string, holder *netlab.Host, logf 
 	return nil, fmt.Errorf("unknown scenario %q", scenario)
 }
 
-// waitBack waits (bounded by backTimeout) until every informer has
-// delivered an object created after since.
+// waitBack waits (bounded by backTimeout) until, from since on, no
+// informer is behind the cluster by more than LagLimit, and at least
+// backSettle has passed (a watch silently blind shows as behind only once
+// objects it missed are older than LagLimit).
 func waitBack(c *Clients, since time.Time) error {
 	var last string
 	ok, _ := netlab.Eventually(backTimeout, 250*time.Millisecond, func() (bool, string) {
+		if time.Since(since) < backSettle {
+			return false, ""
+		}
 		if !c.Running() {
 			last = fmt.Sprintf("clients exited: %v", c.ExitErr())
 			return true, ""
