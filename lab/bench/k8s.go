@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -110,25 +109,8 @@ func k8sLine(tr k8slab.Trial) string {
 // k8sTrials returns the completed Kubernetes trials of system and
 // scenario, and how many did not complete.
 func (r *Results) k8sTrials(system, scenario string) (ok []k8slab.Trial, failed int) {
-	for _, t := range r.K8s {
-		if t.Agent != system || t.Scenario != scenario {
-			continue
-		}
-		if t.Err != "" {
-			failed++
-			continue
-		}
-		ok = append(ok, t)
-	}
-	return ok, failed
-}
-
-func k8sStat(ts []k8slab.Trial, f func(k8slab.Trial) time.Duration) Stats {
-	var ds []time.Duration
-	for _, t := range ts {
-		ds = append(ds, f(t))
-	}
-	return Summarize(ds)
+	return completed(r.K8s, func(t k8slab.Trial) bool { return t.Agent == system && t.Scenario == scenario },
+		func(t k8slab.Trial) string { return t.Err })
 }
 
 // count formats min / median / max of a count.
@@ -152,8 +134,8 @@ func (r *Results) k8sTargets() []Target {
 			ts = append(ts, Target{Goal: goal, Measured: "not measured", Unknown: true})
 			continue
 		}
-		failed := k8sStat(v, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Failed) })
-		stall := k8sStat(v, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
+		failed := stat(v, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Failed) })
+		stall := stat(v, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
 		ts = append(ts, Target{Goal: goal,
 			Measured: fmt.Sprintf("at most %d failed, longest stall %s ms, %d runs", int64(failed.Max), ms(stall.Max), len(v)),
 			Met:      failed.Max == 0 && stall.Max <= time.Second})
@@ -169,8 +151,8 @@ func (r *Results) k8sTargets() []Target {
 			ts = append(ts, Target{Goal: goal, Measured: "not measured", Unknown: true})
 			continue
 		}
-		sv := k8sStat(v, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
-		sk := k8sStat(k, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
+		sv := stat(v, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
+		sk := stat(k, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })
 		ts = append(ts, Target{Goal: goal, Measured: fmt.Sprintf("vipd %s ms, keepalived %s ms", ms(sv.Median), ms(sk.Median)), Met: sv.Median < sk.Median})
 	}
 	return ts
@@ -203,18 +185,14 @@ func writeK8s(w io.Writer, r *Results, command string) {
 			if len(ts) == 0 && failed == 0 {
 				continue
 			}
-			runs := strconv.Itoa(len(ts))
-			if failed > 0 {
-				runs += fmt.Sprintf(" (+%d failed)", failed)
-			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc, sys, runs,
-				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Failed) })),
-				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })),
-				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Stalled) })),
-				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Back })),
-				mmm(k8sStat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.LongestRequest })),
-				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Relists) })),
-				count(k8sStat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Moves) })))
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc, sys, runsCell(len(ts), failed),
+				count(stat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Failed) })),
+				mmm(stat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Stall })),
+				count(stat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Stalled) })),
+				mmm(stat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.Back })),
+				mmm(stat(ts, func(t k8slab.Trial) time.Duration { return t.Clients.LongestRequest })),
+				count(stat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Clients.Relists) })),
+				count(stat(ts, func(t k8slab.Trial) time.Duration { return time.Duration(t.Moves) })))
 		}
 	}
 	p("\nScenarios:\n\n")

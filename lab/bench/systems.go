@@ -43,24 +43,7 @@ func (s *vipdSystem) start(h *netlab.Host) error {
 
 // steady: every node's vipd sees every node alive, and exactly one node
 // holds the VIP with every status agreeing.
-func (s *vipdSystem) steady() (bool, string) {
-	for _, n := range s.l.Nodes {
-		st, err := s.l.Status(n)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, m := range s.l.Nodes {
-			mm, ok := st.Member(m.Name)
-			if !ok || mm.State != "alive" {
-				return false, fmt.Sprintf("%s sees %s as %q", n.Name, m.Name, mm.State)
-			}
-		}
-	}
-	if _, err := s.l.OneHolder(s.o.VIPs[0]); err != nil {
-		return false, err.Error()
-	}
-	return true, ""
-}
+func (s *vipdSystem) steady() (bool, string) { return s.l.Steady(s.o.VIPs[0]) }
 
 func (s *vipdSystem) membership() []string { return netlab.MembershipMatches() }
 

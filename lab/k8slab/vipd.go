@@ -108,25 +108,9 @@ func (a *VipdAgent) Unhandoff(h *netlab.Host) error {
 	return err
 }
 
-// Steady: every node's vipd sees every node alive and exactly one holder,
-// every status agreeing (netlab's OneHolder).
-func (a *VipdAgent) Steady() (bool, string) {
-	for _, n := range a.Lab.Nodes {
-		st, err := a.Lab.Status(n)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, m := range a.Lab.Nodes {
-			if mm, ok := st.Member(m.Name); !ok || mm.State != "alive" {
-				return false, fmt.Sprintf("%s sees %s as %q", n.Name, m.Name, mm.State)
-			}
-		}
-	}
-	if _, err := a.Lab.OneHolder(a.Options.VIPs[0]); err != nil {
-		return false, err.Error()
-	}
-	return true, ""
-}
+// Steady: every node's vipd sees every node alive and one holder, every
+// status agreeing.
+func (a *VipdAgent) Steady() (bool, string) { return a.Lab.Steady(a.Options.VIPs[0]) }
 
 // Rejoined waits until every node sees h alive and healthy.
 func (a *VipdAgent) Rejoined(h *netlab.Host) error {

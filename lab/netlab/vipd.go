@@ -254,6 +254,27 @@ func (l *Lab) OneHolder(vip VIP, nodes ...*Host) (string, error) {
 	return holder, nil
 }
 
+// Steady reports whether every node's vipd sees every node alive and
+// exactly one node holds vip with every status agreeing (OneHolder); the
+// detail says what it saw.
+func (l *Lab) Steady(vip VIP) (bool, string) {
+	for _, n := range l.Nodes {
+		st, err := l.Status(n)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range l.Nodes {
+			if mm, ok := st.Member(m.Name); !ok || mm.State != "alive" {
+				return false, fmt.Sprintf("%s sees %s as %q", n.Name, m.Name, mm.State)
+			}
+		}
+	}
+	if _, err := l.OneHolder(vip); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
 // WaitOneHolder waits up to timeout for OneHolder to succeed and returns
 // the holder, or an error with the last thing seen.
 func (l *Lab) WaitOneHolder(vip VIP, timeout time.Duration, nodes ...*Host) (string, error) {

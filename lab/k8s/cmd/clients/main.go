@@ -116,6 +116,36 @@ func (r *recorder) put(rec map[string]any) {
 	r.mu.Unlock()
 }
 
+// request records a request that started at start and ended now with err
+// ("" when it succeeded): rec's fields plus t, d and e.
+func (r *recorder) request(rec map[string]any, start time.Time, err error) {
+	rec["t"], rec["d"], rec["e"] = start.UnixMicro(), time.Since(start).Microseconds(), errText(err)
+	r.put(rec)
+}
+
+// every calls f(n), n = 1, 2, ..., at each tick of period until ctx ends;
+// with async each call runs on a goroutine of its own (one stuck request
+// must not hold up the next), and every waits for them before it returns.
+func every(ctx context.Context, period time.Duration, async bool, f func(n int)) {
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !async {
+			f(n)
+			continue
+		}
+		inflight.Add(1)
+		go func() { defer inflight.Done(); f(n) }()
+	}
+}
+
 func (r *recorder) flush() {
 	r.mu.Lock()
 	r.w.Flush()
@@ -169,19 +199,7 @@ func run(o options) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				rec.flush()
-			}
-		}
-	}()
+	go func() { defer wg.Done(); every(ctx, 100*time.Millisecond, false, func(int) { rec.flush() }) }()
 
 	admin, err := kubernetes.NewForConfig(o.config("admin", true))
 	if err != nil {
@@ -278,23 +296,17 @@ func run(o options) error {
 	}
 	rec.put(map[string]any{"k": "ready", "t": now()})
 
-	// The writer.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		t := time.NewTicker(o.writeEvery)
-		defer t.Stop()
-		for seq := 1; ; seq++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
+	// The writer, the kubectl-like loop (a fresh client, and so a fresh
+	// connection, per request) and a long-lived client's loop (a
+	// controller's reads).
+	long := o.config("admin", true)
+	longHC, err := rest.HTTPClientFor(long)
+	if err != nil {
+		return err
+	}
+	loops := []func(){
+		func() {
+			every(ctx, o.writeEvery, true, func(seq int) {
 				cm := &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", o.run, seq), Labels: map[string]string{"run": o.run}},
 					Data:       map[string]string{"seq": strconv.Itoa(seq)},
@@ -303,58 +315,28 @@ func run(o options) error {
 				defer cancel()
 				start := time.Now()
 				_, err := admin.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
-				rec.put(map[string]any{"k": "write", "s": seq, "t": start.UnixMicro(), "d": time.Since(start).Microseconds(), "e": errText(err)})
-			}()
-		}
-	}()
-
-	// kubectl-like: a fresh client, and so a fresh connection, per request.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		t := time.NewTicker(o.requestEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
+				rec.request(map[string]any{"k": "write", "s": seq}, start, err)
+			})
+		},
+		func() {
+			every(ctx, o.requestEvery, true, func(int) {
 				start := time.Now()
 				err := getNamespace(ctx, o, o.config("admin", true), nil)
-				rec.put(map[string]any{"k": "req", "c": "fresh", "t": start.UnixMicro(), "d": time.Since(start).Microseconds(), "e": errText(err)})
-			}()
-		}
-	}()
-
-	// A long-lived client's request loop (a controller's reads).
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg := o.config("admin", true)
-		hc, err := rest.HTTPClientFor(cfg)
-		if err != nil {
-			rec.put(map[string]any{"k": "req", "c": "long", "t": now(), "d": 0, "e": errText(err)})
-			return
-		}
-		t := time.NewTicker(o.requestEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			start := time.Now()
-			err := getNamespace(ctx, o, cfg, hc)
-			rec.put(map[string]any{"k": "req", "c": "long", "t": start.UnixMicro(), "d": time.Since(start).Microseconds(), "e": errText(err)})
-		}
-	}()
+				rec.request(map[string]any{"k": "req", "c": "fresh"}, start, err)
+			})
+		},
+		func() {
+			every(ctx, o.requestEvery, false, func(int) {
+				start := time.Now()
+				err := getNamespace(ctx, o, long, longHC)
+				rec.request(map[string]any{"k": "req", "c": "long"}, start, err)
+			})
+		},
+	}
+	for _, loop := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop() }()
+	}
 
 	<-ctx.Done()
 	wg.Wait()
