@@ -162,7 +162,7 @@ func TestSlowControlPlane(t *testing.T) {
 	cp := Start(t, l)
 	vip := healthVIP(t, cp)
 	a := cp.NewVipd(netlab.VipdOptions{VIPs: []netlab.VIP{vip}, RejoinInterval: "5s", LogLevel: "info",
-		Top: fmt.Sprintf("metrics_address = %q", metricsAddress)})
+		API: fmt.Sprintf("metrics_address = %q", metricsAddress)})
 	timeout := agent.DefaultHealthTimeout
 	if vip.HealthTimeout != "" {
 		timeout, _ = time.ParseDuration(vip.HealthTimeout)

@@ -50,9 +50,8 @@ type VipdOptions struct {
 	FailureDetection string
 	// LogLevel is log_level. [debug]
 	LogLevel string
-	// Top holds extra top-level lines (before any table), e.g.
-	// metrics_address.
-	Top string
+	// API holds extra lines for the [api] table (metrics_address).
+	API string
 	// Cluster holds extra lines for the [cluster] table.
 	Cluster string
 	// Extra is appended to the file (more tables, e.g. [bgp]).
@@ -105,12 +104,12 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "node_name = %q\nstate_dir = %q\nlog_level = %q\n", h.Name, h.StateDir(), o.LogLevel)
-	if o.Top != "" {
-		b.WriteString(o.Top + "\n")
+	fmt.Fprintf(&b, "node_name = %q\nstate_dir = %q\nlog_level = %q\n\n", h.Name, h.StateDir(), o.LogLevel)
+	fmt.Fprintf(&b, "[api]\nsocket = %q\n", h.Socket())
+	if o.API != "" {
+		b.WriteString(o.API + "\n")
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "[api]\nsocket = %q\n\n", h.Socket())
 	fmt.Fprintf(&b, "[cluster]\nbind_address = %q\npeers = [%s]\nrejoin_interval = %q\nfailure_detection = %q\n",
 		h.IP, strings.Join(peers, ", "), o.RejoinInterval, o.FailureDetection)
 	if o.HandoffTimeout != "" {
