@@ -168,7 +168,7 @@ func writeK8s(w io.Writer, r *Results, command string) {
 	p("`%s` (part `k8s`; `PARTS=k8s K8S_RUNS=1 make bench` runs only it). ", command)
 	p("A real control plane per lab (lab/k8slab): on each of three nodes an etcd member (one cluster) and kube-apiserver %s, kubeadm-shaped PKI, Node,RBAC; ", "v1.37.2")
 	p("the clients (lab/k8s/cmd/clients, client-go v0.37.2 with its defaults) in the client namespace through the VIP: ")
-	p("a writer creating a ConfigMap every 100 ms; 20 informers on them, 8 on connections of their own and 3 kubelet-like groups of 4 sharing one HTTP/2 connection per node identity; ")
+	p("a writer creating a ConfigMap every 100 ms; 20 informers on them, 8 on connections of their own and 3 kubelet-like groups of 4 sharing one HTTP/2 connection per node identity, which also renews its node Lease every 10 s as a kubelet does; ")
 	p("a kubectl-like loop (a fresh client and connection per request) and a long-lived client's loop, a GET every 200 ms each; every request bounded by 10 s. ")
 	p("vipd runs the documented health check (`%s`, `ca_file`, `tls_server_name = \"kubernetes\"`, default interval, timeout, rise, fall); keepalived the same check with curl (`vrrp_script` every 1 s, fall 3, rise 2), priorities 150/100/50, preempting.\n\n", k8slab.HealthURL)
 	p("Each trial: the lab steady, the clients live, the event on the VIP's holder, every watch back, the heal (agent started again, link up, ...), the lab steady again, every watch back again, 3 s more; the figures cover all of it from the event on. ")

@@ -51,7 +51,8 @@
 // client namespace through the VIP: a writer creating a ConfigMap every
 // 100 ms, 20 informers on them (8 on connections of their own, 3
 // kubelet-like groups of 4 on one shared HTTP/2 connection per node
-// identity), a kubectl-like loop (a new client and connection per request)
+// identity, which also renews the node's Lease every 10 s as a kubelet
+// does), a kubectl-like loop (a new client and connection per request)
 // and a long-lived client's loop. It writes JSON records; Run.Stats turns
 // them into ClientStats: failed requests, the longest request, the watch
 // stall (the longest time an informer delivered nothing while an object it

@@ -9,8 +9,9 @@
 //   - Informers on those ConfigMaps (label run=RUN): -separate of them each
 //     on its own connection (controllers of their own), and per name in
 //     -kubelets a group of -per-kubelet informers sharing one HTTP/2
-//     connection with that node's identity (system:node:NAME), as a
-//     kubelet's watches do.
+//     connection with that node's identity (system:node:NAME), which also
+//     renews the node's Lease every -lease-every (10 s), as a kubelet does
+//     on its one connection.
 //   - A request loop like kubectl's: every -request-every, a fresh client
 //     (new TCP and TLS connection) gets the namespace; and a loop doing the
 //     same on one long-lived client.
@@ -22,7 +23,7 @@
 //
 //	{"k":"ready","t":T}                     every informer has synced
 //	{"k":"write","s":SEQ,"t":T,"d":D,"e":E}  a create: start, duration, error ("" = ok)
-//	{"k":"req","c":"fresh"|"long","t":T,"d":D,"e":E}
+//	{"k":"req","c":"fresh"|"long"|"lease","t":T,"d":D,"e":E}
 //	{"k":"ev","w":W,"s":SEQ,"t":T}          informer W first saw object SEQ
 //	{"k":"list","w":W,"t":T}                W (re)lists: a list or a watch-list
 //	{"k":"watch","w":W,"t":T}               W starts a watch from a resource version
@@ -50,7 +51,9 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -65,6 +68,7 @@ type options struct {
 	kubelets                         []string
 	separate, perKubelet             int
 	writeEvery, requestEvery         time.Duration
+	leaseEvery                       time.Duration
 	requestTimeout, duration         time.Duration
 }
 
@@ -81,6 +85,7 @@ func main() {
 	flag.IntVar(&o.perKubelet, "per-kubelet", 4, "informers per kubelet-like group")
 	flag.DurationVar(&o.writeEvery, "write-every", 100*time.Millisecond, "the writer creates an object this often")
 	flag.DurationVar(&o.requestEvery, "request-every", 200*time.Millisecond, "the request loops' period")
+	flag.DurationVar(&o.leaseEvery, "lease-every", 10*time.Second, "a kubelet-like group renews its node's Lease this often (kubelet: 10 s)")
 	flag.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "bound of one request")
 	flag.DurationVar(&o.duration, "duration", 10*time.Minute, "end the run after this long")
 	klog.InitFlags(nil)
@@ -269,6 +274,7 @@ func run(o options) error {
 		}
 		add(fmt.Sprintf("sep-%d", i), cs)
 	}
+	kubelets := map[string]kubernetes.Interface{}
 	for _, node := range o.kubelets {
 		cfg := o.config("node-"+node, false)
 		hc, err := rest.HTTPClientFor(cfg)
@@ -281,6 +287,7 @@ func run(o options) error {
 				return err
 			}
 			add(fmt.Sprintf("%s-%d", node, i), cs)
+			kubelets[node] = cs
 		}
 	}
 	for _, in := range infs {
@@ -333,6 +340,16 @@ func run(o options) error {
 			})
 		},
 	}
+	for node, cs := range kubelets {
+		loops = append(loops, func() {
+			var lease *coordinationv1.Lease
+			every(ctx, o.leaseEvery, false, func(int) {
+				start := time.Now()
+				err := renewLease(ctx, o, cs, node, &lease)
+				rec.request(map[string]any{"k": "req", "c": "lease"}, start, err)
+			})
+		})
+	}
 	for _, loop := range loops {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop() }()
@@ -345,6 +362,43 @@ func run(o options) error {
 	defer cancel()
 	admin.CoreV1().ConfigMaps(o.namespace).DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector})
 	rec.put(map[string]any{"k": "end", "t": now()})
+	return nil
+}
+
+// renewLease renews node's Lease in kube-node-lease as a kubelet does: an
+// update of the lease it holds, a get (or the create) first when it holds
+// none (at the start, after a failure).
+func renewLease(ctx context.Context, o options, cs kubernetes.Interface, node string, cur **coordinationv1.Lease) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+	defer cancel()
+	leases := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	if *cur == nil {
+		l, err := leases.Get(rctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			duration := int32(40)
+			l, err = leases.Create(rctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &duration, RenewTime: &now},
+			}, metav1.CreateOptions{})
+			if err == nil {
+				*cur = l
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		*cur = l
+	}
+	l := (*cur).DeepCopy()
+	l.Spec.RenewTime = &now
+	updated, err := leases.Update(rctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		*cur = nil
+		return err
+	}
+	*cur = updated
 	return nil
 }
 
