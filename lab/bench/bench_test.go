@@ -387,4 +387,8 @@ func TestK8sReport(t *testing.T) {
 	if strings.Contains(md, "| crash | vipd |") {
 		t.Errorf("report has a row for a scenario without trials")
 	}
+	r.K8sSource = "`PARTS=k8s make bench` on vipd abc1234"
+	if md := Markdown(r, Machine{NProc: 2}, nil, "RUNS=10 make bench", "benchmarks.svg"); !strings.Contains(md, "Not from the run above: `PARTS=k8s make bench` on vipd abc1234.") {
+		t.Errorf("spliced Kubernetes trials do not say where they come from:\n%s", md)
+	}
 }

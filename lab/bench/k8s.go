@@ -165,7 +165,11 @@ func writeK8s(w io.Writer, r *Results, command string) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Kubernetes clients: vipd vs keepalived\n\n")
-	p("`%s` (part `k8s`; `PARTS=k8s K8S_RUNS=1 make bench` runs only it). ", command)
+	if r.K8sSource != "" {
+		p("Not from the run above: %s. ", r.K8sSource)
+	} else {
+		p("`%s` (part `k8s`; `PARTS=k8s K8S_RUNS=1 make bench` runs only it). ", command)
+	}
 	p("A real control plane per lab (lab/k8slab): on each of three nodes an etcd member (one cluster) and kube-apiserver %s, kubeadm-shaped PKI, Node,RBAC; ", "v1.37.2")
 	p("the clients (lab/k8s/cmd/clients, client-go v0.37.2 with its defaults) in the client namespace through the VIP: ")
 	p("a writer creating a ConfigMap every 100 ms; 20 informers on them, 8 on connections of their own and 3 kubelet-like groups of 4 sharing one HTTP/2 connection per node identity, which also renews its node Lease every 10 s as a kubelet does; ")

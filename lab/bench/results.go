@@ -43,6 +43,10 @@ type Results struct {
 	Scale *Scale
 	// K8s holds one entry per Kubernetes clients trial (lab/k8slab).
 	K8s []k8slab.Trial `json:",omitempty"`
+	// K8sSource names the run the Kubernetes clients trials come from
+	// when it is not the report's own (as Scale.Source): its command,
+	// vipd version and time.
+	K8sSource string `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }
