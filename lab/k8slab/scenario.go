@@ -224,11 +224,14 @@ func (cp *ControlPlane) RunTrial(a Agent, scenario string, run int, logf func(st
 			time.Sleep(tail)
 		}
 	}
+	// The window ends when the clients are told to stop: creates in flight
+	// then complete after the informers have stopped.
+	end := time.Now()
 	r, stopErr := cl.Stop()
 	samples, _ := rec.Stop()
 	tr.Moves = Moves(samples)
 	if r != nil {
-		tr.Clients = r.Stats(ev, time.Time{})
+		tr.Clients = r.Stats(ev, end)
 		tr.Baseline = r.Stats(ev.Add(-baseline), ev)
 	}
 	for _, e := range []struct {
