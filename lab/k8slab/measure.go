@@ -294,6 +294,26 @@ func (r *Run) stall(w string, from, to time.Time) time.Duration {
 	return longest
 }
 
+// Stale returns the informers that delivered no object whose create
+// started at or after since, before to: they have not shown that they
+// follow the cluster since then (nor has the writer, if none did).
+func (r *Run) Stale(since, to time.Time) []string {
+	var out []string
+	for _, w := range r.Watches() {
+		fresh := false
+		for seq, d := range r.deliveries[w] {
+			if wr, ok := r.writes[seq]; ok && !us(wr.T).Before(since) && d.Before(to) {
+				fresh = true
+				break
+			}
+		}
+		if !fresh {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // back is from from until w's last delivery within [from, to) that came
 // more than LagLimit after its object existed (0 without one); false, and
 // to - from, when an object that existed before to - LagLimit was still

@@ -151,6 +151,22 @@ func TestRunStats(t *testing.T) {
 	}
 }
 
+func TestStale(t *testing.T) {
+	// sep-0 is blind from 1 s on; the writer fails from 3 s on.
+	s := synth{dur: 5000, watches: []string{"sep-0", "n1-0"},
+		failing:    func(ms int64) bool { return ms >= 3000 },
+		blind:      func(w string, ms int64) bool { return w == "sep-0" && ms >= 1000 },
+		endOfBlind: func(string) int64 { return -1 }}
+	r := NewRun(s.records())
+	if got := r.Stale(ms(1000), ms(2000)); !slices.Equal(got, []string{"sep-0"}) {
+		t.Errorf("Stale(1s, 2s) = %v, want [sep-0]", got)
+	}
+	// Nothing was created after 3 s: no informer shows it follows.
+	if got := r.Stale(ms(3000), ms(5000)); !slices.Equal(got, []string{"n1-0", "sep-0"}) {
+		t.Errorf("Stale(3s, 5s) = %v, want both", got)
+	}
+}
+
 func TestParseRecords(t *testing.T) {
 	in := `{"k":"ready","t":5}
 {"k":"write","s":1,"t":10,"d":3,"e":""}

@@ -144,10 +144,11 @@ func (cp *ControlPlane) act(a Agent, scenario string, holder *netlab.Host, logf 
 	return nil, fmt.Errorf("unknown scenario %q", scenario)
 }
 
-// waitBack waits (bounded by backTimeout) until, from since on, no
-// informer is behind the cluster by more than LagLimit, and at least
-// backSettle has passed (a watch silently blind shows as behind only once
-// objects it missed are older than LagLimit).
+// waitBack waits (bounded by backTimeout) until, from since on, every
+// informer has delivered an object created after since and none is behind
+// the cluster by more than LagLimit, and at least backSettle has passed (a
+// watch silently blind shows as behind only once objects it missed are
+// older than LagLimit).
 func waitBack(c *Clients, since time.Time) error {
 	var last string
 	ok, _ := netlab.Eventually(backTimeout, 250*time.Millisecond, func() (bool, string) {
@@ -163,9 +164,13 @@ func waitBack(c *Clients, since time.Time) error {
 			last = err.Error()
 			return false, ""
 		}
-		st := r.Stats(since, time.Now().Add(-300*time.Millisecond))
-		last = fmt.Sprintf("not back: %v", st.NotBack)
-		return len(st.NotBack) == 0, ""
+		// Behind by more than LagLimit, or nothing new delivered: an
+		// informer is not followed yet while the writer cannot write
+		// (no object to be behind on).
+		to := time.Now().Add(-300 * time.Millisecond)
+		st, stale := r.Stats(since, to), r.Stale(since, to)
+		last = fmt.Sprintf("behind: %v; nothing new: %v", st.NotBack, stale)
+		return len(st.NotBack) == 0 && len(stale) == 0, ""
 	})
 	if !ok || !c.Running() {
 		return fmt.Errorf("watches not all back within %v of %s: %s", backTimeout, since.Format("15:04:05.000"), last)
