@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/lab/netlab"
 )
 
@@ -166,7 +166,7 @@ func TestSlowControlPlane(t *testing.T) {
 	vip := healthVIP(t, cp)
 	a := cp.NewVipd(netlab.VipdOptions{VIPs: []netlab.VIP{vip}, RejoinInterval: "5s", LogLevel: "info",
 		API: fmt.Sprintf("metrics_address = %q", metricsAddress)})
-	timeout := agent.DefaultHealthTimeout
+	timeout := config.DefaultHealthTimeout
 	if vip.HealthTimeout != "" {
 		timeout, _ = time.ParseDuration(vip.HealthTimeout)
 	}
