@@ -7,7 +7,9 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
+#   PARTS=all       failover,bgp,footprint,scale,k8s (gobench: the agent Go benchmarks)
+#   K8S_RUNS=3      trials per Kubernetes clients scenario (part k8s: real kube-apiserver, etcd, client-go)
+#   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
 #   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
 #
@@ -28,6 +30,8 @@ BIN=${VIPD_BIN:-$ROOT/bin}
 [[ -x $BIN/vipd && -x $BIN/vipctl ]] || die "$BIN/vipd or vipctl missing: run make build"
 
 RUNS=${RUNS:-5}
+K8S_RUNS=${K8S_RUNS:-3}
+K8S_SCENARIOS=${K8S_SCENARIOS:-all}
 SCENARIOS=${SCENARIOS:-all}
 SYSTEMS=${SYSTEMS:-all}
 PARTS=${PARTS:-all}
@@ -36,9 +40,9 @@ DOCS=${BENCH_DOCS:-$ROOT/docs}
 # The command line as the report shows it: make bench with the knobs that
 # differ from the defaults.
 CMD="make bench"
-for k in RUNS SCENARIOS SYSTEMS PARTS; do
+for k in RUNS SCENARIOS SYSTEMS PARTS K8S_RUNS K8S_SCENARIOS; do
 	case "$k=${!k}" in
-	RUNS=5 | SCENARIOS=all | SYSTEMS=all | PARTS=all) ;;
+	RUNS=5 | SCENARIOS=all | SYSTEMS=all | PARTS=all | K8S_RUNS=3 | K8S_SCENARIOS=all) ;;
 	*) CMD="$k=${!k} $CMD" ;;
 	esac
 done
@@ -58,7 +62,8 @@ RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)
 
 if [[ -n $RUN_PARTS ]]; then
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$BIN "$WORK/vipbench" run -runs "$RUNS" -scenarios "$SCENARIOS" \
-		-systems "$SYSTEMS" -parts "$RUN_PARTS" -bin "$BIN" -logs "${BENCH_LOGS:-}" -out "$WORK/results.json"
+		-systems "$SYSTEMS" -parts "$RUN_PARTS" -k8s-runs "$K8S_RUNS" -k8s-scenarios "$K8S_SCENARIOS" \
+		-bin "$BIN" -logs "${BENCH_LOGS:-}" -out "$WORK/results.json"
 else
 	echo '{"Runs": '"$RUNS"'}' >"$WORK/results.json"
 fi

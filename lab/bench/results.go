@@ -15,6 +15,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/vipd/vipd/lab/k8slab"
 )
 
 // Results is everything one `vipbench run` measured.
@@ -39,6 +41,12 @@ type Results struct {
 	Footprint *Footprint
 	// Scale of the 16-node run (nil when not measured).
 	Scale *Scale
+	// K8s holds one entry per Kubernetes clients trial (lab/k8slab).
+	K8s []k8slab.Trial `json:",omitempty"`
+	// K8sSource names the run the Kubernetes clients trials come from
+	// when it is not the report's own (as Scale.Source): its command,
+	// vipd version and time.
+	K8sSource string `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }

@@ -2,7 +2,8 @@
 // renders their report.
 //
 //	vipbench run [-runs 5] [-scenarios handoff,crash,...] [-systems vipd,keepalived]
-//	             [-parts failover,bgp,footprint,scale] [-bin bin] -out results.json
+//	             [-parts failover,bgp,footprint,scale,k8s] [-k8s-scenarios handoff,...] [-k8s-runs 3]
+//	             [-bin bin] -out results.json
 //	vipbench report -results results.json [-gobench file] [-command "make bench"]
 //	             -md docs/benchmarks.md -svg docs/benchmarks.svg
 //
@@ -20,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/vipd/vipd/lab/bench"
+	"github.com/vipd/vipd/lab/k8slab"
 )
 
 func main() {
@@ -74,11 +76,13 @@ func run(args []string) error {
 	bin := fs.String("bin", "bin", "directory holding vipd and vipctl")
 	out := fs.String("out", "", "write the results (JSON) here (required)")
 	logs := fs.String("logs", "", "copy every lab's daemon logs under this directory")
+	k8sScenarios := fs.String("k8s-scenarios", "all", "Kubernetes clients scenarios: "+strings.Join(k8slab.Scenarios, ","))
+	k8sRuns := fs.Int("k8s-runs", 3, "trials per Kubernetes clients scenario and system")
 	fs.Parse(args)
 	if *out == "" || *runs < 1 {
 		return fmt.Errorf("run: -out is required and -runs must be at least 1")
 	}
-	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs}
+	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs, K8sRuns: *k8sRuns}
 	var err error
 	if c.Scenarios, err = list(*scenarios, bench.AllScenarios()); err != nil {
 		return err
@@ -87,6 +91,9 @@ func run(args []string) error {
 		return err
 	}
 	if c.Parts, err = list(*parts, bench.Parts); err != nil {
+		return err
+	}
+	if c.K8sScenarios, err = list(*k8sScenarios, k8slab.Scenarios); err != nil {
 		return err
 	}
 	if c.BinDir, err = filepath.Abs(*bin); err != nil {
