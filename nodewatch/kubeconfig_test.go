@@ -1,0 +1,198 @@
+package nodewatch
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLoadKubeconfigKubeadm: kubeadm's kubelet.conf after the kubelet's
+// bootstrap: inline CA, the rotating client certificate file for both
+// certificate and key, the VIP as server.
+func TestLoadKubeconfigKubeadm(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	k, err := LoadKubeconfig(pki.kubeletConf(t, "https://192.0.2.10:6443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Server != "https://192.0.2.10:6443" || string(k.CA) != string(pki.caPEM) || k.CertFile != pki.nodePEM || k.KeyFile != pki.nodePEM {
+		t.Errorf("kubeconfig %+v", k)
+	}
+	certs := newCertLoader(k)
+	if _, err := k.tlsConfig(certs); err != nil {
+		t.Fatal(err)
+	}
+	if got := certs.nodeName(); got != "cp-1" {
+		t.Errorf("node name from the certificate %q; want cp-1", got)
+	}
+}
+
+// TestLoadKubeconfigRKE2: RKE2's agent kubelet.kubeconfig: CA, certificate
+// and key as files, the supervisor's local address as server.
+func TestLoadKubeconfigRKE2(t *testing.T) {
+	pki := newTestPKI(t, "server-1")
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "server-ca.crt"), string(pki.caPEM))
+	cert, key := pki.issue(t, nodeUserPrefix+"server-1", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth)
+	writeFile(t, filepath.Join(dir, "client-kubelet.crt"), string(cert))
+	writeFile(t, filepath.Join(dir, "client-kubelet.key"), string(key))
+	path := filepath.Join(dir, "kubelet.kubeconfig")
+	writeFile(t, path, strings.ReplaceAll(`apiVersion: v1
+clusters:
+- cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority: DIR/server-ca.crt
+  name: local
+contexts:
+- context:
+    cluster: local
+    namespace: default
+    user: user
+  name: Default
+current-context: Default
+kind: Config
+preferences: {}
+users:
+- name: user
+  user:
+    client-certificate: DIR/client-kubelet.crt
+    client-key: DIR/client-kubelet.key
+`, "DIR", dir))
+	k, err := LoadKubeconfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Server != "https://127.0.0.1:6443" || string(k.CA) != string(pki.caPEM) || k.KeyFile != filepath.Join(dir, "client-kubelet.key") {
+		t.Errorf("kubeconfig %+v", k)
+	}
+	if got := newCertLoader(k).nodeName(); got != "server-1" {
+		t.Errorf("node name %q; want server-1", got)
+	}
+}
+
+func TestLoadKubeconfigForms(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	ca := base64.StdEncoding.EncodeToString(pki.caPEM)
+	certPEM, keyPEM := pki.issue(t, nodeUserPrefix+"cp-1", nil, x509.ExtKeyUsageClientAuth)
+	cases := []struct {
+		name, doc, err string
+		check          func(t *testing.T, k *Kubeconfig)
+	}{
+		{name: "relative paths are relative to the file", doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443", certificate-authority: ca.crt, tls-server-name: kubernetes}}]
+users: [{name: u, user: {client-certificate: pki/c.pem, client-key: pki/c.pem}}]`,
+			check: func(t *testing.T, k *Kubeconfig) {
+				if !strings.HasSuffix(k.CertFile, "/pki/c.pem") || !filepath.IsAbs(k.CertFile) || k.TLSServerName != "kubernetes" {
+					t.Errorf("%+v", k)
+				}
+			}},
+		{name: "inline certificate, the only context without current-context", doc: `
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://[2001:db8::10]:6443", certificate-authority-data: ` + ca + `}}]
+users: [{name: u, user: {client-certificate-data: ` + base64.StdEncoding.EncodeToString(certPEM) + `, client-key-data: ` + base64.StdEncoding.EncodeToString(keyPEM) + `}}]`,
+			check: func(t *testing.T, k *Kubeconfig) {
+				if newCertLoader(k).nodeName() != "cp-1" {
+					t.Errorf("inline certificate not read: %+v", k)
+				}
+			}},
+		{name: "token file", doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]
+users: [{name: u, user: {tokenFile: token}}]`,
+			check: func(t *testing.T, k *Kubeconfig) {
+				if !strings.HasSuffix(k.TokenFile, "/token") {
+					t.Errorf("%+v", k)
+				}
+			}},
+		{name: "exec plugin", err: `exec credential plugins are not supported`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]
+users: [{name: u, user: {exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}}]`},
+		{name: "auth provider", err: `auth-provider plugins are not supported`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]
+users: [{name: u, user: {auth-provider: {name: oidc}}}]`},
+		{name: "basic auth", err: `basic authentication is not supported`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]
+users: [{name: u, user: {username: admin, password: secret}}]`},
+		{name: "plain http", err: `want https://HOST[:PORT]`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "http://cp.example:8080"}}]`},
+		{name: "proxy", err: `proxy-url is not supported`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443", proxy-url: "http://proxy:3128"}}]`},
+		{name: "missing context", err: `context "d" not found`, doc: `
+current-context: d
+contexts: [{name: c, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]`},
+		{name: "no context at all", err: `no current-context`, doc: `
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]`},
+		{name: "missing cluster", err: `cluster "k" not found`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]`},
+		{name: "missing user", err: `user "u" not found`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]`},
+		{name: "certificate without key", err: `needs both a certificate and a key`, doc: `
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://cp.example:6443"}}]
+users: [{name: u, user: {client-certificate: c.pem}}]`},
+		{name: "not YAML", err: `yaml`, doc: "clusters: [\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "ca.crt"), string(pki.caPEM))
+			path := filepath.Join(dir, "config")
+			writeFile(t, path, c.doc)
+			k, err := LoadKubeconfig(path)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), path) {
+					t.Errorf("error %v; want one naming %s and saying %q", err, path, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, k)
+		})
+	}
+}
+
+// TestCertLoaderKeepsLastGood: a certificate file caught half-written
+// during a rotation does not lose the certificate already loaded.
+func TestCertLoaderKeepsLastGood(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	l := &certLoader{certFile: pki.nodePEM, keyFile: pki.nodePEM}
+	first, err := l.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pki.nodePEM, []byte("-----BEGIN CERT"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.get()
+	if err != nil || again != first {
+		t.Errorf("half-written file: %v, same certificate %v; want the last good one", err, again == first)
+	}
+	serial := pki.writeClient(t, pki.nodePEM, nodeUserPrefix+"cp-1")
+	third, err := l.get()
+	if err != nil || third.Leaf.SerialNumber.String() != serial {
+		t.Errorf("rotated file not loaded: %v", err)
+	}
+}

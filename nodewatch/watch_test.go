@@ -1,0 +1,366 @@
+package nodewatch
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func reasons(s State) string { return s.Verdict.String() }
+
+func isVerdict(v string) func(State) bool {
+	return func(s State) bool { return s.Reachable && s.Verdict.String() == v }
+}
+
+// setup starts a fake apiserver with node cp-1 registered and eligible, and
+// a watcher using a kubeadm-like kubelet.conf for it.
+func setup(t *testing.T, cfg Config) (*fakeAPI, *stateLog, *logBuffer) {
+	t.Helper()
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.set(func(*Node) {})
+	cfg.Kubeconfigs = []string{pki.kubeletConf(t, api.url())}
+	states, logs := runWatcher(t, cfg)
+	states.waitFor(t, "the registered node eligible", func(s State) bool {
+		return s.Reachable && s.Registered && s.Verdict.Eligible()
+	})
+	return api, states, logs
+}
+
+// TestWatchFollowsNode: cordon, the exclusion label, shutdown, deletion and
+// their reverses reach the verdict through the watch, with one list.
+func TestWatchFollowsNode(t *testing.T) {
+	api, states, _ := setup(t, Config{})
+	s := states.last()
+	if s.Node != "cp-1" || !strings.HasPrefix(s.Server, "https://127.0.0.1:") {
+		t.Errorf("state %+v: want node cp-1 (from the certificate) read from the fake", s)
+	}
+	steps := []struct {
+		what   string
+		change func()
+		want   string
+	}{
+		{"kubectl cordon", func() { api.set(func(n *Node) { n.Spec.Unschedulable = true }) }, ReasonCordoned},
+		{"exclusion label", func() {
+			api.set(func(n *Node) { n.Metadata.Labels[LabelExcludeLB] = "" })
+		}, ReasonCordoned + ", " + ReasonExcluded},
+		{"kubectl uncordon", func() { api.set(func(n *Node) { n.Spec.Unschedulable = false }) }, ReasonExcluded},
+		{"label removed", func() { api.set(func(n *Node) { delete(n.Metadata.Labels, LabelExcludeLB) }) }, "eligible"},
+		{"graceful shutdown", func() {
+			api.set(func(n *Node) {
+				n.Status.Conditions = []Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady", Message: "node is shutting down"}}
+			})
+		}, ReasonShutdown},
+		{"shutdown cancelled", func() {
+			api.set(func(n *Node) {
+				n.Status.Conditions = []Condition{{Type: "Ready", Status: "True", Reason: "KubeletReady"}}
+			})
+		}, "eligible"},
+		{"kubectl delete node", api.remove, ReasonDeleted},
+		{"kubelet registers it again", func() { api.set(func(*Node) {}) }, "eligible"},
+	}
+	for _, st := range steps {
+		st.change()
+		states.waitFor(t, st.what+" -> "+st.want, isVerdict(st.want))
+	}
+	if n := api.count("list"); n != 1 {
+		t.Errorf("%d lists; want 1 (every change through the watch): %v", n, api.requestLog())
+	}
+	if !states.last().Registered {
+		t.Error("node registered again but state says not registered")
+	}
+}
+
+// TestUnregisteredNodeIsNotDeleted: a Node that does not exist yet (the
+// kubelet has not registered it, at bootstrap) leaves the node eligible;
+// once it appears its verdict counts.
+func TestUnregisteredNodeIsNotDeleted(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}})
+	s := states.waitFor(t, "reachable", func(s State) bool { return s.Reachable })
+	if !s.Verdict.Eligible() || s.Registered {
+		t.Errorf("no Node yet: state %+v; want eligible and not registered", s)
+	}
+	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	states.waitFor(t, "registered cordoned", func(s State) bool { return s.Registered && reasons(s) == ReasonCordoned })
+}
+
+// TestDeletedWhileDisconnected: a Node deleted while the watch was down is
+// found deleted by the relist.
+func TestDeletedWhileDisconnected(t *testing.T) {
+	api, states, _ := setup(t, Config{})
+	api.failWith(http.StatusServiceUnavailable)
+	states.waitFor(t, "unreachable", func(s State) bool { return !s.Reachable })
+	api.remove()
+	api.failWith(0)
+	states.waitFor(t, "deleted", isVerdict(ReasonDeleted))
+}
+
+// TestGoneRelists: after etcd compaction a watch from an old resource
+// version gets 410 Gone, as a status or as an ERROR event; the watcher
+// lists again and sees what changed meanwhile.
+func TestGoneRelists(t *testing.T) {
+	for _, as := range []string{"status", "event"} {
+		t.Run(as, func(t *testing.T) {
+			api, states, logs := setup(t, Config{})
+			api.stall(time.Hour) // hold the watcher off while the Node changes
+			api.set(func(n *Node) { n.Spec.Unschedulable = true })
+			api.expire(as)
+			api.stall(0)
+			states.waitFor(t, "cordon seen after relist", isVerdict(ReasonCordoned))
+			if n := api.count("list"); n < 2 {
+				t.Errorf("%d lists; want a relist after 410: %v", n, api.requestLog())
+			}
+			if w := logs.lines("WARN", ""); len(w) != 0 {
+				t.Errorf("410 Gone is routine, not a warning: %q", w)
+			}
+		})
+	}
+}
+
+// TestBookmarkResumesWatch: a watch that ends is watched again from the
+// last bookmark's resource version, without a list.
+func TestBookmarkResumesWatch(t *testing.T) {
+	api, _, _ := setup(t, Config{})
+	waitRequests(t, api, "watch", 1)
+	rv := api.bookmark() // and the watch ends, as at its timeout
+	want := fmt.Sprintf("watch rv=%d", rv)
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(api.requestLog(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q after the cut: %v", want, api.requestLog())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := api.count("list"); n != 1 {
+		t.Errorf("%d lists; a watch that ended resumes without one: %v", n, api.requestLog())
+	}
+}
+
+// waitRequests waits until the fake has had n requests starting with prefix.
+func waitRequests(t *testing.T, api *fakeAPI, prefix string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for api.count(prefix) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d %q requests: %v", n, prefix, api.requestLog())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFailStatic: whatever the failure (an apiserver that is gone, errors,
+// refuses the credentials, or is too slow), the verdict stays what it was,
+// the failure is logged once however often the watcher retries, and the
+// recovery once; after it, the verdict follows the Node again.
+func TestFailStatic(t *testing.T) {
+	cases := []struct {
+		name    string
+		breakIt func(api *fakeAPI)
+		mendIt  func(api *fakeAPI)
+	}{
+		{"apiserver stopped", (*fakeAPI).stop, (*fakeAPI).start},
+		{"503", func(api *fakeAPI) { api.failWith(http.StatusServiceUnavailable) }, func(api *fakeAPI) { api.failWith(0) }},
+		{"500", func(api *fakeAPI) { api.failWith(http.StatusInternalServerError) }, func(api *fakeAPI) { api.failWith(0) }},
+		{"401", func(api *fakeAPI) { api.failWith(http.StatusUnauthorized) }, func(api *fakeAPI) { api.failWith(0) }},
+		{"403", func(api *fakeAPI) { api.failWith(http.StatusForbidden) }, func(api *fakeAPI) { api.failWith(0) }},
+		{"slower than the request timeout", func(api *fakeAPI) { api.stall(time.Hour) }, func(api *fakeAPI) { api.stall(0) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			api, states, logs := setup(t, Config{RequestTimeout: 300 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+			api.set(func(n *Node) { n.Spec.Unschedulable = true })
+			states.waitFor(t, "cordoned", isVerdict(ReasonCordoned))
+			before, statesBefore := len(api.requestLog()), len(states.all())
+			c.breakIt(api)
+			s := states.waitFor(t, "unreachable", func(s State) bool { return !s.Reachable })
+			if reasons(s) != ReasonCordoned || s.Err == "" {
+				t.Errorf("unreachable: state %+v; want the cordon kept and the error said", s)
+			}
+			// Retries: several failed attempts, one warning.
+			deadline := time.Now().Add(10 * time.Second)
+			for len(logs.lines("DEBUG", "still failing")) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("fewer than 3 retries: %v", api.requestLog()[before:])
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if w := logs.lines("WARN", "not readable"); len(w) != 1 {
+				t.Errorf("%d warnings for one outage with retries; want 1: %q", len(w), w)
+			}
+			for _, st := range states.all()[statesBefore:] {
+				if reasons(st) != ReasonCordoned {
+					t.Errorf("the verdict changed while the API could not be read: %+v", st)
+				}
+			}
+			c.mendIt(api)
+			states.waitFor(t, "reachable again", isVerdict(ReasonCordoned))
+			if i := logs.lines("INFO", "readable again"); len(i) != 1 {
+				t.Errorf("%d recovery lines; want 1: %q", len(i), i)
+			}
+			api.set(func(n *Node) { n.Spec.Unschedulable = false })
+			states.waitFor(t, "uncordon after recovery", isVerdict("eligible"))
+		})
+	}
+}
+
+// TestCutWatchIsNotAnOutage: a watch cut mid-stream (an apiserver restart
+// behind a load balancer) is opened again from where it was, with no list
+// and no warning; what changes after each cut is seen.
+func TestCutWatchIsNotAnOutage(t *testing.T) {
+	api, states, logs := setup(t, Config{})
+	for i := range 4 {
+		cordon := i%2 == 0
+		api.set(func(n *Node) { n.Spec.Unschedulable = cordon })
+		want := "eligible"
+		if cordon {
+			want = ReasonCordoned
+		}
+		states.waitFor(t, fmt.Sprintf("cut %d: %s", i, want), isVerdict(want))
+		api.cutWatches()
+		waitRequests(t, api, "watch", i+2)
+	}
+	if n := api.count("list"); n != 1 {
+		t.Errorf("%d lists; a cut watch resumes from its resource version: %v", n, api.requestLog())
+	}
+	if w := logs.lines("WARN", ""); len(w) != 0 {
+		t.Errorf("a cut watch that reopens is no outage: %q", w)
+	}
+	for _, s := range states.all() {
+		if s.Registered && s.VerdictSince.IsZero() {
+			t.Errorf("state without a verdict time: %+v", s)
+		}
+	}
+}
+
+// TestWatchEndingAtOnce: an apiserver that accepts watches and ends them at
+// once is backed off from, and after three in a row counts as a failure
+// (said once); the verdict stays.
+func TestWatchEndingAtOnce(t *testing.T) {
+	api, states, logs := setup(t, Config{})
+	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	states.waitFor(t, "cordoned", isVerdict(ReasonCordoned))
+	api.mu.Lock()
+	api.endAt = 1 // every watch ends once it sent what it had
+	api.mu.Unlock()
+	api.cutWatches()
+	s := states.waitFor(t, "failing", func(s State) bool { return !s.Reachable })
+	if !strings.Contains(s.Err, "ended at once") || reasons(s) != ReasonCordoned {
+		t.Errorf("state %+v; want the cordon kept and the reason said", s)
+	}
+	waitRequests(t, api, "watch", 8)
+	if w := logs.lines("WARN", "ended at once"); len(w) != 1 {
+		t.Errorf("want one warning, got %q", w)
+	}
+}
+
+// TestOtherNodeForbidden: the credentials belong to cp-1; a watcher told
+// to follow cp-2 is refused (403) by the Node authorizer, and says so.
+func TestOtherNodeForbidden(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.set(func(*Node) {})
+	states, logs := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}, NodeName: "cp-2"})
+	s := states.waitFor(t, "forbidden", func(s State) bool { return strings.Contains(s.Err, "403") })
+	if s.Node != "cp-2" || !s.Verdict.Eligible() {
+		t.Errorf("state %+v; want node cp-2, eligible (fail-static)", s)
+	}
+	if w := logs.lines("WARN", "only its own Node object"); len(w) != 1 {
+		t.Errorf("want the apiserver's reason in one warning, got %q", w)
+	}
+}
+
+// TestNodeNameFallback: credentials that do not name a node (a token) use
+// FallbackNodeName; the certificate's name wins over it.
+func TestNodeNameFallback(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.set(func(*Node) {})
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}, FallbackNodeName: "other"})
+	states.waitFor(t, "cp-1 from the certificate", func(s State) bool { return s.Reachable && s.Node == "cp-1" })
+
+	path := filepath.Join(t.TempDir(), "token.conf")
+	writeFile(t, path, fmt.Sprintf(`current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: abc}}]
+`, api.url()))
+	states, _ = runWatcher(t, Config{Kubeconfigs: []string{path}, FallbackNodeName: "cp-1"})
+	s := states.waitFor(t, "token refused", func(s State) bool { return strings.Contains(s.Err, "401") })
+	if s.Node != "cp-1" {
+		t.Errorf("token credentials: node %q; want the fallback cp-1", s.Node)
+	}
+}
+
+// TestKubeconfigAppearsLater: vipd starts before kubeadm init writes
+// kubelet.conf; the watch starts when it appears, and the wait is said once
+// (not as a warning).
+func TestKubeconfigAppearsLater(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	missing := filepath.Join(t.TempDir(), "kubelet.conf")
+	states, logs := runWatcher(t, Config{Kubeconfigs: []string{missing, filepath.Join(t.TempDir(), "rke2.kubeconfig")}})
+	states.waitFor(t, "waiting for a kubeconfig", func(s State) bool { return strings.Contains(s.Err, "no kubeconfig found") })
+	waitLogs(t, logs, "DEBUG", "still failing", 3)
+	if i := logs.lines("INFO", "waits for a kubelet kubeconfig"); len(i) != 1 || len(logs.lines("WARN", "")) != 0 {
+		t.Errorf("want one info line for the wait and no warning; info %q warn %q", i, logs.lines("WARN", ""))
+	}
+	conf := pki.kubeletConf(t, api.url())
+	if err := os.Rename(conf, missing); err != nil {
+		t.Fatal(err)
+	}
+	s := states.waitFor(t, "watching", isVerdict(ReasonCordoned))
+	if s.Kubeconfig != missing {
+		t.Errorf("kubeconfig %q; want %q", s.Kubeconfig, missing)
+	}
+}
+
+func waitLogs(t *testing.T, logs *logBuffer, level, s string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(logs.lines(level, s)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d %s lines with %q", n, level, s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCertificateRotation: the kubelet replaces its client certificate
+// file; the next connection presents the new one.
+func TestCertificateRotation(t *testing.T) {
+	api, states, _ := setup(t, Config{})
+	newSerial := api.pki.writeClient(t, api.pki.nodePEM, nodeUserPrefix+"cp-1")
+	api.stop() // new connections from here on
+	api.start()
+	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	states.waitFor(t, "cordoned through a new connection", isVerdict(ReasonCordoned))
+	api.mu.Lock()
+	last := api.serials[len(api.serials)-1]
+	api.mu.Unlock()
+	if last != newSerial {
+		t.Errorf("the last request presented certificate %s; want the rotated %s", last, newSerial)
+	}
+}
+
+// TestServerOverride: Server and TLSServerName replace the kubeconfig's
+// (reading from this host's apiserver while the kubeconfig names the VIP).
+func TestServerOverride(t *testing.T) {
+	pki := newTestPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.set(func(*Node) {})
+	_, port, _ := strings.Cut(api.addr, ":")
+	conf := pki.kubeletConf(t, "https://192.0.2.10:6443") // a VIP nobody answers on
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{conf}, Server: "https://localhost:" + port, TLSServerName: "kubernetes"})
+	s := states.waitFor(t, "read from the override", isVerdict("eligible"))
+	if s.Server != "https://localhost:"+port {
+		t.Errorf("server %q; want the override", s.Server)
+	}
+}
