@@ -7,18 +7,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vipd/vipd/nodewatch/nodewatchtest"
 )
 
 // TestLoadKubeconfigKubeadm: kubeadm's kubelet.conf after the kubelet's
 // bootstrap: inline CA, the rotating client certificate file for both
 // certificate and key, the VIP as server.
 func TestLoadKubeconfigKubeadm(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
-	k, err := LoadKubeconfig(pki.kubeletConf(t, "https://192.0.2.10:6443"))
+	pki := newPKI(t, "cp-1")
+	k, err := LoadKubeconfig(kubeletConf(t, pki, "https://192.0.2.10:6443"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Server != "https://192.0.2.10:6443" || string(k.CA) != string(pki.caPEM) || k.CertFile != pki.nodePEM || k.KeyFile != pki.nodePEM {
+	if k.Server != "https://192.0.2.10:6443" || string(k.CA) != string(pki.CAPEM) || k.CertFile != pki.ClientPEM || k.KeyFile != pki.ClientPEM {
 		t.Errorf("kubeconfig %+v", k)
 	}
 	certs := newCertLoader(k)
@@ -33,10 +35,13 @@ func TestLoadKubeconfigKubeadm(t *testing.T) {
 // TestLoadKubeconfigRKE2: RKE2's agent kubelet.kubeconfig: CA, certificate
 // and key as files, the supervisor's local address as server.
 func TestLoadKubeconfigRKE2(t *testing.T) {
-	pki := newTestPKI(t, "server-1")
+	pki := newPKI(t, "server-1")
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "server-ca.crt"), string(pki.caPEM))
-	cert, key := pki.issue(t, nodeUserPrefix+"server-1", []string{"system:nodes"}, x509.ExtKeyUsageClientAuth)
+	writeFile(t, filepath.Join(dir, "server-ca.crt"), string(pki.CAPEM))
+	cert, key, err := pki.Issue(nodewatchtest.NodeUser("server-1"), []string{"system:nodes"}, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, filepath.Join(dir, "client-kubelet.crt"), string(cert))
 	writeFile(t, filepath.Join(dir, "client-kubelet.key"), string(key))
 	path := filepath.Join(dir, "kubelet.kubeconfig")
@@ -65,7 +70,7 @@ users:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Server != "https://127.0.0.1:6443" || string(k.CA) != string(pki.caPEM) || k.KeyFile != filepath.Join(dir, "client-kubelet.key") {
+	if k.Server != "https://127.0.0.1:6443" || string(k.CA) != string(pki.CAPEM) || k.KeyFile != filepath.Join(dir, "client-kubelet.key") {
 		t.Errorf("kubeconfig %+v", k)
 	}
 	if got := newCertLoader(k).nodeName(); got != "server-1" {
@@ -74,9 +79,12 @@ users:
 }
 
 func TestLoadKubeconfigForms(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
-	ca := base64.StdEncoding.EncodeToString(pki.caPEM)
-	certPEM, keyPEM := pki.issue(t, nodeUserPrefix+"cp-1", nil, x509.ExtKeyUsageClientAuth)
+	pki := newPKI(t, "cp-1")
+	ca := base64.StdEncoding.EncodeToString(pki.CAPEM)
+	certPEM, keyPEM, err := pki.Issue(nodewatchtest.NodeUser("cp-1"), nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, doc, err string
 		check          func(t *testing.T, k *Kubeconfig)
@@ -156,7 +164,7 @@ users: [{name: u, user: {client-certificate: c.pem}}]`},
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeFile(t, filepath.Join(dir, "ca.crt"), string(pki.caPEM))
+			writeFile(t, filepath.Join(dir, "ca.crt"), string(pki.CAPEM))
 			path := filepath.Join(dir, "config")
 			writeFile(t, path, c.doc)
 			k, err := LoadKubeconfig(path)
@@ -177,20 +185,23 @@ users: [{name: u, user: {client-certificate: c.pem}}]`},
 // TestCertLoaderKeepsLastGood: a certificate file caught half-written
 // during a rotation does not lose the certificate already loaded.
 func TestCertLoaderKeepsLastGood(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
-	l := &certLoader{certFile: pki.nodePEM, keyFile: pki.nodePEM}
+	pki := newPKI(t, "cp-1")
+	l := &certLoader{certFile: pki.ClientPEM, keyFile: pki.ClientPEM}
 	first, err := l.get()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pki.nodePEM, []byte("-----BEGIN CERT"), 0o600); err != nil {
+	if err := os.WriteFile(pki.ClientPEM, []byte("-----BEGIN CERT"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	again, err := l.get()
 	if err != nil || again != first {
 		t.Errorf("half-written file: %v, same certificate %v; want the last good one", err, again == first)
 	}
-	serial := pki.writeClient(t, pki.nodePEM, nodeUserPrefix+"cp-1")
+	serial, err := pki.WriteClient(pki.ClientPEM, nodewatchtest.NodeUser("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	third, err := l.get()
 	if err != nil || third.Leaf.SerialNumber.String() != serial {
 		t.Errorf("rotated file not loaded: %v", err)

@@ -44,16 +44,16 @@ type Node struct {
 type ObjectMeta struct {
 	Name            string            `json:"name"`
 	ResourceVersion string            `json:"resourceVersion"`
-	Labels          map[string]string `json:"labels"`
+	Labels          map[string]string `json:"labels,omitempty"`
 	// DeletionTimestamp is set (RFC 3339) once the Node is being deleted.
-	DeletionTimestamp string `json:"deletionTimestamp"`
+	DeletionTimestamp string `json:"deletionTimestamp,omitempty"`
 }
 
 // NodeSpec is the part of a Node's spec Judge reads.
 type NodeSpec struct {
 	// Unschedulable is set by `kubectl cordon` and `kubectl drain`.
-	Unschedulable bool    `json:"unschedulable"`
-	Taints        []Taint `json:"taints"`
+	Unschedulable bool    `json:"unschedulable,omitempty"`
+	Taints        []Taint `json:"taints,omitempty"`
 }
 
 // Taint is a Node taint.
@@ -65,7 +65,7 @@ type Taint struct {
 
 // NodeStatus is the part of a Node's status Judge reads.
 type NodeStatus struct {
-	Conditions []Condition `json:"conditions"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // Condition is a Node condition.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/nodewatch/nodewatchtest"
 )
 
 func reasons(s State) string { return s.Verdict.String() }
@@ -19,12 +21,12 @@ func isVerdict(v string) func(State) bool {
 
 // setup starts a fake apiserver with node cp-1 registered and eligible, and
 // a watcher using a kubeadm-like kubelet.conf for it.
-func setup(t *testing.T, cfg Config) (*fakeAPI, *stateLog, *logBuffer) {
+func setup(t *testing.T, cfg Config) (*nodewatchtest.Server, *stateLog, *logBuffer) {
 	t.Helper()
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	api.set(func(*Node) {})
-	cfg.Kubeconfigs = []string{pki.kubeletConf(t, api.url())}
+	api.Register()
+	cfg.Kubeconfigs = []string{kubeletConf(t, pki, api.URL())}
 	states, logs := runWatcher(t, cfg)
 	states.waitFor(t, "the registered node eligible", func(s State) bool {
 		return s.Reachable && s.Registered && s.Verdict.Eligible()
@@ -45,31 +47,24 @@ func TestWatchFollowsNode(t *testing.T) {
 		change func()
 		want   string
 	}{
-		{"kubectl cordon", func() { api.set(func(n *Node) { n.Spec.Unschedulable = true }) }, ReasonCordoned},
-		{"exclusion label", func() {
-			api.set(func(n *Node) { n.Metadata.Labels[LabelExcludeLB] = "" })
-		}, ReasonCordoned + ", " + ReasonExcluded},
-		{"kubectl uncordon", func() { api.set(func(n *Node) { n.Spec.Unschedulable = false }) }, ReasonExcluded},
-		{"label removed", func() { api.set(func(n *Node) { delete(n.Metadata.Labels, LabelExcludeLB) }) }, "eligible"},
-		{"graceful shutdown", func() {
-			api.set(func(n *Node) {
-				n.Status.Conditions = []Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady", Message: "node is shutting down"}}
-			})
-		}, ReasonShutdown},
-		{"shutdown cancelled", func() {
-			api.set(func(n *Node) {
-				n.Status.Conditions = []Condition{{Type: "Ready", Status: "True", Reason: "KubeletReady"}}
-			})
-		}, "eligible"},
-		{"kubectl delete node", api.remove, ReasonDeleted},
-		{"kubelet registers it again", func() { api.set(func(*Node) {}) }, "eligible"},
+		{"kubectl cordon", func() { api.Cordon(true) }, ReasonCordoned},
+		{"exclusion label", func() { api.Label(LabelExcludeLB, "") }, ReasonCordoned + ", " + ReasonExcluded},
+		{"kubectl uncordon", func() { api.Cordon(false) }, ReasonExcluded},
+		{"label removed", func() { api.Unlabel(LabelExcludeLB) }, "eligible"},
+		{"graceful shutdown", func() { api.Ready("False", "KubeletNotReady", "node is shutting down") }, ReasonShutdown},
+		{"shutdown cancelled", func() { api.Ready("True", "KubeletReady", "kubelet is posting ready status") }, "eligible"},
+		{"out-of-service taint", func() { api.Taint(TaintOutOfService) }, ReasonOutOfService},
+		{"taint removed", func() { api.Taint() }, "eligible"},
+		{"deletion held by a finalizer", api.MarkDeleting, ReasonDeleting},
+		{"kubectl delete node", api.Delete, ReasonDeleted},
+		{"kubelet registers it again", api.Register, "eligible"},
 	}
 	for _, st := range steps {
 		st.change()
 		states.waitFor(t, st.what+" -> "+st.want, isVerdict(st.want))
 	}
-	if n := api.count("list"); n != 1 {
-		t.Errorf("%d lists; want 1 (every change through the watch): %v", n, api.requestLog())
+	if n := api.Count("list"); n != 1 {
+		t.Errorf("%d lists; want 1 (every change through the watch): %v", n, api.Requests())
 	}
 	if !states.last().Registered {
 		t.Error("node registered again but state says not registered")
@@ -80,14 +75,14 @@ func TestWatchFollowsNode(t *testing.T) {
 // kubelet has not registered it, at bootstrap) leaves the node eligible;
 // once it appears its verdict counts.
 func TestUnregisteredNodeIsNotDeleted(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	states, _ := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}})
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}})
 	s := states.waitFor(t, "reachable", func(s State) bool { return s.Reachable })
 	if !s.Verdict.Eligible() || s.Registered {
 		t.Errorf("no Node yet: state %+v; want eligible and not registered", s)
 	}
-	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	api.Cordon(true)
 	states.waitFor(t, "registered cordoned", func(s State) bool { return s.Registered && reasons(s) == ReasonCordoned })
 }
 
@@ -95,10 +90,10 @@ func TestUnregisteredNodeIsNotDeleted(t *testing.T) {
 // found deleted by the relist.
 func TestDeletedWhileDisconnected(t *testing.T) {
 	api, states, _ := setup(t, Config{})
-	api.failWith(http.StatusServiceUnavailable)
+	api.FailWith(http.StatusServiceUnavailable)
 	states.waitFor(t, "unreachable", func(s State) bool { return !s.Reachable })
-	api.remove()
-	api.failWith(0)
+	api.Delete()
+	api.FailWith(0)
 	states.waitFor(t, "deleted", isVerdict(ReasonDeleted))
 }
 
@@ -109,13 +104,13 @@ func TestGoneRelists(t *testing.T) {
 	for _, as := range []string{"status", "event"} {
 		t.Run(as, func(t *testing.T) {
 			api, states, logs := setup(t, Config{})
-			api.stall(time.Hour) // hold the watcher off while the Node changes
-			api.set(func(n *Node) { n.Spec.Unschedulable = true })
-			api.expire(as)
-			api.stall(0)
+			api.Stall(time.Hour) // hold the watcher off while the Node changes
+			api.Cordon(true)
+			api.Expire(as == "event")
+			api.Stall(0)
 			states.waitFor(t, "cordon seen after relist", isVerdict(ReasonCordoned))
-			if n := api.count("list"); n < 2 {
-				t.Errorf("%d lists; want a relist after 410: %v", n, api.requestLog())
+			if n := api.Count("list"); n < 2 {
+				t.Errorf("%d lists; want a relist after 410: %v", n, api.Requests())
 			}
 			if w := logs.lines("WARN", ""); len(w) != 0 {
 				t.Errorf("410 Gone is routine, not a warning: %q", w)
@@ -129,27 +124,27 @@ func TestGoneRelists(t *testing.T) {
 func TestBookmarkResumesWatch(t *testing.T) {
 	api, _, _ := setup(t, Config{})
 	waitRequests(t, api, "watch", 1)
-	rv := api.bookmark() // and the watch ends, as at its timeout
+	rv := api.Bookmark() // and the watch ends, as at its timeout
 	want := fmt.Sprintf("watch rv=%d", rv)
 	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(api.requestLog(), want) {
+	for !slices.Contains(api.Requests(), want) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %q after the cut: %v", want, api.requestLog())
+			t.Fatalf("no %q after the cut: %v", want, api.Requests())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := api.count("list"); n != 1 {
-		t.Errorf("%d lists; a watch that ended resumes without one: %v", n, api.requestLog())
+	if n := api.Count("list"); n != 1 {
+		t.Errorf("%d lists; a watch that ended resumes without one: %v", n, api.Requests())
 	}
 }
 
 // waitRequests waits until the fake has had n requests starting with prefix.
-func waitRequests(t *testing.T, api *fakeAPI, prefix string, n int) {
+func waitRequests(t *testing.T, api *nodewatchtest.Server, prefix string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for api.count(prefix) < n {
+	for api.Count(prefix) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d %q requests: %v", n, prefix, api.requestLog())
+			t.Fatalf("fewer than %d %q requests: %v", n, prefix, api.Requests())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -162,22 +157,22 @@ func waitRequests(t *testing.T, api *fakeAPI, prefix string, n int) {
 func TestFailStatic(t *testing.T) {
 	cases := []struct {
 		name    string
-		breakIt func(api *fakeAPI)
-		mendIt  func(api *fakeAPI)
+		breakIt func(api *nodewatchtest.Server)
+		mendIt  func(api *nodewatchtest.Server)
 	}{
-		{"apiserver stopped", (*fakeAPI).stop, (*fakeAPI).start},
-		{"503", func(api *fakeAPI) { api.failWith(http.StatusServiceUnavailable) }, func(api *fakeAPI) { api.failWith(0) }},
-		{"500", func(api *fakeAPI) { api.failWith(http.StatusInternalServerError) }, func(api *fakeAPI) { api.failWith(0) }},
-		{"401", func(api *fakeAPI) { api.failWith(http.StatusUnauthorized) }, func(api *fakeAPI) { api.failWith(0) }},
-		{"403", func(api *fakeAPI) { api.failWith(http.StatusForbidden) }, func(api *fakeAPI) { api.failWith(0) }},
-		{"slower than the request timeout", func(api *fakeAPI) { api.stall(time.Hour) }, func(api *fakeAPI) { api.stall(0) }},
+		{"apiserver stopped", (*nodewatchtest.Server).Stop, func(api *nodewatchtest.Server) { api.Start() }},
+		{"503", func(api *nodewatchtest.Server) { api.FailWith(http.StatusServiceUnavailable) }, func(api *nodewatchtest.Server) { api.FailWith(0) }},
+		{"500", func(api *nodewatchtest.Server) { api.FailWith(http.StatusInternalServerError) }, func(api *nodewatchtest.Server) { api.FailWith(0) }},
+		{"401", func(api *nodewatchtest.Server) { api.FailWith(http.StatusUnauthorized) }, func(api *nodewatchtest.Server) { api.FailWith(0) }},
+		{"403", func(api *nodewatchtest.Server) { api.FailWith(http.StatusForbidden) }, func(api *nodewatchtest.Server) { api.FailWith(0) }},
+		{"slower than the request timeout", func(api *nodewatchtest.Server) { api.Stall(time.Hour) }, func(api *nodewatchtest.Server) { api.Stall(0) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			api, states, logs := setup(t, Config{RequestTimeout: 300 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-			api.set(func(n *Node) { n.Spec.Unschedulable = true })
+			api.Cordon(true)
 			states.waitFor(t, "cordoned", isVerdict(ReasonCordoned))
-			before, statesBefore := len(api.requestLog()), len(states.all())
+			before, statesBefore := len(api.Requests()), len(states.all())
 			c.breakIt(api)
 			s := states.waitFor(t, "unreachable", func(s State) bool { return !s.Reachable })
 			if reasons(s) != ReasonCordoned || s.Err == "" {
@@ -187,7 +182,7 @@ func TestFailStatic(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for len(logs.lines("DEBUG", "still failing")) < 3 {
 				if time.Now().After(deadline) {
-					t.Fatalf("fewer than 3 retries: %v", api.requestLog()[before:])
+					t.Fatalf("fewer than 3 retries: %v", api.Requests()[before:])
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -204,7 +199,7 @@ func TestFailStatic(t *testing.T) {
 			if i := logs.lines("INFO", "readable again"); len(i) != 1 {
 				t.Errorf("%d recovery lines; want 1: %q", len(i), i)
 			}
-			api.set(func(n *Node) { n.Spec.Unschedulable = false })
+			api.Cordon(false)
 			states.waitFor(t, "uncordon after recovery", isVerdict("eligible"))
 		})
 	}
@@ -217,17 +212,17 @@ func TestCutWatchIsNotAnOutage(t *testing.T) {
 	api, states, logs := setup(t, Config{})
 	for i := range 4 {
 		cordon := i%2 == 0
-		api.set(func(n *Node) { n.Spec.Unschedulable = cordon })
+		api.Cordon(cordon)
 		want := "eligible"
 		if cordon {
 			want = ReasonCordoned
 		}
 		states.waitFor(t, fmt.Sprintf("cut %d: %s", i, want), isVerdict(want))
-		api.cutWatches()
+		api.CutWatches()
 		waitRequests(t, api, "watch", i+2)
 	}
-	if n := api.count("list"); n != 1 {
-		t.Errorf("%d lists; a cut watch resumes from its resource version: %v", n, api.requestLog())
+	if n := api.Count("list"); n != 1 {
+		t.Errorf("%d lists; a cut watch resumes from its resource version: %v", n, api.Requests())
 	}
 	if w := logs.lines("WARN", ""); len(w) != 0 {
 		t.Errorf("a cut watch that reopens is no outage: %q", w)
@@ -244,12 +239,9 @@ func TestCutWatchIsNotAnOutage(t *testing.T) {
 // (said once); the verdict stays.
 func TestWatchEndingAtOnce(t *testing.T) {
 	api, states, logs := setup(t, Config{})
-	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	api.Cordon(true)
 	states.waitFor(t, "cordoned", isVerdict(ReasonCordoned))
-	api.mu.Lock()
-	api.endAt = 1 // every watch ends once it sent what it had
-	api.mu.Unlock()
-	api.cutWatches()
+	api.EndWatchesAtOnce(true)
 	s := states.waitFor(t, "failing", func(s State) bool { return !s.Reachable })
 	if !strings.Contains(s.Err, "ended at once") || reasons(s) != ReasonCordoned {
 		t.Errorf("state %+v; want the cordon kept and the reason said", s)
@@ -263,10 +255,10 @@ func TestWatchEndingAtOnce(t *testing.T) {
 // TestOtherNodeForbidden: the credentials belong to cp-1; a watcher told
 // to follow cp-2 is refused (403) by the Node authorizer, and says so.
 func TestOtherNodeForbidden(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	api.set(func(*Node) {})
-	states, logs := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}, NodeName: "cp-2"})
+	api.Register()
+	states, logs := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}, NodeName: "cp-2"})
 	s := states.waitFor(t, "forbidden", func(s State) bool { return strings.Contains(s.Err, "403") })
 	if s.Node != "cp-2" || !s.Verdict.Eligible() {
 		t.Errorf("state %+v; want node cp-2, eligible (fail-static)", s)
@@ -279,10 +271,10 @@ func TestOtherNodeForbidden(t *testing.T) {
 // TestNodeNameFallback: credentials that do not name a node (a token) use
 // FallbackNodeName; the certificate's name wins over it.
 func TestNodeNameFallback(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	api.set(func(*Node) {})
-	states, _ := runWatcher(t, Config{Kubeconfigs: []string{pki.kubeletConf(t, api.url())}, FallbackNodeName: "other"})
+	api.Register()
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}, FallbackNodeName: "other"})
 	states.waitFor(t, "cp-1 from the certificate", func(s State) bool { return s.Reachable && s.Node == "cp-1" })
 
 	path := filepath.Join(t.TempDir(), "token.conf")
@@ -290,7 +282,7 @@ func TestNodeNameFallback(t *testing.T) {
 contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters: [{name: k, cluster: {server: %q, insecure-skip-tls-verify: true}}]
 users: [{name: u, user: {token: abc}}]
-`, api.url()))
+`, api.URL()))
 	states, _ = runWatcher(t, Config{Kubeconfigs: []string{path}, FallbackNodeName: "cp-1"})
 	s := states.waitFor(t, "token refused", func(s State) bool { return strings.Contains(s.Err, "401") })
 	if s.Node != "cp-1" {
@@ -302,9 +294,9 @@ users: [{name: u, user: {token: abc}}]
 // kubelet.conf; the watch starts when it appears, and the wait is said once
 // (not as a warning).
 func TestKubeconfigAppearsLater(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	api.Cordon(true)
 	missing := filepath.Join(t.TempDir(), "kubelet.conf")
 	states, logs := runWatcher(t, Config{Kubeconfigs: []string{missing, filepath.Join(t.TempDir(), "rke2.kubeconfig")}})
 	states.waitFor(t, "waiting for a kubeconfig", func(s State) bool { return strings.Contains(s.Err, "no kubeconfig found") })
@@ -312,7 +304,7 @@ func TestKubeconfigAppearsLater(t *testing.T) {
 	if i := logs.lines("INFO", "waits for a kubelet kubeconfig"); len(i) != 1 || len(logs.lines("WARN", "")) != 0 {
 		t.Errorf("want one info line for the wait and no warning; info %q warn %q", i, logs.lines("WARN", ""))
 	}
-	conf := pki.kubeletConf(t, api.url())
+	conf := kubeletConf(t, pki, api.URL())
 	if err := os.Rename(conf, missing); err != nil {
 		t.Fatal(err)
 	}
@@ -336,16 +328,22 @@ func waitLogs(t *testing.T, logs *logBuffer, level, s string, n int) {
 // TestCertificateRotation: the kubelet replaces its client certificate
 // file; the next connection presents the new one.
 func TestCertificateRotation(t *testing.T) {
-	api, states, _ := setup(t, Config{})
-	newSerial := api.pki.writeClient(t, api.pki.nodePEM, nodeUserPrefix+"cp-1")
-	api.stop() // new connections from here on
-	api.start()
-	api.set(func(n *Node) { n.Spec.Unschedulable = true })
+	pki := newPKI(t, "cp-1")
+	api := newFakeAPI(t, pki, "cp-1")
+	api.Register()
+	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}})
+	states.waitFor(t, "eligible", isVerdict("eligible"))
+	newSerial, err := pki.WriteClient(pki.ClientPEM, nodewatchtest.NodeUser("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Stop() // new connections from here on
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
+	api.Cordon(true)
 	states.waitFor(t, "cordoned through a new connection", isVerdict(ReasonCordoned))
-	api.mu.Lock()
-	last := api.serials[len(api.serials)-1]
-	api.mu.Unlock()
-	if last != newSerial {
+	if last := api.LastSerial(); last != newSerial {
 		t.Errorf("the last request presented certificate %s; want the rotated %s", last, newSerial)
 	}
 }
@@ -353,11 +351,11 @@ func TestCertificateRotation(t *testing.T) {
 // TestServerOverride: Server and TLSServerName replace the kubeconfig's
 // (reading from this host's apiserver while the kubeconfig names the VIP).
 func TestServerOverride(t *testing.T) {
-	pki := newTestPKI(t, "cp-1")
+	pki := newPKI(t, "cp-1")
 	api := newFakeAPI(t, pki, "cp-1")
-	api.set(func(*Node) {})
-	_, port, _ := strings.Cut(api.addr, ":")
-	conf := pki.kubeletConf(t, "https://192.0.2.10:6443") // a VIP nobody answers on
+	api.Register()
+	_, port, _ := strings.Cut(api.Addr(), ":")
+	conf := kubeletConf(t, pki, "https://192.0.2.10:6443") // a VIP nobody answers on
 	states, _ := runWatcher(t, Config{Kubeconfigs: []string{conf}, Server: "https://localhost:" + port, TLSServerName: "kubernetes"})
 	s := states.waitFor(t, "read from the override", isVerdict("eligible"))
 	if s.Server != "https://localhost:"+port {
