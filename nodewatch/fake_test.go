@@ -35,6 +35,14 @@ func newFakeAPI(t *testing.T, pki *nodewatchtest.PKI, node string) *nodewatchtes
 	return api
 }
 
+// fakeCluster is a PKI for node cp-1 and a fake apiserver for its Node
+// (not registered yet).
+func fakeCluster(t *testing.T) (*nodewatchtest.PKI, *nodewatchtest.Server) {
+	t.Helper()
+	pki := newPKI(t, "cp-1")
+	return pki, newFakeAPI(t, pki, "cp-1")
+}
+
 // kubeletConf writes a kubeadm-like kubelet.conf for server and returns its
 // path.
 func kubeletConf(t *testing.T, pki *nodewatchtest.PKI, server string) string {

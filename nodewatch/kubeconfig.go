@@ -61,39 +61,45 @@ type Kubeconfig struct {
 
 // kubeconfigFile is the YAML layout of a kubeconfig, the fields read.
 type kubeconfigFile struct {
-	CurrentContext string `yaml:"current-context"`
-	Clusters       []struct {
-		Name    string `yaml:"name"`
-		Cluster struct {
-			Server     string `yaml:"server"`
-			ServerName string `yaml:"tls-server-name"`
-			Insecure   bool   `yaml:"insecure-skip-tls-verify"`
-			CAData     string `yaml:"certificate-authority-data"`
-			CAFile     string `yaml:"certificate-authority"`
-			ProxyURL   string `yaml:"proxy-url"`
-		} `yaml:"cluster"`
-	} `yaml:"clusters"`
-	Contexts []struct {
-		Name    string `yaml:"name"`
-		Context struct {
-			Cluster string `yaml:"cluster"`
-			User    string `yaml:"user"`
-		} `yaml:"context"`
-	} `yaml:"contexts"`
-	Users []struct {
-		Name string `yaml:"name"`
-		User struct {
-			CertFile     string    `yaml:"client-certificate"`
-			CertData     string    `yaml:"client-certificate-data"`
-			KeyFile      string    `yaml:"client-key"`
-			KeyData      string    `yaml:"client-key-data"`
-			Token        string    `yaml:"token"`
-			TokenFile    string    `yaml:"tokenFile"`
-			Username     string    `yaml:"username"`
-			Exec         yaml.Node `yaml:"exec"`
-			AuthProvider yaml.Node `yaml:"auth-provider"`
-		} `yaml:"user"`
-	} `yaml:"users"`
+	CurrentContext string         `yaml:"current-context"`
+	Clusters       []clusterEntry `yaml:"clusters"`
+	Contexts       []contextEntry `yaml:"contexts"`
+	Users          []userEntry    `yaml:"users"`
+}
+
+type clusterEntry struct {
+	Name    string `yaml:"name"`
+	Cluster struct {
+		Server     string `yaml:"server"`
+		ServerName string `yaml:"tls-server-name"`
+		Insecure   bool   `yaml:"insecure-skip-tls-verify"`
+		CAData     string `yaml:"certificate-authority-data"`
+		CAFile     string `yaml:"certificate-authority"`
+		ProxyURL   string `yaml:"proxy-url"`
+	} `yaml:"cluster"`
+}
+
+type contextEntry struct {
+	Name    string `yaml:"name"`
+	Context struct {
+		Cluster string `yaml:"cluster"`
+		User    string `yaml:"user"`
+	} `yaml:"context"`
+}
+
+type userEntry struct {
+	Name string `yaml:"name"`
+	User struct {
+		CertFile     string    `yaml:"client-certificate"`
+		CertData     string    `yaml:"client-certificate-data"`
+		KeyFile      string    `yaml:"client-key"`
+		KeyData      string    `yaml:"client-key-data"`
+		Token        string    `yaml:"token"`
+		TokenFile    string    `yaml:"tokenFile"`
+		Username     string    `yaml:"username"`
+		Exec         yaml.Node `yaml:"exec"`
+		AuthProvider yaml.Node `yaml:"auth-provider"`
+	} `yaml:"user"`
 }
 
 // LoadKubeconfig reads a kubeconfig file: its current context (or its only
@@ -113,6 +119,17 @@ func LoadKubeconfig(path string) (*Kubeconfig, error) {
 	return k, nil
 }
 
+// named returns the entry of items called name.
+func named[T any](items []T, nameOf func(T) string, name string) (T, bool) {
+	for _, it := range items {
+		if nameOf(it) == name {
+			return it, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
 func parseKubeconfig(b []byte, dir string) (*Kubeconfig, error) {
 	var f kubeconfigFile
 	if err := yaml.Unmarshal(b, &f); err != nil {
@@ -125,89 +142,73 @@ func parseKubeconfig(b []byte, dir string) (*Kubeconfig, error) {
 	if ctxName == "" {
 		return nil, errors.New("no current-context")
 	}
-	var clusterName, userName string
-	found := false
-	for _, c := range f.Contexts {
-		if c.Name == ctxName {
-			clusterName, userName, found = c.Context.Cluster, c.Context.User, true
-		}
-	}
-	if !found {
+	c, ok := named(f.Contexts, func(c contextEntry) string { return c.Name }, ctxName)
+	if !ok {
 		return nil, fmt.Errorf("context %q not found", ctxName)
 	}
+	cl, ok := named(f.Clusters, func(c clusterEntry) string { return c.Name }, c.Context.Cluster)
+	if !ok {
+		return nil, fmt.Errorf("cluster %q not found", c.Context.Cluster)
+	}
 	k := &Kubeconfig{}
-	var err error
-	found = false
-	for _, c := range f.Clusters {
-		if c.Name != clusterName {
-			continue
-		}
-		found = true
-		cl := c.Cluster
-		if cl.ProxyURL != "" {
-			return nil, fmt.Errorf("cluster %q: proxy-url is not supported", clusterName)
-		}
-		k.Server, k.TLSServerName, k.Insecure = cl.Server, cl.ServerName, cl.Insecure
-		switch {
-		case cl.CAData != "":
-			if k.CA, err = decodeData(cl.CAData); err != nil {
-				return nil, fmt.Errorf("cluster %q: certificate-authority-data: %w", clusterName, err)
-			}
-		case cl.CAFile != "":
-			if k.CA, err = os.ReadFile(resolve(dir, cl.CAFile)); err != nil {
-				return nil, fmt.Errorf("cluster %q: certificate-authority: %w", clusterName, err)
-			}
-		}
+	if err := k.setCluster(cl, dir); err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
 	}
-	if !found {
-		return nil, fmt.Errorf("cluster %q not found", clusterName)
+	if c.Context.User == "" {
+		return k, nil
 	}
-	if err := checkServer(k.Server); err != nil {
-		return nil, fmt.Errorf("cluster %q: %w", clusterName, err)
+	u, ok := named(f.Users, func(u userEntry) string { return u.Name }, c.Context.User)
+	if !ok {
+		return nil, fmt.Errorf("user %q not found", c.Context.User)
 	}
-	found = false
-	for _, u := range f.Users {
-		if u.Name != userName {
-			continue
-		}
-		found = true
-		us := u.User
-		switch {
-		case !us.Exec.IsZero():
-			return nil, fmt.Errorf("user %q: exec credential plugins are not supported (use the kubelet's kubeconfig)", userName)
-		case !us.AuthProvider.IsZero():
-			return nil, fmt.Errorf("user %q: auth-provider plugins are not supported (use the kubelet's kubeconfig)", userName)
-		case us.Username != "":
-			return nil, fmt.Errorf("user %q: basic authentication is not supported (use the kubelet's kubeconfig)", userName)
-		}
-		k.Token = strings.TrimSpace(us.Token)
-		if us.TokenFile != "" {
-			k.TokenFile = resolve(dir, us.TokenFile)
-		}
-		if us.CertFile != "" {
-			k.CertFile = resolve(dir, us.CertFile)
-		}
-		if us.KeyFile != "" {
-			k.KeyFile = resolve(dir, us.KeyFile)
-		}
-		if us.CertData != "" {
-			if k.CertData, err = decodeData(us.CertData); err != nil {
-				return nil, fmt.Errorf("user %q: client-certificate-data: %w", userName, err)
-			}
-		}
-		if us.KeyData != "" {
-			if k.KeyData, err = decodeData(us.KeyData); err != nil {
-				return nil, fmt.Errorf("user %q: client-key-data: %w", userName, err)
-			}
-		}
-	}
-	if !found && userName != "" {
-		return nil, fmt.Errorf("user %q not found", userName)
-	}
-	if (k.CertFile == "" && k.CertData == nil) != (k.KeyFile == "" && k.KeyData == nil) {
-		return nil, fmt.Errorf("user %q: a client certificate needs both a certificate and a key", userName)
+	if err := k.setUser(u, dir); err != nil {
+		return nil, fmt.Errorf("user %q: %w", u.Name, err)
 	}
 	return k, nil
+}
+
+func (k *Kubeconfig) setCluster(c clusterEntry, dir string) error {
+	cl := c.Cluster
+	if cl.ProxyURL != "" {
+		return errors.New("proxy-url is not supported")
+	}
+	if err := checkServer(cl.Server); err != nil {
+		return err
+	}
+	k.Server, k.TLSServerName, k.Insecure = cl.Server, cl.ServerName, cl.Insecure
+	var err error
+	switch {
+	case cl.CAData != "":
+		k.CA, err = decodeData("certificate-authority-data", cl.CAData)
+	case cl.CAFile != "":
+		k.CA, err = os.ReadFile(resolve(dir, cl.CAFile))
+	}
+	return err
+}
+
+func (k *Kubeconfig) setUser(u userEntry, dir string) error {
+	us := u.User
+	switch {
+	case !us.Exec.IsZero():
+		return errors.New("exec credential plugins are not supported (use the kubelet's kubeconfig)")
+	case !us.AuthProvider.IsZero():
+		return errors.New("auth-provider plugins are not supported (use the kubelet's kubeconfig)")
+	case us.Username != "":
+		return errors.New("basic authentication is not supported (use the kubelet's kubeconfig)")
+	}
+	k.Token = strings.TrimSpace(us.Token)
+	k.TokenFile, k.CertFile, k.KeyFile = resolve(dir, us.TokenFile), resolve(dir, us.CertFile), resolve(dir, us.KeyFile)
+	var err error
+	if k.CertData, err = decodeData("client-certificate-data", us.CertData); err != nil {
+		return err
+	}
+	if k.KeyData, err = decodeData("client-key-data", us.KeyData); err != nil {
+		return err
+	}
+	if (k.CertFile == "" && k.CertData == nil) != (k.KeyFile == "" && k.KeyData == nil) {
+		return errors.New("a client certificate needs both a certificate and a key")
+	}
+	return nil
 }
 
 // checkServer accepts an https URL with a host and no path beyond "/".
@@ -226,13 +227,22 @@ func checkServer(s string) error {
 	return nil
 }
 
-// decodeData decodes a kubeconfig's *-data field (base64 of PEM).
-func decodeData(s string) ([]byte, error) {
-	return base64.StdEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
+// decodeData decodes a kubeconfig's *-data field (base64 of PEM); empty
+// gives nil.
+func decodeData(field, s string) ([]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return b, nil
 }
 
+// resolve makes a file name from a kubeconfig absolute ("" stays "").
 func resolve(dir, p string) string {
-	if filepath.IsAbs(p) {
+	if p == "" || filepath.IsAbs(p) {
 		return p
 	}
 	return filepath.Join(dir, p)

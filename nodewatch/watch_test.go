@@ -23,8 +23,7 @@ func isVerdict(v string) func(State) bool {
 // a watcher using a kubeadm-like kubelet.conf for it.
 func setup(t *testing.T, cfg Config) (*nodewatchtest.Server, *stateLog, *logBuffer) {
 	t.Helper()
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Register()
 	cfg.Kubeconfigs = []string{kubeletConf(t, pki, api.URL())}
 	states, logs := runWatcher(t, cfg)
@@ -75,8 +74,7 @@ func TestWatchFollowsNode(t *testing.T) {
 // kubelet has not registered it, at bootstrap) leaves the node eligible;
 // once it appears its verdict counts.
 func TestUnregisteredNodeIsNotDeleted(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}})
 	s := states.waitFor(t, "reachable", func(s State) bool { return s.Reachable })
 	if !s.Verdict.Eligible() || s.Registered {
@@ -255,8 +253,7 @@ func TestWatchEndingAtOnce(t *testing.T) {
 // TestOtherNodeForbidden: the credentials belong to cp-1; a watcher told
 // to follow cp-2 is refused (403) by the Node authorizer, and says so.
 func TestOtherNodeForbidden(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Register()
 	states, logs := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}, NodeName: "cp-2"})
 	s := states.waitFor(t, "forbidden", func(s State) bool { return strings.Contains(s.Err, "403") })
@@ -271,8 +268,7 @@ func TestOtherNodeForbidden(t *testing.T) {
 // TestNodeNameFallback: credentials that do not name a node (a token) use
 // FallbackNodeName; the certificate's name wins over it.
 func TestNodeNameFallback(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Register()
 	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}, FallbackNodeName: "other"})
 	states.waitFor(t, "cp-1 from the certificate", func(s State) bool { return s.Reachable && s.Node == "cp-1" })
@@ -294,8 +290,7 @@ users: [{name: u, user: {token: abc}}]
 // kubelet.conf; the watch starts when it appears, and the wait is said once
 // (not as a warning).
 func TestKubeconfigAppearsLater(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Cordon(true)
 	missing := filepath.Join(t.TempDir(), "kubelet.conf")
 	states, logs := runWatcher(t, Config{Kubeconfigs: []string{missing, filepath.Join(t.TempDir(), "rke2.kubeconfig")}})
@@ -328,8 +323,7 @@ func waitLogs(t *testing.T, logs *logBuffer, level, s string, n int) {
 // TestCertificateRotation: the kubelet replaces its client certificate
 // file; the next connection presents the new one.
 func TestCertificateRotation(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Register()
 	states, _ := runWatcher(t, Config{Kubeconfigs: []string{kubeletConf(t, pki, api.URL())}})
 	states.waitFor(t, "eligible", isVerdict("eligible"))
@@ -351,8 +345,7 @@ func TestCertificateRotation(t *testing.T) {
 // TestServerOverride: Server and TLSServerName replace the kubeconfig's
 // (reading from this host's apiserver while the kubeconfig names the VIP).
 func TestServerOverride(t *testing.T) {
-	pki := newPKI(t, "cp-1")
-	api := newFakeAPI(t, pki, "cp-1")
+	pki, api := fakeCluster(t)
 	api.Register()
 	_, port, _ := strings.Cut(api.Addr(), ":")
 	conf := kubeletConf(t, pki, "https://192.0.2.10:6443") // a VIP nobody answers on

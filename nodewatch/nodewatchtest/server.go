@@ -242,55 +242,40 @@ func (s *Server) broadcast() {
 // watches are cut, and a watch from an old version gets 410 Gone, as an
 // ERROR event in the stream when asEvent, else as the HTTP status.
 func (s *Server) Expire(asEvent bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.minRV, s.goneAs = s.rv+1, "status"
-	if asEvent {
-		s.goneAs = "event"
-	}
-	s.cutLocked()
+	s.reconfigure(func() {
+		s.minRV, s.goneAs = s.rv+1, "status"
+		if asEvent {
+			s.goneAs = "event"
+		}
+	})
 }
 
 // CutWatches aborts every open watch stream (an apiserver restart, a
 // proxy dropping the stream).
-func (s *Server) CutWatches() {
+func (s *Server) CutWatches() { s.reconfigure(func() {}) }
+
+// reconfigure changes the server's behaviour with change and cuts open
+// watches, so the next request sees the change.
+func (s *Server) reconfigure(change func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cutLocked()
-}
-
-func (s *Server) cutLocked() {
+	change()
 	close(s.cut)
 	s.cut = make(chan struct{})
 }
 
 // EndWatchesAtOnce makes every watch end as soon as it sent what it had
 // (false: watches last until their timeout again).
-func (s *Server) EndWatchesAtOnce(on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.endNow = on
-	s.cutLocked()
-}
+func (s *Server) EndWatchesAtOnce(on bool) { s.reconfigure(func() { s.endNow = on }) }
 
 // FailWith makes every request fail with the HTTP status code (0: answer
 // again), cutting open watches so the next request sees it. 429 and 503
 // carry Retry-After: 1.
-func (s *Server) FailWith(code int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failCode = code
-	s.cutLocked()
-}
+func (s *Server) FailWith(code int) { s.reconfigure(func() { s.failCode = code }) }
 
 // Stall delays every answer by d (0: answer at once), cutting open
 // watches so the next request sees it.
-func (s *Server) Stall(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.delay = d
-	s.cutLocked()
-}
+func (s *Server) Stall(d time.Duration) { s.reconfigure(func() { s.delay = d }) }
 
 // Requests lists the requests received: "list", or "watch rv=N".
 func (s *Server) Requests() []string {
