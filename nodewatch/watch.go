@@ -41,7 +41,9 @@ type Config struct {
 	Server, TLSServerName string
 	// UserAgent is sent with every request. Default "vipd".
 	UserAgent string
-	// Logger receives the watcher's logs. Default: slog.Default().
+	// Logger receives the watcher's logs (the Node's name under the key
+	// kube_node, so a logger that carries vipd's node_name as "node" keeps
+	// it). Default: slog.Default().
 	Logger *slog.Logger
 	// RequestTimeout bounds a list, and the wait for a watch's response
 	// headers. Default 10 s.
@@ -230,7 +232,7 @@ func (w *Watcher) session(ctx context.Context) error {
 			continue
 		}
 		short++
-		w.log.Debug("node watch ended at once", "node", w.st.Node, "err", err)
+		w.log.Debug("node watch ended at once", "kube_node", w.st.Node, "err", err)
 		if short >= 3 {
 			return fmt.Errorf("watch node %s: %d watches in a row ended at once: %w", w.st.Node, short, err)
 		}
@@ -503,7 +505,7 @@ func (w *Watcher) observe(n *Node) {
 	}
 	if !st.Verdict.Equal(w.st.Verdict) || st.VerdictSince.IsZero() {
 		st.VerdictSince = w.cfg.Now()
-		w.log.Debug("node verdict", "node", st.Node, "verdict", st.Verdict.String())
+		w.log.Debug("node verdict", "kube_node", st.Node, "verdict", st.Verdict.String())
 	}
 	w.set(st)
 }
@@ -517,12 +519,12 @@ func (w *Watcher) succeed() {
 	st := w.st
 	switch {
 	case w.warned:
-		w.log.Info("kubernetes API readable again", "node", st.Node, "server", st.Server,
+		w.log.Info("kubernetes API readable again", "kube_node", st.Node, "server", st.Server,
 			"after", w.cfg.Now().Sub(st.Since).Round(time.Millisecond))
 	case !w.started:
-		w.log.Info("watching the node's Node object", "node", st.Node, "server", st.Server, "kubeconfig", st.Kubeconfig)
+		w.log.Info("watching the node's Node object", "kube_node", st.Node, "server", st.Server, "kubeconfig", st.Kubeconfig)
 	default:
-		w.log.Debug("kubernetes API readable again", "node", st.Node)
+		w.log.Debug("kubernetes API readable again", "kube_node", st.Node)
 	}
 	w.started, w.warned = true, false
 	st.Reachable, st.Err, st.Since = true, "", w.cfg.Now()
@@ -544,7 +546,7 @@ func (w *Watcher) fail(err error) {
 	}
 	kind := failureKind(err)
 	if w.logged[kind] {
-		w.log.Debug("node watch: still failing", "node", st.Node, "err", err)
+		w.log.Debug("node watch: still failing", "kube_node", st.Node, "err", err)
 		w.set(st)
 		return
 	}
@@ -557,7 +559,7 @@ func (w *Watcher) fail(err error) {
 		w.log.Info("node watch waits for a kubelet kubeconfig; the node's verdict stays as it is", "err", err)
 	} else {
 		w.log.Warn("kubernetes API not readable; the node's verdict stays as it is until it is",
-			"node", st.Node, "server", st.Server, "verdict", st.Verdict.String(), "err", err)
+			"kube_node", st.Node, "server", st.Server, "verdict", st.Verdict.String(), "err", err)
 	}
 	w.set(st)
 }
