@@ -170,8 +170,10 @@ done
 
 json() {
 	local first=1
-	printf '{"Source":"lab/kubeclient.sh (ROUNDS=%s SECS=%s) on vipd %s, %s","Seconds":%s,"Variants":[' \
-		"$ROUNDS" "$SECS" "$COMMIT" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$SECS"
+	local cpu
+	cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
+	printf '{"Source":"`lab/kubeclient.sh` (ROUNDS=%s SECS=%s) on vipd %s, %s, %s CPUs (%s)","Seconds":%s,"Variants":[' \
+		"$ROUNDS" "$SECS" "$COMMIT" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" "${cpu:-unknown}" "$SECS"
 	for v in none kube_nodewatch kube_clientgo; do
 		case $v in
 		none) name="no Node watch" ;;
