@@ -104,7 +104,9 @@ GO
 echo "kubeclient: building vipd three ways from $COMMIT" >&2
 (
 	cd "$SRC"
+	# Only in the copy: vipd's own go.mod never requires client-go.
 	GOFLAGS=-mod=mod go get k8s.io/client-go@v0.37.2 k8s.io/api@v0.37.2 k8s.io/apimachinery@v0.37.2 >&2
+	go mod tidy >&2
 	for v in none kube_nodewatch kube_clientgo; do
 		CGO_ENABLED=0 go build -tags "$v" -trimpath -ldflags '-s -w' -o "$WORK/bin/vipd.$v" ./cmd/vipd
 		go list -deps -tags "$v" -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/vipd | sort -u | wc -l >"$WORK/bin/modules.$v"
