@@ -388,7 +388,7 @@ func (w *Watcher) watch(ctx context.Context, rv string) (string, int, error) {
 	wctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	q := url.Values{
-		"watch":               {"1"},
+		"watch":               {"true"},
 		"resourceVersion":     {rv},
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {strconv.Itoa(int(d.Seconds()))},
