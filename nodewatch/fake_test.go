@@ -59,6 +59,8 @@ type stateLog struct {
 	mu     sync.Mutex
 	states []State
 	signal chan struct{}
+	// w is the watcher reporting (runWatcher's).
+	w *Watcher
 }
 
 func newStateLog() *stateLog { return &stateLog{signal: make(chan struct{}, 1)} }
@@ -141,11 +143,12 @@ func runWatcher(t *testing.T, cfg Config) (*stateLog, *logBuffer) {
 	setDefault(&cfg.RequestTimeout, 2*time.Second)
 	setDefault(&cfg.WatchTimeout, 5*time.Second)
 	states := newStateLog()
+	states.w = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		New(cfg).Run(ctx, states.notify)
+		states.w.Run(ctx, states.notify)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -3,6 +3,7 @@ package nodewatch
 import (
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,5 +206,43 @@ func TestCertLoaderKeepsLastGood(t *testing.T) {
 	third, err := l.get()
 	if err != nil || third.Leaf.SerialNumber.String() != serial {
 		t.Errorf("rotated file not loaded: %v", err)
+	}
+}
+
+// TestValidate: the fields a configuration file sets are checked here, once,
+// and each problem names its field.
+func TestValidate(t *testing.T) {
+	if errs := (Config{Kubeconfigs: DefaultKubeconfigs(), NodeName: "cp-1.example", Server: "https://127.0.0.1:6443", TLSServerName: "kubernetes"}).Validate(); errs != nil {
+		t.Errorf("a good configuration: %v", errs)
+	}
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Kubeconfigs: []string{"kubelet.conf"}}, "kubeconfig"},
+		{Config{NodeName: "CP_1"}, "node_name"},
+		{Config{NodeName: "-cp"}, "node_name"},
+		{Config{Server: "http://127.0.0.1:6443"}, "server"},
+		{Config{Server: "https://192.0.2.1:6443/k8s"}, "server"},
+		{Config{TLSServerName: "kube rnetes"}, "tls_server_name"},
+	} {
+		errs := tc.cfg.Validate()
+		var fe *FieldError
+		if len(errs) != 1 || !errors.As(errs[0], &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want one problem with %s", tc.cfg, errs, tc.field)
+		}
+	}
+}
+
+// TestFindKubeconfig: the first path that exists, as the watcher reads it.
+func TestFindKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if got := FindKubeconfig([]string{a, b}); got != "" {
+		t.Errorf("none exists: %q", got)
+	}
+	writeFile(t, b, "x")
+	if got := FindKubeconfig([]string{a, b}); got != b {
+		t.Errorf("got %q, want %q", got, b)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -133,6 +134,11 @@ type Watcher struct {
 	warned   bool            // a failure was logged since the last recovery
 	failures int             // consecutive failed attempts
 	gone     int             // consecutive 410 Gone without an event in between
+
+	// Reconnect's request, taken by Run.
+	mu        sync.Mutex
+	reconnect bool
+	cancel    context.CancelFunc // ends the current session
 }
 
 // New returns a Watcher for cfg. It does no I/O.
@@ -168,6 +174,44 @@ func (e *noKubeconfigError) Error() string {
 	return "no kubeconfig found (looked for " + strings.Join(e.paths, ", ") + ")"
 }
 
+// Reconnect makes Run drop its connection and read the Node again on a new
+// one, at once. vipd calls it after it released the VIP: a watch that went
+// through the VIP to this host's own apiserver may be mute once the
+// address moved (nothing answers for it here any more, and nothing tells
+// the connection), and HTTP/2 pings would take up to 45 s to find out.
+// The verdict stays as it is meanwhile. It never blocks; it is safe to
+// call from any goroutine, before or while Run runs.
+func (w *Watcher) Reconnect() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reconnect = true
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// takeReconnect reports whether Reconnect was called since the last time,
+// and forgets it.
+func (w *Watcher) takeReconnect() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.reconnect
+	w.reconnect = false
+	return r
+}
+
+// sessionContext is ctx, ended early by Reconnect.
+func (w *Watcher) sessionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cancel = cancel
+	if w.reconnect {
+		cancel()
+	}
+	return sctx, cancel
+}
+
 // Run watches the Node until ctx ends, calling notify (from Run's
 // goroutine, so it must not block for long) each time the State changes.
 func (w *Watcher) Run(ctx context.Context, notify func(State)) {
@@ -175,9 +219,17 @@ func (w *Watcher) Run(ctx context.Context, notify func(State)) {
 	w.st.Since = w.cfg.Now()
 	defer w.closeConn()
 	for {
-		err := w.session(ctx)
+		sctx, cancel := w.sessionContext(ctx)
+		err := w.session(sctx)
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if w.takeReconnect() {
+			// Asked for: a new connection at once, no failure.
+			w.log.Debug("node watch: reconnecting on request", "kube_node", w.st.Node)
+			w.closeConn()
+			continue
 		}
 		var wait time.Duration
 		if errors.Is(err, errGone) {
@@ -258,13 +310,7 @@ func (e *streamEnd) Unwrap() error { return e.cause }
 // connect reads the kubeconfig and makes the HTTP client, unless the one
 // it has was made from the same kubeconfig.
 func (w *Watcher) connect() error {
-	path := ""
-	for _, p := range w.cfg.Kubeconfigs {
-		if _, err := os.Stat(p); err == nil {
-			path = p
-			break
-		}
-	}
+	path := FindKubeconfig(w.cfg.Kubeconfigs)
 	if path == "" {
 		return &noKubeconfigError{paths: w.cfg.Kubeconfigs}
 	}

@@ -232,6 +232,38 @@ func TestCutWatchIsNotAnOutage(t *testing.T) {
 	}
 }
 
+// TestReconnect: asked to (vipd released the VIP its watch may go
+// through), the watcher drops its connection and reads the Node again on a
+// new one at once, with no warning and the verdict kept; the changes after
+// it are seen.
+func TestReconnect(t *testing.T) {
+	api, states, logs := setup(t, Config{})
+	api.Cordon(true)
+	states.waitFor(t, "cordoned", isVerdict(ReasonCordoned))
+	waitRequests(t, api, "watch", 1)
+	if n := api.Conns(); n != 1 {
+		t.Fatalf("%d connections before Reconnect, want 1", n)
+	}
+	for i := range 2 {
+		states.w.Reconnect()
+		waitRequests(t, api, "list", i+2)
+		waitRequests(t, api, "watch", i+2)
+		if n := api.Conns(); n != i+2 {
+			t.Errorf("after Reconnect %d: %d connections, want %d (a new one each time)", i+1, n, i+2)
+		}
+	}
+	api.Cordon(false)
+	states.waitFor(t, "uncordoned after the reconnections", isVerdict("eligible"))
+	for _, s := range states.all() {
+		if !s.Reachable && s.Err != "" {
+			t.Errorf("a reconnection on request reported a failure: %+v", s)
+		}
+	}
+	if w := logs.lines("WARN", ""); len(w) != 0 {
+		t.Errorf("a reconnection on request is no outage: %q", w)
+	}
+}
+
 // TestWatchEndingAtOnce: an apiserver that accepts watches and ends them at
 // once is backed off from, and after three in a row counts as a failure
 // (said once); the verdict stays.

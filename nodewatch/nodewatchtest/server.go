@@ -48,6 +48,7 @@ type Server struct {
 	delay    time.Duration // wait before answering
 	requests []string      // "list", "watch rv=N"
 	serials  []string      // the client certificate serial of each request
+	conns    int           // connections accepted
 }
 
 type event struct {
@@ -83,6 +84,13 @@ func (s *Server) Start() error {
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+		}
+	}
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{s.pki.server}, ClientCAs: s.pki.pool, ClientAuth: tls.VerifyClientCertIfGiven}
 	srv.StartTLS()
 	s.srv = srv
@@ -293,6 +301,13 @@ func (s *Server) Count(prefix string) int {
 		}
 	}
 	return n
+}
+
+// Conns is the number of connections the server accepted.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 // LastSerial is the serial number of the client certificate of the last
