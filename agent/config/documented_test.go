@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // documentation returns vipd.toml.example and docs/configuration.md.
@@ -126,6 +127,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"bgp.graceful_shutdown":   d(DefaultGracefulShutdown),
 		"bgp.peer.hold_time":      d(bgp.DefaultHoldTime),
 		"bgp.listen_port":         strconv.Itoa(DefaultBGPListenPort),
+		"kubernetes.kubeconfig":   strings.Join(nodewatch.DefaultKubeconfigs(), ", "),
 	}
 	bracketed := exampleDefaults(string(example))
 	for key, want := range defaults {
