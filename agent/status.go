@@ -169,7 +169,7 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 			}
 		}
 		if !e.Eligible && e.Reason == "" {
-			e.Reason = whyNot(m, config.VIPKey(v.name), !res.Bootstrap)
+			e.Reason = res.WhyNot(m, config.VIPKey(v.name))
 		}
 		if t := since[m.Name]; !t.IsZero() {
 			e.SinceUnixNano = t.UnixNano()
