@@ -126,7 +126,7 @@ func TestMetaNodeWithdrawnAsOldReleaseReadsIt(t *testing.T) {
 		"a successor cordoned too": {node("cp-1", holds, cordoned), node("cp-2", cordoned), node("cp-3")},
 		"all cordoned":             {node("cp-1", cordoned), node("cp-2", holds, cordoned), node("cp-3", cordoned)},
 		"cordoned healthy holder, the others unhealthy": {node("cp-1", holds, cordoned), node("cp-2", unhealthy), node("cp-3", unhealthy)},
-		"nobody cordoned":                               {node("cp-1"), node("cp-2", holds), node("cp-3")},
+		"nobody cordoned": {node("cp-1"), node("cp-2", holds), node("cp-3")},
 	}
 	for name, ms := range situations {
 		var old []Member

@@ -16,6 +16,11 @@ const (
 	ReasonExcluded     = "node excluded from external load balancers"
 )
 
+// Reasons lists every withdraw reason, in the order Judge gives them.
+func Reasons() []string {
+	return []string{ReasonDeleted, ReasonDeleting, ReasonShutdown, ReasonOutOfService, ReasonCordoned, ReasonExcluded}
+}
+
 // Well-known names Judge reads.
 const (
 	// LabelExcludeLB is the label that keeps a node out of external load
