@@ -88,7 +88,7 @@ func TestNodeWithdrawsAndHandsOff(t *testing.T) {
 		c.waitNodeReasons(n)
 	}
 	steps := []struct {
-		reason  string
+		reason   string
 		do, undo func(*nodewatchtest.Server)
 	}{
 		{nodewatch.ReasonCordoned, func(s *nodewatchtest.Server) { s.Cordon(true) }, func(s *nodewatchtest.Server) { s.Cordon(false) }},
