@@ -40,20 +40,15 @@ func topRanked(names ...string) string {
 	return ranked[0]
 }
 
+// rankedThree returns cp-1, cp-2 and cp-3 in the hash's order for "api".
+func rankedThree() (top, second, third string) {
+	ranked := []string{"cp-1", "cp-2", "cp-3"}
+	sortByRank("api", ranked, func(n string) string { return n })
+	return ranked[0], ranked[1], ranked[2]
+}
+
 func TestElect(t *testing.T) {
-	all := []string{"cp-1", "cp-2", "cp-3"}
-	top := topRanked(all...)
-	var others []string
-	for _, n := range all {
-		if n != top {
-			others = append(others, n)
-		}
-	}
-	second := topRanked(others...)
-	third := others[0]
-	if third == second {
-		third = others[1]
-	}
+	top, second, third := rankedThree()
 	vip := ElectionVIP{Name: "api"}
 	tests := []struct {
 		name      string
@@ -218,19 +213,8 @@ func cordoned(m *Member) { m.Meta.NodeWithdrawn = true }
 // another node can take it, and keeps it (or may take it) when none can:
 // the Node never drops the VIP. An operator's withdraw is stronger.
 func TestElectNodeWithdrawn(t *testing.T) {
+	top, second, third := rankedThree()
 	all := []string{"cp-1", "cp-2", "cp-3"}
-	top := topRanked(all...)
-	var others []string
-	for _, n := range all {
-		if n != top {
-			others = append(others, n)
-		}
-	}
-	second := topRanked(others...)
-	third := others[0]
-	if third == second {
-		third = others[1]
-	}
 	vip := ElectionVIP{Name: "api"}
 	tests := []struct {
 		name      string

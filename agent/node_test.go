@@ -64,6 +64,20 @@ func (c *testCluster) waitNodeReasons(node string, want ...string) {
 	}, fmt.Sprintf("the Node's reasons %v", want))
 }
 
+// keeps checks, every 50 ms for d, that owner alone holds the VIP, and
+// then that nobody claimed it since the first claims.
+func (c *testCluster) keeps(owner string, claims int, d time.Duration, what string) {
+	c.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != owner {
+			c.t.Fatalf("%s: holders %v, want %s to keep it", what, h, owner)
+		}
+	}
+	if got := c.w.claimsSince(claims); len(got) != 0 {
+		c.t.Errorf("%s: claims %v", what, got)
+	}
+}
+
 // eligibleIn reports whether node is eligible for the VIP in st.
 func eligibleIn(st *apipb.StatusResponse, node string) bool {
 	for _, e := range st.Vips[0].Eligibility {
@@ -209,15 +223,7 @@ func TestNodeAllCordoned(t *testing.T) {
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool {
 		return len(s.Warnings) == 1 && strings.Contains(s.Warnings[0], "no other node can take the VIP")
 	}, "the warning")
-	for i := 0; i < 20; i++ {
-		if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != owner {
-			t.Fatalf("every node cordoned: holders %v, want %s to keep it", h, owner)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := c.w.claimsSince(claims); len(got) != 0 {
-		t.Errorf("claims %v while every node was cordoned", got)
-	}
+	c.keeps(owner, claims, time.Second, "every node cordoned")
 	if n := c.log.count("node="+owner, "level=WARN", "no other node can take over"); n != 1 {
 		t.Errorf("%d warnings in the log, want 1", n)
 	}
@@ -259,15 +265,7 @@ func TestNodeAPIDownChangesNothing(t *testing.T) {
 			return s.Kubernetes != nil && !s.Kubernetes.Reachable && s.Kubernetes.Error != ""
 		}, "the API not readable")
 	}
-	for i := 0; i < 30; i++ {
-		if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != owner {
-			t.Fatalf("apiservers down: holders %v, want %s to keep it", h, owner)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := c.w.claimsSince(claims); len(got) != 0 {
-		t.Errorf("claims %v while the apiservers were down", got)
-	}
+	c.keeps(owner, claims, 1500*time.Millisecond, "apiservers down")
 	st, err := c.client(cordoned).Status(t.Context(), &apipb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
