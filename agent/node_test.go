@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lease"
 	"github.com/vipd/vipd/nodewatch"
 	"github.com/vipd/vipd/nodewatch/nodewatchtest"
 )
@@ -315,4 +317,41 @@ func TestNodeWatchReload(t *testing.T) {
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool {
 		return s.Kubernetes == nil && len(s.NodeWithdrawReasons) == 0 && eligibleIn(s, owner)
 	}, "the watch off, the Node's withdraw ended")
+}
+
+// TestNodeWithdrawIsPlanned: a withdraw by the Node is a planned departure,
+// as vipctl withdraw is: a held BGP VIP is first announced with
+// GRACEFUL_SHUTDOWN, then handed off.
+func TestNodeWithdrawIsPlanned(t *testing.T) {
+	cfg, err := config.Parse("p.toml", []byte(`node_name = "a"
+[cluster]
+bind_address = "192.0.2.11"
+[bgp]
+asn = 64513
+[[bgp.peer]]
+address = "192.0.2.1"
+asn = 64512
+[[vip]]
+name = "api"
+address = "203.0.113.10"
+mode = "bgp"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{now: time.Now, self: "a", st: loopState{cfg: cfg}}
+	v := &vipState{cfg: cfg.VIPs[0], ann: &fakeAnnouncer{w: newWire(), node: "a"}, held: true}
+	res := Result{Owner: "b", Eligible: []string{"b"}}
+	view := []Member{node("a", holds, cordoned), node("b")}
+	if in := a.decideInput(v, res, view, lease.Quorum{OK: true}); in.Planned {
+		t.Fatalf("planned without a withdraw: %+v", in)
+	}
+	a.st.node.reasons = []string{nodewatch.ReasonCordoned}
+	in := a.decideInput(v, res, view, lease.Quorum{OK: true})
+	if !in.Planned || in.Drain != cfg.BGP.GracefulShutdownDuration() {
+		t.Fatalf("withdrawn by its Node: planned %v, drain %v; want planned with the graceful shutdown", in.Planned, in.Drain)
+	}
+	if d := decide(in); d.Do != actDrain {
+		t.Errorf("decide: %v, want the graceful-shutdown announcement first", d.Do)
+	}
 }
