@@ -311,7 +311,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		wake:       make(chan struct{}, 1),
 		nodeCh:     make(chan struct{}, 1),
 		rejoinKick: make(chan struct{}, 1),
-		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
+		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}, node: nodeState{cfg: cfg.Kubernetes}},
 	}
 	peers := cfg.Cluster.PeerAddrs()
 	a.peers.Store(&peers)
