@@ -288,7 +288,7 @@ func TestMarkdownScaleSource(t *testing.T) {
 func TestMarkdownKubeClient(t *testing.T) {
 	r := sample()
 	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
-	if strings.Contains(md, "Kubernetes client") {
+	if strings.Contains(md, "## Kubernetes client (node watch)") {
 		t.Errorf("a report without the part has its section:\n%s", md)
 	}
 	r.KubeClient = &KubeClient{Source: "lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e", Seconds: 40, Variants: []KubeClientVariant{
@@ -296,7 +296,7 @@ func TestMarkdownKubeClient(t *testing.T) {
 		{Name: "client-go", Bytes: 49553570, Modules: 101, StartRSSKiB: 31280, IdleRSSKiB: []int64{41876, 40792, 40484}, CPUPercent: []float64{0.6}},
 	}}
 	md = Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
-	sec, _, _ := strings.Cut(md[strings.Index(md, "## Kubernetes client"):], "\n## ")
+	sec, _, _ := strings.Cut(md[strings.Index(md, "## Kubernetes client (node watch)"):], "\n## ")
 	for _, want := range []string{
 		"Measured by lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e:",
 		"| no Node watch | 23.0 | 60 | 16.1 | 22.0 / 22.2 / 22.2 | 0.40 |",
