@@ -7,7 +7,8 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale,k8s (gobench: the agent Go benchmarks)
+#   PARTS=all       failover,bgp,footprint,scale,k8s (gobench: the agent Go benchmarks; kubeclient:
+#                   lab/kubeclient.sh, vipd with and without a Kubernetes client)
 #   K8S_RUNS=3      trials per Kubernetes clients scenario (part k8s: real kube-apiserver, etcd, client-go)
 #   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
@@ -57,8 +58,14 @@ if [[ $PARTS == all || ,$PARTS, == *,gobench,* ]]; then
 	echo "bench: go test -run '^\$' -bench . -benchmem ./agent/" >&2
 	go test -run '^$' -bench . -benchmem ./agent/ | tee "$WORK/gobench.txt" >&2
 fi
-# gobench is not a vipbench part.
-RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)
+KUBECLIENT=()
+if [[ $PARTS == all || ,$PARTS, == *,kubeclient,* ]]; then
+	echo "bench: lab/kubeclient.sh" >&2
+	OUT=$WORK/kubeclient.json ROUNDS=$RUNS "$ROOT/lab/kubeclient.sh"
+	KUBECLIENT=(-kubeclient "$WORK/kubeclient.json")
+fi
+# gobench and kubeclient are not vipbench parts.
+RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx 'gobench\|kubeclient' | paste -sd, -)
 
 if [[ -n $RUN_PARTS ]]; then
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$BIN "$WORK/vipbench" run -runs "$RUNS" -scenarios "$SCENARIOS" \
@@ -68,7 +75,7 @@ else
 	echo '{"Runs": '"$RUNS"'}' >"$WORK/results.json"
 fi
 mkdir -p "$DOCS"
-cp "$WORK/results.json" "$DOCS/benchmarks.json"
-"$WORK/vipbench" report -results "$WORK/results.json" -gobench "$WORK/gobench.txt" -command "$CMD" \
+"$WORK/vipbench" report -results "$WORK/results.json" -gobench "$WORK/gobench.txt" "${KUBECLIENT[@]}" -command "$CMD" \
 	-md "$DOCS/benchmarks.md" -svg "$DOCS/benchmarks.svg"
+cp "$WORK/results.json" "$DOCS/benchmarks.json"
 echo "bench: wrote $DOCS/benchmarks.md, benchmarks.svg and benchmarks.json (raw results)" >&2

@@ -283,6 +283,31 @@ func TestMarkdownScaleSource(t *testing.T) {
 	}
 }
 
+// TestMarkdownKubeClient: the Kubernetes client comparison shows each
+// build's size, modules, RSS (min / median / max of the runs) and CPU.
+func TestMarkdownKubeClient(t *testing.T) {
+	r := sample()
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	if strings.Contains(md, "## Kubernetes client (node watch)") {
+		t.Errorf("a report without the part has its section:\n%s", md)
+	}
+	r.KubeClient = &KubeClient{Source: "lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e", Seconds: 40, Variants: []KubeClientVariant{
+		{Name: "no Node watch", Bytes: 24166562, Modules: 60, StartRSSKiB: 16500, IdleRSSKiB: []int64{22744, 22528, 22740}, CPUPercent: []float64{0.5, 0.3, 0.4}},
+		{Name: "client-go", Bytes: 49553570, Modules: 101, StartRSSKiB: 31280, IdleRSSKiB: []int64{41876, 40792, 40484}, CPUPercent: []float64{0.6}},
+	}}
+	md = Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	sec, _, _ := strings.Cut(md[strings.Index(md, "## Kubernetes client (node watch)"):], "\n## ")
+	for _, want := range []string{
+		"Measured by lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e:",
+		"| no Node watch | 23.0 | 60 | 16.1 | 22.0 / 22.2 / 22.2 | 0.40 |",
+		"| client-go | 47.3 | 101 | 30.5 | 39.5 / 39.8 / 40.9 | 0.60 |",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("section lacks %q:\n%s", want, sec)
+		}
+	}
+}
+
 func TestChartIsWellFormedSVG(t *testing.T) {
 	svg := Chart(sample())
 	d := xml.NewDecoder(strings.NewReader(svg))

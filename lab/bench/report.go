@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -516,6 +517,10 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		}
 	}
 
+	if kc := r.KubeClient; kc != nil {
+		writeKubeClient(p, kc)
+	}
+
 	if len(gb) > 0 {
 		p("## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem ./agent/`\n\n")
 		p("| benchmark | iterations | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
@@ -539,4 +544,28 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// writeKubeClient renders the Kubernetes client comparison.
+func writeKubeClient(p func(string, ...any), kc *KubeClient) {
+	p("## Kubernetes client (node watch)\n\n")
+	p("Measured by %s: `cmd/vipd` built three ways from the same tree (stripped, as `make build`; not the binary measured above); "+
+		"each run: one node, one L2 VIP, idle for %d s after 10 s of start-up while a fake apiserver "+
+		"(lab/kubeclient/fakeapiserver) cordons and uncordons the watched Node every 2 s; RSS at start is `vipd --version` "+
+		"(package initialisation only).\n\n", kc.Source, kc.Seconds)
+	p("| vipd built | binary (MiB) | modules linked | RSS at start (MiB) | idle RSS (MiB, min / median / max) | idle CPU (%% of a core, median) |\n|---|---|---|---|---|---|\n")
+	mib := func(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
+	for _, v := range kc.Variants {
+		rss := slices.Sorted(slices.Values(v.IdleRSSKiB))
+		cpu := slices.Sorted(slices.Values(v.CPUPercent))
+		idle, c := "-", "-"
+		if n := len(rss); n > 0 {
+			idle = fmt.Sprintf("%s / %s / %s", mib(rss[0]), mib(rss[n/2]), mib(rss[n-1]))
+		}
+		if n := len(cpu); n > 0 {
+			c = fmt.Sprintf("%.2f", cpu[n/2])
+		}
+		p("| %s | %.1f | %d | %s | %s | %s |\n", v.Name, float64(v.Bytes)/(1<<20), v.Modules, mib(v.StartRSSKiB), idle, c)
+	}
+	p("\n")
 }

@@ -56,6 +56,10 @@ type VipdOptions struct {
 	Cluster string
 	// Extra is appended to the file (more tables, e.g. [bgp]).
 	Extra string
+	// HostExtra, when set, is called for each node and what it returns is
+	// appended after Extra: tables that differ between nodes (a
+	// [kubernetes] section naming the node's own credentials).
+	HostExtra func(h *Host) string
 }
 
 // DefaultVIPs are the VIPs used when VipdOptions.VIPs is empty.
@@ -140,6 +144,11 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 	}
 	if o.Extra != "" {
 		b.WriteString("\n" + o.Extra + "\n")
+	}
+	if o.HostExtra != nil {
+		if s := o.HostExtra(h); s != "" {
+			b.WriteString("\n" + s + "\n")
+		}
 	}
 	return b.String()
 }

@@ -4,7 +4,7 @@
 //	vipbench run [-runs 5] [-scenarios handoff,crash,...] [-systems vipd,keepalived]
 //	             [-parts failover,bgp,footprint,scale,k8s] [-k8s-scenarios handoff,...] [-k8s-runs 3]
 //	             [-bin bin] -out results.json
-//	vipbench report -results results.json [-gobench file] [-command "make bench"]
+//	vipbench report -results results.json [-gobench file] [-kubeclient file] [-command "make bench"]
 //	             -md docs/benchmarks.md -svg docs/benchmarks.svg
 //
 // run needs root and VIPD_NETNS_TESTS=1 (lab/bench.sh sets it).
@@ -109,6 +109,7 @@ func report(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
 	results := fs.String("results", "", "results written by vipbench run (required)")
 	gobench := fs.String("gobench", "", "output of go test -bench to include")
+	kubeclient := fs.String("kubeclient", "", "lab/kubeclient.sh's JSON to include (merged into the results file)")
 	command := fs.String("command", "make bench", "the command that produced the results, for the report")
 	md := fs.String("md", "docs/benchmarks.md", "markdown report to write")
 	svg := fs.String("svg", "docs/benchmarks.svg", "SVG chart to write")
@@ -119,6 +120,14 @@ func report(args []string) error {
 	r, err := bench.Load(*results)
 	if err != nil {
 		return err
+	}
+	if *kubeclient != "" {
+		if r.KubeClient, err = bench.LoadKubeClient(*kubeclient); err != nil {
+			return err
+		}
+		if err := r.Save(*results); err != nil {
+			return err
+		}
 	}
 	var gb string
 	if *gobench != "" {
