@@ -46,6 +46,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -133,6 +134,9 @@ type Options struct {
 	// vipd runs without it (and says so). [the kernel's: conns.Open and
 	// conns.NewPoker in vipd's network namespace]
 	Conns func() (ConnsBackend, error)
+	// NodeWatch, when set, adjusts the configuration of the Kubernetes
+	// Node watch before it starts (tests shorten its timers). [none]
+	NodeWatch func(nodewatch.Config) nodewatch.Config
 }
 
 // Agent is one vipd node. Create it with New and run it with Run.
@@ -155,6 +159,11 @@ type Agent struct {
 	health    chan healthResult
 	conflicts chan conflict
 	wake      chan struct{} // a VIP interface's link or addresses changed
+	nodeCh    chan struct{} // the Node watch reported (nodeLatest)
+
+	// nodeLatest is the Node watch's last report, for the loop.
+	nodeMu     sync.Mutex
+	nodeLatest nodeReport
 
 	// Set by Run before the loop and the other goroutines start; read-only
 	// afterwards.
@@ -220,6 +229,9 @@ type loopState struct {
 	// heardOnly are the members last counted alive only by their lease
 	// heartbeats (membership said dead), for the log.
 	heardOnly []string
+	// node is this host's Kubernetes Node and the withdraw it makes (never
+	// persisted, apart from the withdraw flag).
+	node nodeState
 }
 
 // vipState is what the loop knows and remembers of one VIP.
@@ -314,8 +326,9 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		health:     make(chan healthResult, 16),
 		conflicts:  make(chan conflict, 16),
 		wake:       make(chan struct{}, 1),
+		nodeCh:     make(chan struct{}, 1),
 		rejoinKick: make(chan struct{}, 1),
-		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
+		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}, node: nodeState{cfg: cfg.Kubernetes}},
 	}
 	peers := cfg.Cluster.PeerAddrs()
 	a.peers.Store(&peers)

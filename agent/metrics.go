@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // metrics are the agent's Prometheus metrics, in a registry of its own (no
@@ -50,7 +52,10 @@ type metrics struct {
 	clientResets       *prometheus.CounterVec
 	clientsClosed      *prometheus.CounterVec
 	clientReconnects   *prometheus.CounterVec
-	knownVIPs          []string // VIPs with series, for removal after a reload
+	// nodeWithdrawn and kubeUp are the Node watch's (nodewatch).
+	nodeWithdrawn *prometheus.GaugeVec
+	kubeUp        *prometheus.GaugeVec
+	knownVIPs     []string // VIPs with series, for removal after a reload
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -108,10 +113,14 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Client connections this node closed when it handed the VIP over on purpose."}, []string{"vip"}),
 		clientReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_client_reconnects_total",
 			Help: "Clients (addresses) this node reset that were connected to it again within a minute."}, []string{"vip"}),
+		nodeWithdrawn: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_node_withdrawn",
+			Help: "1 when this node's Kubernetes Node withdraws it for the reason (node cordoned, node deleted...); a series per reason."}, []string{"reason"}),
+		kubeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_kubernetes_api_up",
+			Help: "1 when the last read of this node's Node from the Kubernetes API succeeded; absent when the Node watch is off."}, nil),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
-		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince,
+		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince, m.nodeWithdrawn, m.kubeUp,
 		m.clientConns, m.clientConnsKnown, m.clientPublishBytes, m.clientResets, m.clientsClosed, m.clientReconnects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
@@ -229,6 +238,14 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 		since = float64(a.st.withdrawnSince.UnixNano()) / 1e9
 	}
 	m.withdrawnSince.Set(since)
+	for _, r := range nodewatch.Reasons() {
+		m.nodeWithdrawn.WithLabelValues(r).Set(b2f(slices.Contains(a.st.node.reasons, r)))
+	}
+	if a.st.node.watcher != nil {
+		m.kubeUp.WithLabelValues().Set(b2f(a.st.node.st.Reachable))
+	} else {
+		m.kubeUp.Reset()
+	}
 }
 
 // setVIPInfo publishes vipd_vip_info for the configured VIPs, removing

@@ -55,7 +55,7 @@ func TestMetaFitsMaxVIPs(t *testing.T) {
 // metaV2 encodes m the way a later version (2) might: with flag bits and
 // per-VIP fields this release does not know, and trailing fields.
 func metaV2(m NodeMeta) []byte {
-	b := []byte{2, 0xf0, byte(len(m.VIPs)), 8} // unknown node flags 0xf0; 8-byte entries
+	b := []byte{2, 0xe0, byte(len(m.VIPs)), 8} // unknown node flags 0xe0; 8-byte entries
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
 	}
@@ -64,7 +64,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0xe0) // unknown VIP flags
+		f := byte(0xf0) // unknown VIP flags
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}
@@ -78,6 +78,70 @@ func metaV2(m NodeMeta) []byte {
 		b = append(b, f, 0xaa, 0xbb, 0xcc) // three bytes of a later per-VIP field
 	}
 	return append(b, []byte("later fields")...)
+}
+
+// oldReleaseView is what a release from before the Node watch reads of
+// metadata b: its DecodeMeta read only the flag bits it knew (0-3 of the
+// node's flags, 0-2 of a VIP's) and ignored the others, which is DecodeMeta
+// on b with those bits cleared.
+func oldReleaseView(t *testing.T, b []byte) NodeMeta {
+	t.Helper()
+	b = bytes.Clone(b)
+	if b[0] != metaVersion {
+		t.Fatalf("version %d: the previous release reads version 1 only", b[0])
+	}
+	b[1] &= metaFlagWithdraw | metaFlagLeaving | metaFlagFenced | metaFlagRemoved
+	for p := 2; p+5 <= len(b); p += 5 {
+		b[p+4] &= vipFlagHealthy | vipFlagHeld | vipFlagDown
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatalf("the previous release cannot read %x: %v", b, err)
+	}
+	return m
+}
+
+// TestMetaNodeWithdrawnAsOldReleaseReadsIt: during a rolling upgrade,
+// nodes of the previous release read the metadata of nodes their Node
+// withdraws as unhealthy (not as eligible), so they elect the owner this
+// release elects whenever a healthy node that is not withdrawn by its Node
+// exists, and keep a holder when every healthy node is withdrawn by its
+// Node, as this release does.
+func TestMetaNodeWithdrawnAsOldReleaseReadsIt(t *testing.T) {
+	m := NodeMeta{Valid: true, NodeWithdrawn: true, VIPs: map[uint32]VIPMeta{config.VIPKey("api"): {Healthy: true, Held: true}}}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := DecodeMeta(b); !got.NodeWithdrawn || !got.VIP(config.VIPKey("api")).Healthy {
+		t.Errorf("this release reads %+v, want withdrawn by its Node and healthy", got)
+	}
+	if old := oldReleaseView(t, b); old.NodeWithdrawn || old.Withdrawn || old.VIP(config.VIPKey("api")).Healthy || !old.VIP(config.VIPKey("api")).Held {
+		t.Errorf("the previous release reads %+v, want a holder that is unhealthy (and no withdraw flag: it would be ineligible even at bootstrap)", old)
+	}
+	// Elect over members without NodeWithdrawn applies the previous
+	// release's rules (healthy, else alive and not withdrawn).
+	situations := map[string][]Member{
+		"owner cordoned":           {node("cp-1", holds, cordoned), node("cp-2"), node("cp-3")},
+		"a successor cordoned too": {node("cp-1", holds, cordoned), node("cp-2", cordoned), node("cp-3")},
+		"all cordoned":             {node("cp-1", cordoned), node("cp-2", holds, cordoned), node("cp-3", cordoned)},
+		"cordoned healthy holder, the others unhealthy": {node("cp-1", holds, cordoned), node("cp-2", unhealthy), node("cp-3", unhealthy)},
+		"nobody cordoned": {node("cp-1"), node("cp-2", holds), node("cp-3")},
+	}
+	for name, ms := range situations {
+		var old []Member
+		for _, m := range ms {
+			b, err := m.Meta.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			old = append(old, Member{Name: m.Name, State: m.State, Meta: oldReleaseView(t, b)})
+		}
+		vip := ElectionVIP{Name: "api"}
+		if now, then := Elect(ms, vip).Owner, Elect(old, vip).Owner; now != then || now == "" {
+			t.Errorf("%s: this release elects %q, the previous one %q", name, now, then)
+		}
+	}
 }
 
 // TestDecodeMetaNewerVersion: metadata of a later version decodes to its

@@ -1,6 +1,7 @@
 package netlab
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -36,26 +37,38 @@ func (l *Lab) InNamespace(h *Host, f func() error) error {
 	return <-errc
 }
 
+// ErrKernelLacks is wrapped by the errors of BondVLANSupport that say the
+// kernel lacks a feature (rather than that the probe failed).
+var ErrKernelLacks = errors.New("this kernel lacks a feature the lab needs")
+
 // SkipUnlessBondVLAN skips t unless this kernel creates bonds and 802.1Q
-// VLAN interfaces (CONFIG_BONDING, CONFIG_VLAN_8021Q, built in or loaded),
-// which Options.BondVLAN needs. It tries both in a scratch namespace of its
-// own, removed before it returns.
+// VLAN interfaces (BondVLANSupport), which Options.BondVLAN needs.
 func SkipUnlessBondVLAN(t testing.TB) {
 	t.Helper()
 	SkipUnlessEnabled(t)
+	if err := BondVLANSupport(); errors.Is(err, ErrKernelLacks) {
+		t.Skipf("%v (make test runs this lab in a VM with Debian's kernel instead: lab/vm)", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BondVLANSupport returns nil when this kernel creates bonds and 802.1Q
+// VLAN interfaces (CONFIG_BONDING, CONFIG_VLAN_8021Q, built in or loaded
+// on demand), an error wrapping ErrKernelLacks when it does not. It tries
+// both in a scratch namespace of its own, removed before it returns. It
+// needs root and ip(8).
+func BondVLANSupport() error {
 	ns := fmt.Sprintf("vt-%d-probe-bond", os.Getpid())
 	if _, err := Run("ip", "netns", "add", ns); err != nil {
-		t.Fatalf("netlab: %v", err)
+		return fmt.Errorf("netlab: %w", err)
 	}
-	defer func() {
-		if _, err := Run("ip", "netns", "del", ns); err != nil {
-			t.Errorf("netlab: %v", err)
-		}
-	}()
+	defer Run("ip", "netns", "del", ns)
 	if _, err := Run("ip", "-n", ns, "link", "add", "bond0", "type", "bond", "mode", "active-backup"); err != nil {
-		t.Skipf("this kernel creates no bond interface (CONFIG_BONDING): %v", err)
+		return fmt.Errorf("%w: no bond interface (CONFIG_BONDING): %v", ErrKernelLacks, err)
 	}
 	if _, err := Run("ip", "-n", ns, "link", "add", "link", "bond0", "name", "bond0.100", "type", "vlan", "id", "100"); err != nil {
-		t.Skipf("this kernel creates no 802.1Q VLAN interface (CONFIG_VLAN_8021Q): %v", err)
+		return fmt.Errorf("%w: no 802.1Q VLAN interface (CONFIG_VLAN_8021Q): %v", ErrKernelLacks, err)
 	}
+	return nil
 }
