@@ -389,7 +389,7 @@ func TestK8sReport(t *testing.T) {
 	s := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	tr := func(agent, sc string, run, failed int, stall time.Duration, moves int, err string) k8slab.Trial {
 		return k8slab.Trial{Agent: agent, Scenario: sc, Run: run, From: "n1", To: "n2", Moves: moves, Err: err,
-			Clients: k8slab.ClientStats{Watches: 20, Requests: 500, Failed: failed, Stall: stall, Back: stall, LongestRequest: s(1000), Relists: 1}}
+			Clients: k8slab.ClientStats{Watches: 20, Requests: 500, Failed: failed, Stall: stall, Back: stall, Delivering: stall / 2, LongestRequest: s(1000), Relists: 1}}
 	}
 	r := &Results{K8s: []k8slab.Trial{
 		tr("vipd", "handoff", 1, 0, s(200), 1, ""),
@@ -404,11 +404,13 @@ func TestK8sReport(t *testing.T) {
 	md := Markdown(r, Machine{NProc: 2}, nil, "PARTS=k8s make bench", "benchmarks.svg")
 	for _, want := range []string{
 		"## Kubernetes clients: vipd vs keepalived",
-		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
+		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 100 / 7500 / 14900 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
 		"| partition | keepalived | 1 (+1 failed) | 20 / 20 / 20 |",
 		"- handoff run 2 (map[write:1]): write: connection reset by peer",
 		"- keepalived partition run 2: lab not steady",
-		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, 2 runs | no |",
+		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, every watch delivering after at most 14900 ms, 2 runs | no |",
+		"| Kubernetes clients, partition: every watch delivering events again within 2 s of the event, median (vipd, [connections] default) | median 14500 ms, max 14500 ms, 1 runs; keepalived median 15500 ms | no |",
+		"| Kubernetes clients, linkdown: every watch delivering events again within 2 s of the event, median (vipd, [connections] default) | not measured | not measured |",
 		"| Kubernetes clients, partition: median watch stall below keepalived's | vipd 29000 ms, keepalived 31000 ms | yes |",
 		"| Kubernetes clients, sigterm: 0 failed requests, every watch delivering again within 1 s (vipd) | not measured | not measured |",
 	} {
