@@ -406,6 +406,7 @@ func TestK8sReport(t *testing.T) {
 		"## Kubernetes clients: vipd vs keepalived",
 		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 100 / 7500 / 14900 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
 		"| partition | keepalived | 1 (+1 failed) | 20 / 20 / 20 |",
+		"Runs per scenario and system: 1 to 2 (the runs column).",
 		"- handoff run 2 (map[write:1]): write: connection reset by peer",
 		"- keepalived partition run 2: lab not steady",
 		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, every watch delivering after at most 14900 ms, 2 runs | no |",

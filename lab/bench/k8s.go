@@ -194,7 +194,11 @@ func writeK8s(w io.Writer, r *Results, command string) {
 	p("a kubectl-like loop (a fresh client and connection per request) and a long-lived client's loop, a GET every 200 ms each; every request bounded by 10 s. ")
 	p("vipd runs the documented health check (`%s`, `ca_file`, `tls_server_name = \"kubernetes\"`, default interval, timeout, rise, fall); keepalived the same check with curl (`vrrp_script` every 1 s, fall 3, rise 2), priorities 150/100/50, preempting.\n\n", k8slab.HealthURL)
 	p("Each trial: the lab steady, the clients live, the event on the VIP's holder, every watch back, the heal (agent started again, link up, ...), the lab steady again, every watch back again, 3 s more; the figures cover all of it from the event on. ")
-	p("Runs per scenario and system: %d. Min / median / max.\n\n", r.k8sRuns())
+	if lo, hi := r.k8sRuns(); lo == hi {
+		p("Runs per scenario and system: %d. Min / median / max.\n\n", hi)
+	} else {
+		p("Runs per scenario and system: %d to %d (the runs column). Min / median / max.\n\n", lo, hi)
+	}
 	p("- **failed requests**: creates and gets that returned an error (or hit the 10 s bound).\n")
 	p("- **watch stall**: the longest time any informer delivered nothing while an object it had not delivered yet existed (ms).\n")
 	p("- **stalled**: informers (of 20) whose stall was over %v.\n", k8slab.LagLimit)
@@ -248,11 +252,17 @@ func writeK8s(w io.Writer, r *Results, command string) {
 	p("\n")
 }
 
-// k8sRuns is the largest run number of the Kubernetes trials.
-func (r *Results) k8sRuns() int {
-	n := 0
+// k8sRuns is the fewest and the most trials of one scenario and system.
+func (r *Results) k8sRuns() (lo, hi int) {
+	n := map[[2]string]int{}
 	for _, t := range r.K8s {
-		n = max(n, t.Run)
+		n[[2]string{t.Agent, t.Scenario}]++
 	}
-	return n
+	for _, c := range n {
+		if lo == 0 || c < lo {
+			lo = c
+		}
+		hi = max(hi, c)
+	}
+	return lo, hi
 }
