@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -401,5 +402,70 @@ func BenchmarkParseConfig(b *testing.B) {
 		if _, err := Parse("bench.toml", data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKubeconfigAccessHostCheck: --check as root warns when the service
+// user cannot read the kubeconfig, naming the packaged drop-in that fixes
+// it; a vipd.service drop-in granting CAP_DAC_READ_SEARCH silences it, one
+// that does not (or a commented-out grant) does not.
+func TestKubeconfigAccessHostCheck(t *testing.T) {
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("no user nobody to check for:", err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "vipd.toml")
+	if err := os.WriteFile(path, []byte(goodConfig+fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", kubeconfig)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dropin string
+		warn         bool
+	}{
+		{"no drop-in", "", true},
+		{"the packaged drop-in", "", false},
+		{"a drop-in without the capability", "[Service]\nAmbientCapabilities=CAP_NET_ADMIN\n", true},
+		{"the grant commented out", "[Service]\n#AmbientCapabilities=CAP_DAC_READ_SEARCH\n", true},
+		{"the admin's own grant", "[Service]\nAmbientCapabilities = CAP_DAC_READ_SEARCH\nCapabilityBoundingSet=CAP_DAC_READ_SEARCH\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dropins := t.TempDir()
+			text := tc.dropin
+			if tc.name == "the packaged drop-in" {
+				b, err := os.ReadFile("../../packaging/systemd/kubelet-credentials.conf")
+				if err != nil {
+					t.Fatal(err)
+				}
+				text = string(b)
+			}
+			if text != "" {
+				if err := os.WriteFile(filepath.Join(dropins, "x.conf"), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := HostEnv{ServiceUser: "nobody", Interfaces: func() ([]HostInterface, error) { return nil, nil },
+				Euid: func() int { return 0 }, DropInDirs: []string{filepath.Join(dropins, "missing"), dropins}}
+			warnings, _ := CheckHost(c, env)
+			var got []Problem
+			for _, w := range warnings {
+				if strings.Contains(w.Msg, "cannot read it") {
+					got = append(got, w)
+				}
+			}
+			if (len(got) > 0) != tc.warn {
+				t.Fatalf("warned %v, want %v: %v", got, tc.warn, warnings)
+			}
+			if tc.warn && !strings.Contains(got[0].Msg, "link "+KubeletCredentialsDropIn+" into /etc/systemd/system/vipd.service.d/") {
+				t.Errorf("the warning does not name the drop-in: %v", got[0])
+			}
+		})
 	}
 }

@@ -20,6 +20,11 @@
 #      reload after an edit and a restart of systemd-networkd; without the
 #      packaged drop-in the VIPs (IPv4 and IPv6) are back within 1 s; with
 #      it (/usr/share/vipd/networkd/vipd.conf) they are never removed
+#   k  a root:root 0600 kubelet kubeconfig and client certificate as
+#      kubernetes.kubeconfig: without the packaged kubelet-credentials drop-in
+#      the Node watch fails with permission denied (vipctl status, --check
+#      name the drop-in); linked as docs/install.md says, the watch reads
+#      them and reaches the network (connection refused: nothing serves)
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
 #      fix it, a crash still gets its VIP removed
@@ -617,6 +622,102 @@ step_n6() {
 	st_wait 10 c1_has_vip || fail "the VIP is not back on eth0"
 }
 
+# --- k: the kubelet's credentials and the kubelet-credentials drop-in -------
+
+KC_CONF=/etc/kubernetes/kubelet.conf
+KC_PEM=/var/lib/kubelet/pki/kubelet-client-current.pem
+KC_LINK=/etc/systemd/system/vipd.service.d/kubelet-credentials.conf
+# kc_line: the kubernetes line of vipctl status.
+kc_line() { ct c1 vipctl status | grep '^kubernetes: ' || true; }
+kc_says() { kc_line | grep -q -- "$1"; }
+# kc_capamb: vipd's ambient capabilities (hex, /proc/PID/status).
+kc_capamb() { ct c1 awk '/^CapAmb:/ { print $2 }' "/proc/$(prop c1 MainPID)/status"; }
+# kc_has_dac CAPAMB: CAP_DAC_READ_SEARCH (bit 2) is in the mask.
+kc_has_dac() { [ $((0x$1 & 4)) != 0 ]; }
+step_k1() {
+	# kubeadm's layout: the kubeconfig names the rotating certificate file
+	# (certificate and key in one), both root:root 0600; the server is a
+	# port of c1's own address where nothing listens.
+	local d=$LAB_DIR/kc
+	command -v openssl >/dev/null || fail "openssl not found (apt-get install openssl)"
+	mkdir -p "$d"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=kubernetes \
+		-keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=system:nodes/CN=system:node:c1" \
+		-keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+	openssl x509 -req -in "$d/client.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 -out "$d/client.crt" 2>/dev/null
+	cat "$d/client.crt" "$d/client.key" >"$d/client.pem"
+	cat >"$d/kubelet.conf" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- cluster:
+		    certificate-authority-data: $(base64 -w0 <"$d/ca.crt")
+		    server: https://$C1_IP:6443
+		  name: kubernetes
+		contexts:
+		- context:
+		    cluster: kubernetes
+		    user: system:node:c1
+		  name: system:node:c1@kubernetes
+		current-context: system:node:c1@kubernetes
+		users:
+		- name: system:node:c1
+		  user:
+		    client-certificate: $KC_PEM
+		    client-key: $KC_PEM
+	EOF
+	ct c1 sh -c "mkdir -p -m 0755 /etc/kubernetes && mkdir -p -m 0700 /var/lib/kubelet && mkdir -p -m 0755 $(dirname $KC_PEM)"
+	ct c1 sh -c "umask 077 && cat > $KC_CONF" <"$d/kubelet.conf"
+	ct c1 sh -c "umask 077 && cat > $KC_PEM" <"$d/client.pem"
+	ct c1 chown root:root "$KC_CONF" "$KC_PEM"
+	ct c1 ls -l "$KC_CONF" "$KC_PEM"
+	[ "$(ct c1 stat -c '%U:%G %a' "$KC_CONF" "$KC_PEM" | sort -u)" = "root:root 600" ] || fail "the kubeconfig and certificate are not root:root 0600"
+	! ct c1 test -e "$KC_LINK" || fail "$KC_LINK exists before the step links it"
+	c1_config "" "$(printf '\n[kubernetes]\nenabled = true\nkubeconfig = "%s"' "$KC_CONF")"
+	ct c1 systemctl restart vipd.service
+	running_with_vip
+	st_wait 10 kc_says 'permission denied' || fail "vipctl status does not show the Node watch failing with permission denied: '$(kc_line)'"
+	echo "info: $(kc_line)"
+	kc_says "$KC_CONF" || fail "the status line does not name $KC_CONF"
+	kc_says /usr/share/vipd/systemd/kubelet-credentials.conf || fail "the status line does not name the drop-in"
+	c1_has_vip || fail "the failing watch changed something: the VIP is gone"
+	! kc_has_dac "$(kc_capamb)" || fail "vipd has CAP_DAC_READ_SEARCH without the drop-in (CapAmb $(kc_capamb))"
+	ct c1 vipd --check --config /etc/vipd/vipd.toml >"$LAB_DIR/k1.check" 2>&1 || true
+	grep -F "$KC_CONF" "$LAB_DIR/k1.check" | grep -q /usr/share/vipd/systemd/kubelet-credentials.conf ||
+		{ cat "$LAB_DIR/k1.check"; fail "vipd --check as root does not warn naming the drop-in"; }
+}
+# The drop-in linked exactly as docs/install.md says (the one command line).
+step_k2() {
+	local cmd
+	cmd=$(grep -m1 -E '^ *mkdir -p /etc/systemd/system/vipd.service.d && ln -s /usr/share/vipd/systemd/kubelet-credentials.conf ' docs/install.md | sed 's/^ *//')
+	[ -n "$cmd" ] || fail "docs/install.md has no command line linking the kubelet-credentials drop-in"
+	echo "from docs/install.md: $cmd"
+	ct c1 sh -ec "$cmd"
+	ct c1 test -L "$KC_LINK" || fail "$KC_LINK is not a link after the documented command"
+	running_with_vip
+	kc_has_dac "$(kc_capamb)" || fail "vipd lacks CAP_DAC_READ_SEARCH with the drop-in (CapAmb $(kc_capamb))"
+	# No longer permission denied: the watch read the kubeconfig and the
+	# certificate (the line names the Node from the certificate) and failed
+	# on the network.
+	reached() { kc_says 'kubernetes: node c1 ' && kc_says 'connection refused'; }
+	st_wait 10 reached || fail "with the drop-in the watch does not reach the network: '$(kc_line)'"
+	echo "info: $(kc_line)"
+	! kc_says 'permission denied' || fail "still permission denied with the drop-in"
+	ct c1 vipd --check --config /etc/vipd/vipd.toml >"$LAB_DIR/k2.check" 2>&1 || true
+	! grep -F "$KC_CONF" "$LAB_DIR/k2.check" || fail "vipd --check still warns although the drop-in is linked"
+}
+step_k3() {
+	ct c1 rm -f "$KC_LINK"
+	ct c1 rm -rf /etc/kubernetes /var/lib/kubelet
+	c1_config
+	ct c1 systemctl daemon-reload
+	ct c1 systemctl restart vipd.service
+	running_with_vip
+	! kc_has_dac "$(kc_capamb)" || fail "vipd keeps CAP_DAC_READ_SEARCH after the link is removed (CapAmb $(kc_capamb))"
+	st_wait 10 kc_says 'waiting for a kubelet kubeconfig' || fail "the Node watch does not wait for a kubeconfig again: '$(kc_line)'"
+}
+
 # --- 7: stop, purge ---------------------------------------------------------
 
 step_7a() {
@@ -793,6 +894,9 @@ st_step n3 "networkctl reload after an edit of the .network: the VIPs are back w
 st_step n4 "systemctl restart systemd-networkd: the VIPs are back within 1 s" step_n4
 st_step n5 "with the packaged networkd drop-in, none of the three removes a VIP" step_n5
 st_step n6 "networkd off again, one VIP" step_n6
+st_step k1 "a root-only kubelet kubeconfig: the Node watch fails with permission denied, status and --check name the drop-in" step_k1
+st_step k2 "with the kubelet-credentials drop-in linked as documented, the watch reaches the network" step_k2
+st_step k3 "the drop-in unlinked and the watch off again" step_k3
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
 st_step 7c "dpkg -P keeps the vipd user and group (docs/install.md)" step_7c
