@@ -7,7 +7,7 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale (gobench: the agent Go benchmarks)
+#   PARTS=all       failover,bgp,footprint,scale,coldstart (gobench: the agent Go benchmarks)
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
 #   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
 #

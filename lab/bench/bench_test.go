@@ -351,3 +351,73 @@ func TestBGPReport(t *testing.T) {
 		t.Errorf("report has a row for a scenario without trials:\n%s", md)
 	}
 }
+
+// TestColdStartAndScaleRuns: the cold-start section and the targets of
+// cold start and the scale runs.
+func TestColdStartAndScaleRuns(t *testing.T) {
+	d := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	r := sample()
+	r.ColdStart = []ColdTrial{
+		{Nodes: 3, Delay: 0, Run: 1, First: "n1", Answered: d(1500)},
+		{Nodes: 3, Delay: 0, Run: 2, First: "n2", Answered: d(1700)},
+		{Nodes: 3, Delay: 5 * time.Second, Run: 1, First: "n2", Bootstrap: "n1", Answered: d(1900)},
+		{Nodes: 5, Delay: 5 * time.Second, Run: 1, Err: "bootstrap holder: none"},
+	}
+	r.Scale = &Scale{Nodes: 16, VIPs: 100, Start: d(6800), Starts: []time.Duration{d(6800), d(7100), d(42700)},
+		Leaves: []time.Duration{d(700)}, Leave: d(700), Moved: 12}
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	for _, want := range []string{
+		"## Cold start",
+		"| 3 | with the vipds | 2 | 1500 / 1600 / 1700 | 1500, 1700 |",
+		"| 3 | 5s after, a bootstrap holder elected | 1 | 1900 / 1900 / 1900 | 1900 |",
+		"| 5 | 5s after, a bootstrap holder elected | 0 (+1 failed) | - |",
+		"- failed: 5 nodes, ready after 5s, run 1: bootstrap holder: none",
+		"3 runs, each in a new lab",
+		"| start of every vipd to settled | 6800 / 7100 / 42700 (6800, 7100, 42700) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		got[tg.Goal] = tg
+	}
+	cold := got["cold start: VIP answered by the first ready apiserver within 2s of it turning ready, every run ([3 5] nodes)"]
+	if cold.Met || cold.Unknown || !strings.Contains(cold.Measured, "max 1900 ms over 3 runs, 1 run(s) failed") {
+		t.Errorf("cold-start target with a failed run = %+v, want not met, saying so", cold)
+	}
+	sc := got["16 nodes, 100 VIPs: settled within 10s of starting every vipd, every run"]
+	if sc.Met || sc.Unknown || !strings.Contains(sc.Measured, "max 42700 ms over 3 runs") {
+		t.Errorf("scale target with a 42.7 s run = %+v, want not met", sc)
+	}
+	r.ColdStart = r.ColdStart[:3]
+	r.Scale.Starts = r.Scale.Starts[:2]
+	for _, tg := range r.Targets() {
+		if strings.HasPrefix(tg.Goal, "cold start") || strings.HasPrefix(tg.Goal, "16 nodes") {
+			if !tg.Met {
+				t.Errorf("%s = %+v, want met", tg.Goal, tg)
+			}
+		}
+	}
+}
+
+func TestServedFrom(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ps []netlab.Probe
+	add := func(ms int, ok bool, server string) {
+		ps = append(ps, netlab.Probe{Start: t0.Add(time.Duration(ms) * time.Millisecond), OK: ok, Server: server})
+	}
+	add(-20, true, "n1") // before since: ignored
+	add(0, true, "n2")
+	add(20, false, "")
+	for i := 0; i < servedRun; i++ {
+		add(40+20*i, true, "n1")
+	}
+	if got := servedFrom(ps, "n1", t0); got != 40*time.Millisecond {
+		t.Errorf("servedFrom = %v, want 40ms (the run after the failure)", got)
+	}
+	if got := servedFrom(ps[:len(ps)-1], "n1", t0); got != 0 {
+		t.Errorf("servedFrom with a run one short = %v, want 0", got)
+	}
+}

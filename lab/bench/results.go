@@ -37,8 +37,10 @@ type Results struct {
 	BGP []BGPTrial
 	// Footprint of vipd (nil when not measured).
 	Footprint *Footprint
-	// Scale of the 16-node run (nil when not measured).
+	// Scale of the 16-node runs (nil when not measured).
 	Scale *Scale
+	// ColdStart trials (cold start of a whole cluster).
+	ColdStart []ColdTrial `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }
@@ -139,12 +141,16 @@ type Scale struct {
 	// Nodes and VIPs of the lab.
 	Nodes, VIPs int
 	// Start is from starting every vipd to every VIP being on exactly one
-	// node.
+	// node, in the first run (the only one of older results).
 	Start time.Duration
+	// Starts is Start of every run, in run order.
+	Starts []time.Duration `json:",omitempty"`
 	// Leave is from SIGTERM to the node holding most VIPs to every VIP
-	// being on exactly one of the remaining nodes.
+	// being on exactly one of the remaining nodes, in the first run.
 	Leave time.Duration
-	// Moved is the number of VIPs the leaving node held.
+	// Leaves is Leave of every run.
+	Leaves []time.Duration `json:",omitempty"`
+	// Moved is the number of VIPs the leaving node held, in the first run.
 	Moved int
 	// Errors of parts that did not complete.
 	Errors []string `json:",omitempty"`

@@ -2,7 +2,7 @@
 // renders their report.
 //
 //	vipbench run [-runs 5] [-scenarios handoff,crash,...] [-systems vipd,keepalived]
-//	             [-parts failover,bgp,footprint,scale] [-bin bin] -out results.json
+//	             [-parts failover,bgp,footprint,scale,coldstart] [-bin bin] -out results.json
 //	vipbench report -results results.json [-gobench file] [-command "make bench"]
 //	             -md docs/benchmarks.md -svg docs/benchmarks.svg
 //
