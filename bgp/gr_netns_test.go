@@ -153,6 +153,8 @@ type grRouter struct {
 //   - crash, fresh start: a speaker started (not resumed) after SIGKILL
 //     makes the router drop the stale route as soon as its session is up,
 //     before the restart time.
+//   - crash, flush: FlushStale after SIGKILL makes the router drop the stale
+//     route within a second, and leaves it no route from the speaker.
 func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 	spk := startSpeakerProc(t, sns, cfg)
 	routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
@@ -281,6 +283,44 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 			t.Errorf("stale route gone only %v after SIGKILL, want it dropped when the fresh session came up, before the restart time %v", gone.Sub(killed), grRestartTime)
 		}
 		t.Logf("crash, fresh start: stale route dropped %v after SIGKILL, when the new session came up (restart time %v)", gone.Sub(killed).Round(time.Millisecond), grRestartTime)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("crash-flush", func(t *testing.T) {
+		spk.do(t, "announce "+vip4.Addr().String())
+		waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
+		spk.kill(t)
+		// Stale now (the router keeps it for the restart time).
+		routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "router keeping the route for a restart", func() (bool, string) {
+			rs, err := r.Routes(vip4)
+			if err != nil {
+				return false, err.Error()
+			}
+			helper, err := r.helper(rs)
+			return err == nil && helper && len(rs) == 1, fmt.Sprintf("routes %+v helper %t err %v", rs, helper, err)
+		})
+		flushed := time.Now()
+		flushStaleIn(t, sns, cfg)
+		took := time.Since(flushed)
+		var gone time.Time
+		routers.Eventually(t, 2*time.Second, 20*time.Millisecond, "stale route dropped after the flush", func() (bool, string) {
+			rs, err := r.Routes(vip4)
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(rs) == 0 {
+				gone = time.Now()
+				return true, ""
+			}
+			return false, fmt.Sprintf("routes %+v", rs)
+		})
+		if up, _ := r.established(); up {
+			t.Errorf("the flush session is still up after its CEASE")
+		}
+		t.Logf("crash, flush: FlushStale took %v; the stale route was gone %v after it started (restart time %v)",
+			took.Round(time.Millisecond), gone.Sub(flushed).Round(time.Millisecond), grRestartTime)
 	})
 }
 

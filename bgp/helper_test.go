@@ -29,11 +29,14 @@ import (
 //	detach                                      ->  "ok", then the helper exits (Detach: no CEASE)
 //
 // With helperResumeEnv set (comma-separated addresses) the helper starts
-// the speaker with Resume instead of Start.
+// the speaker with Resume instead of Start. With helperFlushEnv=1 it runs
+// FlushStale instead (no speaker), prints "ok flushed" or "err MESSAGE" and
+// exits.
 const (
 	helperEnv       = "VIPD_BGP_TEST_SPEAKER"
 	helperConfigEnv = "VIPD_BGP_TEST_SPEAKER_CONFIG"
 	helperResumeEnv = "VIPD_BGP_TEST_SPEAKER_RESUME"
+	helperFlushEnv  = "VIPD_BGP_TEST_FLUSH"
 )
 
 func TestMain(m *testing.M) {
@@ -53,6 +56,16 @@ func speakerHelper(in io.Reader, out io.Writer) int {
 	cfg.Logger = log
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
+	if os.Getenv(helperFlushEnv) == "1" {
+		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer fcancel()
+		if err := FlushStale(fctx, cfg); err != nil {
+			fmt.Fprintf(out, "err %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(out, "ok flushed")
+		return 0
+	}
 	s, err := New(cfg)
 	if err != nil {
 		fmt.Fprintf(out, "err %v\n", err)
@@ -229,6 +242,30 @@ func (p *speakerProc) peers(t *testing.T) []PeerStatus {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// flushStaleIn runs FlushStale(cfg) in ns (this test binary, helper role)
+// and fails t unless it reports success.
+func flushStaleIn(t *testing.T, ns string, cfg Config) {
+	t.Helper()
+	cfg.Logger = nil
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b), helperFlushEnv+"=1")
+	cmd.Stderr = testWriter{t}
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "ok flushed" {
+		t.Fatalf("FlushStale in %s: %v: %s", ns, err, out)
+	}
 }
 
 // detach asks the helper to Detach and waits (at most 5s) for it to exit.
