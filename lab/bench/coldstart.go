@@ -48,25 +48,23 @@ type ColdTrial struct {
 	Err string `json:",omitempty"`
 }
 
-// coldStart measures every size and delay, runs times each.
-func coldStart(t *T, runs int, log io.Writer, logDir string) []ColdTrial {
+// coldStart measures a cluster of n nodes at every delay, runs times each.
+func coldStart(t *T, n, runs int, log io.Writer, logDir string) []ColdTrial {
 	var out []ColdTrial
-	for _, n := range ColdSizes {
-		l := netlab.New(t, netlab.Options{Nodes: n})
-		keepLogs(t, l, logDir, fmt.Sprintf("coldstart-%d", n))
-		l.StartHTTPAll()
-		o := netlab.VipdOptions{VIPs: []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}}, LogLevel: "info"}
-		for _, d := range ColdDelays {
-			for run := 1; run <= runs; run++ {
-				tr := coldTrial(l, o, d, run)
-				if tr.Err != "" {
-					fmt.Fprintf(log, "    coldstart %d nodes, ready after %v, run %d: failed: %s\n", n, d, run, tr.Err)
-				} else {
-					fmt.Fprintf(log, "    coldstart %d nodes, ready after %v, run %d: %s ready %v after start (holder %q): answered %v later\n",
-						n, d, run, tr.First, tr.Ready.Round(time.Millisecond), tr.Bootstrap, tr.Answered.Round(time.Millisecond))
-				}
-				out = append(out, tr)
+	l := netlab.New(t, netlab.Options{Nodes: n})
+	keepLogs(t, l, logDir, fmt.Sprintf("coldstart-%d", n))
+	l.StartHTTPAll()
+	o := netlab.VipdOptions{VIPs: []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}}, LogLevel: "info"}
+	for _, d := range ColdDelays {
+		for run := 1; run <= runs; run++ {
+			tr := coldTrial(l, o, d, run)
+			if tr.Err != "" {
+				fmt.Fprintf(log, "    coldstart %d nodes, ready after %v, run %d: failed: %s\n", n, d, run, tr.Err)
+			} else {
+				fmt.Fprintf(log, "    coldstart %d nodes, ready after %v, run %d: %s ready %v after start (holder %q): answered %v later\n",
+					n, d, run, tr.First, tr.Ready.Round(time.Millisecond), tr.Bootstrap, tr.Answered.Round(time.Millisecond))
 			}
+			out = append(out, tr)
 		}
 	}
 	return out

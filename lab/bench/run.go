@@ -117,9 +117,18 @@ func Run(ctx context.Context, c Config) *Results {
 	}
 	if has(c.Parts, "coldstart") && ctx.Err() == nil {
 		logf("coldstart: %v nodes, first apiserver ready %v after the start, %d runs each", ColdSizes, ColdDelays, c.Runs)
-		err := Do(ctx, "coldstart", c.Log, func(t *T) { r.ColdStart = coldStart(t, c.Runs, c.Log, c.LogDir) })
-		if err != nil {
-			r.Errors = append(r.Errors, err.Error())
+		for _, n := range ColdSizes {
+			if ctx.Err() != nil {
+				break
+			}
+			// One lab per size, each under a name of its own (the name
+			// makes the lab's namespace prefix).
+			err := Do(ctx, fmt.Sprintf("coldstart-%d", n), c.Log, func(t *T) {
+				r.ColdStart = append(r.ColdStart, coldStart(t, n, c.Runs, c.Log, c.LogDir)...)
+			})
+			if err != nil {
+				r.Errors = append(r.Errors, err.Error())
+			}
 		}
 	}
 	if ctx.Err() != nil {
