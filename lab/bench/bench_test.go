@@ -365,9 +365,11 @@ func TestColdStartAndScaleRuns(t *testing.T) {
 	}
 	r.Scale = &Scale{Nodes: 16, VIPs: 100, Start: d(6800), Starts: []time.Duration{d(6800), d(7100), d(42700)},
 		Leaves: []time.Duration{d(700)}, Leave: d(700), Moved: 12}
+	r.ColdStartSource = "`PARTS=coldstart make bench` on vipd 0960034"
 	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
 	for _, want := range []string{
 		"## Cold start",
+		"Not from the run above: `PARTS=coldstart make bench` on vipd 0960034.",
 		"| 3 | with the vipds | 2 | 1500 / 1600 / 1700 | 1500, 1700 |",
 		"| 3 | 5s after, a bootstrap holder elected | 1 | 1900 / 1900 / 1900 | 1900 |",
 		"| 5 | 5s after, a bootstrap holder elected | 0 (+1 failed) | - |",

@@ -584,6 +584,9 @@ func writeColdStart(p func(string, ...any), r *Results) {
 	p("## Cold start\n\n")
 	p("Every vipd of a cluster started at once (power restored), every apiserver unready (the lab HTTP server's `/readyz` answering 503, health check at the defaults), then one apiserver turning ready: at once, or %v after the start, once the bootstrap fallback has given the VIP to a node (then the first ready apiserver is another node's). Measured: from the apiserver turning ready to the first of %d probes in a row (every %v through the VIP, from the client) answered by its node. Target: %v.\n\n",
 		ColdDelays[len(ColdDelays)-1], servedRun, probeInterval, coldTarget)
+	if r.ColdStartSource != "" {
+		p("Not from the run above: %s.\n\n", r.ColdStartSource)
+	}
 	p("| nodes | first apiserver ready | runs | answered (ms, min / median / max) | every run (ms) |\n|---|---|---|---|---|\n")
 	for _, n := range ColdSizes {
 		for _, d := range ColdDelays {

@@ -41,6 +41,9 @@ type Results struct {
 	Scale *Scale
 	// ColdStart trials (cold start of a whole cluster).
 	ColdStart []ColdTrial `json:",omitempty"`
+	// ColdStartSource names the run the cold-start trials come from when
+	// it is not the report's own (as Scale.Source).
+	ColdStartSource string `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }
