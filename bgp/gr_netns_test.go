@@ -127,6 +127,36 @@ func checkDense(t *testing.T, ss []ribSample) {
 	t.Logf("%d samples over %v, at most %v apart", len(ss), ss[len(ss)-1].at.Sub(ss[0].at).Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
+// announcing starts a speaker in sns (ended with t), waits until its
+// session is up and the router has the VIP's route via it.
+func announcing(t *testing.T, r grRouter, sns string, cfg Config) *speakerProc {
+	t.Helper()
+	spk := startSpeakerProc(t, sns, cfg)
+	routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
+	spk.do(t, "announce "+vip4.Addr().String())
+	waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
+	return spk
+}
+
+// waitNoVIPRoute polls r every interval until it has no route for the VIP
+// (failing t after timeout) and returns when it first saw none.
+func waitNoVIPRoute(t *testing.T, r grRouter, timeout, interval time.Duration, what string) time.Time {
+	t.Helper()
+	var gone time.Time
+	routers.Eventually(t, timeout, interval, what, func() (bool, string) {
+		rs, err := r.Routes(vip4)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(rs) == 0 {
+			gone = time.Now()
+			return true, ""
+		}
+		return false, fmt.Sprintf("routes %+v", rs)
+	})
+	return gone
+}
+
 // grRouter is a router under test with what the graceful restart proof
 // needs of it.
 type grRouter struct {
@@ -156,16 +186,13 @@ type grRouter struct {
 //   - crash, flush: FlushStale after SIGKILL makes the router drop the stale
 //     route within a second, and leaves it no route from the speaker.
 func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
-	spk := startSpeakerProc(t, sns, cfg)
-	routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
+	spk := announcing(t, r, sns, cfg)
 	if ok, detail := r.capability(); !ok {
 		t.Fatalf("router does not report graceful restart negotiated: %s", detail)
 	}
 	if ps := spk.peers(t); len(ps) != 1 || !ps[0].GracefulRestart {
 		t.Fatalf("speaker peers %+v, want graceful restart negotiated", ps)
 	}
-	spk.do(t, "announce "+vip4.Addr().String())
-	waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
 	waitKernelRoute(t, r.ns, vip4, speakerV4)
 
 	t.Run("restart", func(t *testing.T) {
@@ -221,25 +248,11 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 
 	t.Run("crash-no-return", func(t *testing.T) {
 		// Each subtest's speakers end with it (t.Cleanup): a new one.
-		spk = startSpeakerProc(t, sns, cfg)
-		routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
-		spk.do(t, "announce "+vip4.Addr().String())
-		waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
+		spk = announcing(t, r, sns, cfg)
 		smp := sampleRIB(r, vip4, grRestartTime+10*time.Second)
 		killed := time.Now()
 		spk.kill(t)
-		var gone time.Time
-		routers.Eventually(t, grRestartTime+5*time.Second, 50*time.Millisecond, "route dropped after the restart time", func() (bool, string) {
-			rs, err := r.Routes(vip4)
-			if err != nil {
-				return false, err.Error()
-			}
-			if len(rs) == 0 {
-				gone = time.Now()
-				return true, ""
-			}
-			return false, fmt.Sprintf("routes %+v", rs)
-		})
+		gone := waitNoVIPRoute(t, r, grRestartTime+5*time.Second, 50*time.Millisecond, "route dropped after the restart time")
 		ss := smp.finish()
 		checkDense(t, ss)
 		kept := gone.Sub(killed)
@@ -261,25 +274,11 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 	}
 
 	t.Run("crash-fresh-start", func(t *testing.T) {
-		spk = startSpeakerProc(t, sns, cfg)
-		routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
-		spk.do(t, "announce "+vip4.Addr().String())
-		waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
+		spk = announcing(t, r, sns, cfg)
 		killed := time.Now()
 		spk.kill(t)
 		spk = startSpeakerProc(t, sns, cfg) // Start: no forwarding state kept
-		var gone time.Time
-		routers.Eventually(t, grRestartTime, 50*time.Millisecond, "stale route dropped", func() (bool, string) {
-			rs, err := r.Routes(vip4)
-			if err != nil {
-				return false, err.Error()
-			}
-			if len(rs) == 0 {
-				gone = time.Now()
-				return true, ""
-			}
-			return false, fmt.Sprintf("routes %+v", rs)
-		})
+		gone := waitNoVIPRoute(t, r, grRestartTime, 50*time.Millisecond, "stale route dropped")
 		if up, detail := r.established(); !up {
 			t.Errorf("stale route gone %v after SIGKILL but the new session is not up (so it was not the new session that dropped it): %s",
 				gone.Sub(killed).Round(time.Millisecond), detail)
@@ -294,10 +293,7 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 	}
 
 	t.Run("crash-flush", func(t *testing.T) {
-		spk = startSpeakerProc(t, sns, cfg)
-		routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
-		spk.do(t, "announce "+vip4.Addr().String())
-		waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
+		spk = announcing(t, r, sns, cfg)
 		spk.kill(t)
 		// Stale now (the router keeps it for the restart time).
 		routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "router keeping the route for a restart", func() (bool, string) {
@@ -311,18 +307,7 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 		flushed := time.Now()
 		flushStaleIn(t, sns, cfg)
 		took := time.Since(flushed)
-		var gone time.Time
-		routers.Eventually(t, 2*time.Second, 20*time.Millisecond, "stale route dropped after the flush", func() (bool, string) {
-			rs, err := r.Routes(vip4)
-			if err != nil {
-				return false, err.Error()
-			}
-			if len(rs) == 0 {
-				gone = time.Now()
-				return true, ""
-			}
-			return false, fmt.Sprintf("routes %+v", rs)
-		})
+		gone := waitNoVIPRoute(t, r, 2*time.Second, 20*time.Millisecond, "stale route dropped after the flush")
 		if up, _ := r.established(); up {
 			t.Errorf("the flush session is still up after its CEASE")
 		}

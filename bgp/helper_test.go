@@ -164,7 +164,9 @@ func resumeSpeakerProc(t *testing.T, ns string, cfg Config, held ...netip.Addr) 
 	return startSpeakerProcEnv(t, ns, cfg, helperResumeEnv+"="+strings.Join(as, ","))
 }
 
-func startSpeakerProcEnv(t *testing.T, ns string, cfg Config, env ...string) *speakerProc {
+// helperCmd returns the command running this test binary as the speaker
+// helper in ns with cfg and env added to the environment.
+func helperCmd(ctx context.Context, t *testing.T, ns string, cfg Config, env ...string) *exec.Cmd {
 	t.Helper()
 	cfg.Logger = nil
 	b, err := json.Marshal(cfg)
@@ -175,9 +177,16 @@ func startSpeakerProcEnv(t *testing.T, ns string, cfg Config, env ...string) *sp
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b)), env...)
+	return cmd
+}
+
+func startSpeakerProcEnv(t *testing.T, ns string, cfg Config, env ...string) *speakerProc {
+	t.Helper()
+	var err error
 	p := &speakerProc{lines: make(chan string, 16), done: make(chan struct{})}
-	p.cmd = exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
-	p.cmd.Env = append(append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b)), env...)
+	p.cmd = helperCmd(context.Background(), t, ns, cfg, env...)
 	p.cmd.Stderr = testWriter{t}
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -248,19 +257,9 @@ func (p *speakerProc) peers(t *testing.T) []PeerStatus {
 // and fails t unless it reports success.
 func flushStaleIn(t *testing.T, ns string, cfg Config) {
 	t.Helper()
-	cfg.Logger = nil
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b), helperFlushEnv+"=1")
+	cmd := helperCmd(ctx, t, ns, cfg, helperFlushEnv+"=1")
 	cmd.Stderr = testWriter{t}
 	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) != "ok flushed" {

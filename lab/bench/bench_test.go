@@ -240,7 +240,7 @@ func TestTargetsInPlaceNotAnsweredAgain(t *testing.T) {
 func TestMarkdown(t *testing.T) {
 	md := Markdown(sample(), Machine{NProc: 2, CPU: "Test CPU", Kernel: "Linux 6", Go: "go1.26"},
 		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1}}, "RUNS=2 make bench", "benchmarks.svg")
-	for _, want := range []string{
+	reportHas(t, md,
 		"| CPU | Test CPU |",
 		"RUNS=2 make bench",
 		"![client-observed gap and takeover per scenario, min/median/max](benchmarks.svg)",
@@ -254,11 +254,7 @@ func TestMarkdown(t *testing.T) {
 		"| addrdel | vipd | 2 | 0 / 20 / 40 | - | 1 |",
 		"| ifrecreate | vipd | 1 | 1500 / 1500 / 1500 | 1500 / 1500 / 1500 | 75 |",
 		"| addrdel | keepalived | 0 (+1 failed) | - |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	if strings.Contains(md, "Not from the run above") {
 		t.Errorf("the report's own scale numbers are said to come from elsewhere")
 	}
@@ -337,16 +333,12 @@ func TestBGPReport(t *testing.T) {
 		{Scenario: "partition-all-bfd", Run: 3, Err: "lab not steady"},
 	}}
 	md := Markdown(r, Machine{NProc: 2, BIRD: "BIRD 2.0.12"}, nil, "PARTS=bgp make bench", "benchmarks.svg")
-	for _, want := range []string{
+	reportHas(t, md,
 		"| `all`: node in use cut off (hold timer) | 1 | 2600 / 2600 / 2600 | 2600 / 2600 / 2600 | 2580 / 2580 / 2580 | 129 |",
 		"| `all`: node in use cut off, BFD | 2 (+1 failed) | 300 / 320 / 340 | 300 / 320 / 340 | 280 / 300 / 320 | 15 |",
 		"- failed: partition-all-bfd run 3: lab not steady",
 		"| BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router) | median 300 ms over 2 runs | yes |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	if strings.Contains(md, "owner vipd SIGKILL") {
 		t.Errorf("report has a row for a scenario without trials:\n%s", md)
 	}
@@ -367,7 +359,7 @@ func TestColdStartAndScaleRuns(t *testing.T) {
 		Leaves: []time.Duration{d(700)}, Leave: d(700), Moved: 12}
 	r.ColdStartSource = "`PARTS=coldstart make bench` on vipd 0960034"
 	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
-	for _, want := range []string{
+	reportHas(t, md,
 		"## Cold start",
 		"Not from the run above: `PARTS=coldstart make bench` on vipd 0960034.",
 		"| 3 | with the vipds | 2 | 1500 / 1600 / 1700 | 1500, 1700 |",
@@ -376,11 +368,7 @@ func TestColdStartAndScaleRuns(t *testing.T) {
 		"- failed: 5 nodes, ready after 5s, run 1: bootstrap holder: none",
 		"3 runs, each in a new lab",
 		"| start of every vipd to settled | 6800 / 7100 / 42700 (6800, 7100, 42700) |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	got := map[string]Target{}
 	for _, tg := range r.Targets() {
 		got[tg.Goal] = tg
@@ -421,5 +409,15 @@ func TestServedFrom(t *testing.T) {
 	}
 	if got := servedFrom(ps[:len(ps)-1], "n1", t0); got != 0 {
 		t.Errorf("servedFrom with a run one short = %v, want 0", got)
+	}
+}
+
+// reportHas fails t for each of wants that md does not contain.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }
