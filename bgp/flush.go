@@ -26,10 +26,12 @@ import (
 // For each peer it opens a BGP session whose OPEN carries the Graceful
 // Restart capability with the Forwarding State bit clear: RFC 4724 section
 // 4.2 has the router delete the stale routes of that family as soon as the
-// session is up. It answers the router's OPEN, waits (at most a second)
-// for the router's first UPDATE (its End-of-RIB: the session is up on its
-// side), and ends the session with a CEASE (administrative shutdown), so
-// the router is left with no route from this host. Peers are flushed in
+// session is up. It answers the router's OPEN with a KEEPALIVE and an
+// End-of-RIB (no routes: a router that waits for it drops the stale ones
+// then), waits (at most flushWaitUpdate) for the router's first UPDATE
+// (its End-of-RIB: the session is up on its side), and ends the session
+// with a CEASE (administrative shutdown), so the router is left with no
+// route from this host and drops what it still kept. Peers are flushed in
 // parallel, each bounded by ctx; no speaker of this host may run
 // meanwhile (the router would take this session for a replacement of its
 // session). Nothing is done when graceful restart is off: routers then
@@ -57,8 +59,11 @@ func FlushStale(ctx context.Context, cfg Config) error {
 }
 
 // flushWaitUpdate bounds the wait for the router's first UPDATE after the
-// session came up.
-const flushWaitUpdate = time.Second
+// session came up. BIRD 2 sends its End-of-RIB at once and drops the stale
+// routes on the session coming up; FRR 8.4 sends it after its update
+// coalescing (about a second) and drops them only when the session ends,
+// so the CEASE should not wait for it.
+const flushWaitUpdate = 250 * time.Millisecond
 
 // bgpPort is where routers listen.
 const bgpPort = 179
@@ -91,13 +96,21 @@ func flushPeer(ctx context.Context, cfg Config, p Peer, addr netip.AddrPort) err
 	if err := readUntil(conn, bgp.BGP_MSG_OPEN); err != nil {
 		return err
 	}
+	// KEEPALIVE brings the session up on the router's side; our
+	// End-of-RIB then says this speaker has no routes, for a router that
+	// keeps stale routes until the restarted speaker's End-of-RIB whatever
+	// the forwarding bit said.
 	ka, _ := bgp.NewBGPKeepAliveMessage().Serialize()
-	if _, err := conn.Write(ka); err != nil {
+	eor, err := bgp.NewEndOfRib(flushFamily(p)).Serialize()
+	if err != nil {
+		return fmt.Errorf("encode end-of-rib: %w", err)
+	}
+	if _, err := conn.Write(append(ka, eor...)); err != nil {
 		return fmt.Errorf("send keepalive: %w", err)
 	}
-	// The router is up once it has our KEEPALIVE; its first UPDATE (the
-	// End-of-RIB it owes a graceful restart peer) says so. Without one the
-	// CEASE goes anyway: the router reads the KEEPALIVE before it.
+	// The router's first UPDATE (the End-of-RIB it owes a graceful restart
+	// peer) says it is up. Without one the CEASE goes anyway: the router
+	// reads what came before it first.
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > flushWaitUpdate {
 		conn.SetReadDeadline(time.Now().Add(flushWaitUpdate))
 	}
@@ -126,10 +139,7 @@ const flushCommunication = "vipd cleanup: no forwarding state kept"
 // 4-octet AS numbers, and Graceful Restart with neither the Restart State
 // nor the Forwarding State bit.
 func flushOpen(cfg Config, p Peer) *bgp.BGPMessage {
-	family := bgp.RF_IPv4_UC
-	if p.Address.Is6() {
-		family = bgp.RF_IPv6_UC
-	}
+	family := flushFamily(p)
 	as := uint16(asTrans)
 	if cfg.ASN <= 0xffff {
 		as = uint16(cfg.ASN)
@@ -142,6 +152,14 @@ func flushOpen(cfg Config, p Peer) *bgp.BGPMessage {
 	}
 	return bgp.NewBGPOpenMessage(as, uint16(p.holdTime()/time.Second), cfg.RouterID.String(),
 		[]bgp.OptionParameterInterface{bgp.NewOptionParameterCapability(caps)})
+}
+
+// flushFamily is the family of p's session: the family of its address.
+func flushFamily(p Peer) bgp.RouteFamily {
+	if p.Address.Is6() {
+		return bgp.RF_IPv6_UC
+	}
+	return bgp.RF_IPv4_UC
 }
 
 // readUntil reads BGP messages from r until one of type want. A

@@ -99,8 +99,8 @@ func TestFlushPeerSession(t *testing.T) {
 		t.Errorf("flush took %v: it should not wait once the End-of-RIB came", d)
 	}
 	msgs := <-got
-	if len(msgs) != 3 {
-		t.Fatalf("router read %d messages, want OPEN, KEEPALIVE, NOTIFICATION", len(msgs))
+	if len(msgs) != 4 {
+		t.Fatalf("router read %d messages, want OPEN, KEEPALIVE, End-of-RIB, NOTIFICATION", len(msgs))
 	}
 	open := msgs[0].Body.(*bgp.BGPOpen)
 	if open.MyAS != asTrans || open.HoldTime != 9 || open.ID.String() != "192.0.2.1" {
@@ -128,10 +128,15 @@ func TestFlushPeerSession(t *testing.T) {
 	if msgs[1].Header.Type != bgp.BGP_MSG_KEEPALIVE {
 		t.Errorf("second message type %d, want KEEPALIVE", msgs[1].Header.Type)
 	}
-	n, ok := msgs[2].Body.(*bgp.BGPNotification)
+	if u, ok := msgs[2].Body.(*bgp.BGPUpdate); !ok {
+		t.Errorf("third message %+v, want an End-of-RIB", msgs[2].Body)
+	} else if eor, fam := u.IsEndOfRib(); !eor || fam != bgp.RF_IPv4_UC {
+		t.Errorf("third message: end-of-rib %t for %v, want the End-of-RIB of ipv4 unicast", eor, fam)
+	}
+	n, ok := msgs[3].Body.(*bgp.BGPNotification)
 	if !ok || n.ErrorCode != bgp.BGP_ERROR_CEASE || n.ErrorSubcode != bgp.BGP_ERROR_SUB_ADMINISTRATIVE_SHUTDOWN ||
 		!strings.Contains(string(n.Data), flushCommunication) {
-		t.Errorf("last message %+v, want a CEASE (administrative shutdown) saying %q", msgs[2].Body, flushCommunication)
+		t.Errorf("last message %+v, want a CEASE (administrative shutdown) saying %q", msgs[3].Body, flushCommunication)
 	}
 }
 
@@ -144,8 +149,8 @@ func TestFlushPeerNoUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := <-got
-	if len(msgs) != 3 || msgs[2].Header.Type != bgp.BGP_MSG_NOTIFICATION {
-		t.Fatalf("router read %d messages, want OPEN, KEEPALIVE, NOTIFICATION", len(msgs))
+	if len(msgs) != 4 || msgs[3].Header.Type != bgp.BGP_MSG_NOTIFICATION {
+		t.Fatalf("router read %d messages, want OPEN, KEEPALIVE, End-of-RIB, NOTIFICATION", len(msgs))
 	}
 }
 
