@@ -311,6 +311,9 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 		if up, _ := r.established(); up {
 			t.Errorf("the flush session is still up after its CEASE")
 		}
+		if d := gone.Sub(flushed); d > time.Second {
+			t.Errorf("stale route gone %v after the flush started, want within a second (the router would keep it for the restart time, %v)", d, grRestartTime)
+		}
 		t.Logf("crash, flush: FlushStale took %v; the stale route was gone %v after it started (restart time %v)",
 			took.Round(time.Millisecond), gone.Sub(flushed).Round(time.Millisecond), grRestartTime)
 	})
