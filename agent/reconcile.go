@@ -22,6 +22,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
 	members := a.forgetRemoved(a.members.snapshot())
+	for _, m := range members {
+		if m.Name != a.self && m.Meta.RestartGrace > 0 {
+			a.lease.MarkRestarting(m.Name, m.Meta.RestartGrace)
+		}
+	}
 	q := hasQuorum(a.self, a.cache.get(), members, a.lease.RecentlyHeard(), c.Cluster.RequireQuorum)
 	addrs := memberAddrs(members)
 	a.lease.SetBase(q.Base, q.Required, addrs, a.st.fence.Driving())
@@ -103,20 +108,23 @@ func (a *Agent) reconcile(ctx context.Context) {
 func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quorum) decideInput {
 	c := a.st.cfg
 	in := decideInput{
-		Now:            a.now(),
-		Self:           a.self,
-		VIP:            v.cfg.Name,
-		AnnounceAll:    v.cfg.Announce == config.AnnounceAll,
-		L2:             v.cfg.Mode == config.ModeL2,
-		Election:       res,
-		View:           view,
-		Quorum:         q.OK,
+		Now:         a.now(),
+		Self:        a.self,
+		VIP:         v.cfg.Name,
+		AnnounceAll: v.cfg.Announce == config.AnnounceAll,
+		L2:          v.cfg.Mode == config.ModeL2,
+		Election:    res,
+		View:        view,
+		// VIPs taken over in a restart in place are kept, with or
+		// without quorum, until the previous process's deadline: the
+		// peers claim nothing before it.
+		Quorum:         q.OK || (v.held && a.st.lease.Adopting()),
 		Alive:          q.Alive,
 		Known:          q.Known,
 		QuorumRegained: a.st.quorumRegained,
 		Planned:        a.st.withdrawn || a.st.shuttingDown,
 		Fenced:         a.st.fence.Fenced(),
-		AwaitFence:     a.st.lease.Required() && !a.st.lease.CanHold(),
+		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		Held:           v.held,
 		Down:           v.down,

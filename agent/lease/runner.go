@@ -235,7 +235,7 @@ func (r *Runner) stateLocked(now time.Time) State {
 	if !st.canHold && now.Before(r.holdUntil) {
 		// VIPs adopted from this node's previous process (HoldUntil):
 		// the peers wait for it until then.
-		st.canHold = true
+		st.canHold, st.adopting = true, true
 	}
 	if !st.canHold && r.required && now.Sub(r.requiredSince) < r.tr.cfg.Interval {
 		// The fence has just started to apply (a cluster of two grew to

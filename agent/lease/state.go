@@ -24,6 +24,9 @@ type State struct {
 	// heartbeat, and only matters when membership changes, which wakes
 	// the loop anyway.
 	heard map[string]bool
+	// adopting: this node may hold only because of Runner.HoldUntil (no
+	// evidence yet): what it took over, not new claims.
+	adopting bool
 	// restarting are the members restarting in place whose grace runs
 	// (Runner.MarkRestarting, or their heartbeat): alive and holding for
 	// the election until their next process is heard or the grace ends.
@@ -61,6 +64,11 @@ func (s State) CanHold() bool { return s.canHold }
 // Evidence returns when this node sent the newest heartbeat a majority
 // acked (its own clock; zero: none).
 func (s State) Evidence() time.Time { return s.evidence }
+
+// Adopting reports whether this node may hold VIPs now only by
+// Runner.HoldUntil (it took them over from its previous process and has no
+// evidence yet): it keeps those, and claims nothing new.
+func (s State) Adopting() bool { return s.adopting }
 
 // Restarting reports whether name is restarting in place, its grace
 // running.
