@@ -1,7 +1,9 @@
 // Package upgrade holds the rolling-upgrade lab: a three-node cluster runs
 // the previous release of vipd, built from git, and is rolled to the
-// current tree one node at a time and back again, under client load, the
-// way an operator upgrades (and downgrades) a control plane.
+// current tree one node at a time, restarted once more on it, and rolled
+// back, under client load, the way an operator upgrades (and downgrades) a
+// control plane. Each node runs vipd from a path of its own that each step
+// replaces, as a package upgrade does.
 //
 // The previous release is the commit previousRelease. The test extracts it
 // with `git archive` into a temporary directory and builds its vipd and
@@ -11,7 +13,7 @@
 // VIPD_PREV_BIN, a directory holding that release's vipd and vipctl, skips
 // the build.
 //
-// What it checks, from before the first restart to after the last:
+// What it checks, in each pass (upgrade, restart, downgrade):
 //
 //   - the client (lab/netlab's prober, one HTTP request through the VIP
 //     every 20 ms) loses no request, except one connection reset per time
@@ -23,7 +25,12 @@
 //     its VIP to its successor (make-before-break);
 //   - after each step every node, whatever its version, names the same
 //     owner in `vipctl status`, that node alone has the address, and every
-//     node runs the version the step says (status reports it).
+//     node runs the version the step says (status reports it);
+//   - the restart pass (this release restarting in place, SIGUSR2) moves
+//     the VIP not once and fails no request; the upgrade (the previous
+//     release stops with SIGTERM) and the downgrade (this release, asked
+//     to restart, finds that the binary installed now does not adopt VIPs,
+//     and hands off) may move it.
 //
 // docs/operations.md ("Upgrading vipd") holds the rule for what may change
 // on the wire and in state files between releases, which this lab

@@ -152,8 +152,50 @@ func moves(samples netlab.HolderSamples) int {
 	return n
 }
 
+// install copies bin to node h's own vipd path (h.Dir/bin/vipd), as a
+// package manager does: a new file renamed over the old one, so a vipd
+// running from it keeps its (deleted) binary, and asking the path says what
+// will start next (vipd --restart-protocol).
+func install(t *testing.T, h *netlab.Host, bin string) string {
+	t.Helper()
+	dst := filepath.Join(h.Dir, "bin", "vipd")
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".new"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// pass is one pass over the nodes: what it does and its window.
+type pass struct {
+	name     string
+	from, to time.Time
+	inPlace  bool // every restart of the pass keeps the VIP where it is
+}
+
 // TestRollingUpgrade rolls a cluster from the previous release to this
-// tree and back, one node at a time, under client load.
+// tree, restarts every node once more on this tree (in place), and rolls
+// back, one node at a time, under client load. A node runs its vipd from
+// a path of its own, replaced by each step as a package upgrade would.
+//
+//   - upgrade: the previous release stops with SIGTERM (it hands off);
+//   - restart: this release stops with SIGUSR2 (a restart, as systemd's
+//     restart job is) and the same binary starts: in place, the VIP never
+//     moves, one holder at every sample, no failed request;
+//   - downgrade: the previous release is installed, then this release's
+//     vipd stops with SIGUSR2: it asks the binary now installed whether it
+//     adopts VIPs, hears no, and hands off instead of leaving the VIP to a
+//     start-up sweep.
 func TestRollingUpgrade(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
 	began := time.Now()
@@ -170,7 +212,7 @@ func TestRollingUpgrade(t *testing.T) {
 	vip := l.DefaultVIPs()[0]
 	running := map[string]string{} // node -> version
 	for _, n := range l.Nodes {
-		l.StartVipdWith(n, prev, l.VipdConfig(n, o))
+		l.StartVipdWith(n, install(t, n, prev), l.VipdConfig(n, o))
 		running[n.Name] = prevVersion
 	}
 	holder, err := l.WaitSteady(vip, settle)
@@ -189,49 +231,59 @@ func TestRollingUpgrade(t *testing.T) {
 	if err := pr.WaitServedBy(holder.Name, 10, time.Now(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 
 	var stops []stopWindow
-	// step restarts n's vipd on bin and waits until every node agrees on
-	// one owner and runs the version it should.
-	step := func(what string, n *netlab.Host, bin, ver string) {
+	// step installs bin on n, stops its vipd with sig, starts the installed
+	// one, and waits until every node agrees on one owner and runs the
+	// version it should.
+	step := func(p *pass, n *netlab.Host, bin, ver string, sig syscall.Signal) {
 		t.Helper()
-		pr.Mark(what + " " + n.Name)
+		pr.Mark(p.name + " " + n.Name)
+		path := install(t, n, bin)
 		w := stopWindow{node: n.Name, from: time.Now()}
-		if err := l.StopVipd(n, syscall.SIGTERM, settle); err != nil {
-			t.Fatalf("%s %s: stop: %v", what, n.Name, err)
+		if err := l.StopVipd(n, sig, settle); err != nil {
+			t.Fatalf("%s %s: stop: %v", p.name, n.Name, err)
 		}
 		w.to = time.Now()
-		stops = append(stops, w)
-		l.StartVipdWith(n, bin, l.VipdConfig(n, o))
+		if !p.inPlace {
+			stops = append(stops, w)
+		}
+		l.StartVipdWith(n, path, l.VipdConfig(n, o))
 		running[n.Name] = ver
 		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
-			t.Fatalf("%s %s: %v", what, n.Name, err)
+			t.Fatalf("%s %s: %v", p.name, n.Name, err)
 		}
 		owner, err := l.WaitOneHolder(vip, settle)
 		if err != nil {
-			t.Fatalf("%s %s: versions %v: %v", what, n.Name, running, err)
+			t.Fatalf("%s %s: versions %v: %v", p.name, n.Name, running, err)
 		}
 		for _, m := range l.Nodes {
 			st, err := l.Status(m)
 			if err != nil {
-				t.Fatalf("%s %s: %v", what, n.Name, err)
+				t.Fatalf("%s %s: %v", p.name, n.Name, err)
 			}
 			if st.Version != running[m.Name] {
-				t.Errorf("%s %s: %s reports version %q, want %q", what, n.Name, m.Name, st.Version, running[m.Name])
+				t.Errorf("%s %s: %s reports version %q, want %q", p.name, n.Name, m.Name, st.Version, running[m.Name])
 			}
 		}
-		t.Logf("%s %s: stopped in %v; owner %s agreed by all, versions %v", what, n.Name,
+		t.Logf("%s %s: stopped in %v; owner %s agreed by all, versions %v", p.name, n.Name,
 			w.to.Sub(w.from).Round(time.Millisecond), owner, running)
 		time.Sleep(steady)
 	}
+	passes := []*pass{{name: "upgrade"}, {name: "restart", inPlace: true}, {name: "downgrade"}}
+	passes[0].from = time.Now()
 	for _, n := range l.Nodes {
-		step("upgrade", n, cur, curVersion)
+		step(passes[0], n, cur, curVersion, syscall.SIGTERM)
 	}
+	passes[0].to, passes[1].from = time.Now(), time.Now()
+	for _, n := range l.Nodes {
+		step(passes[1], n, cur, curVersion, syscall.SIGUSR2)
+	}
+	passes[1].to, passes[2].from = time.Now(), time.Now()
 	for _, n := range slices.Backward(l.Nodes) {
-		step("downgrade", n, prev, prevVersion)
+		step(passes[2], n, prev, prevVersion, syscall.SIGUSR2)
 	}
-	end := time.Now()
+	passes[2].to = time.Now()
 	probes := pr.Stop()
 	samples, errs := rec.Stop()
 	for _, e := range errs {
@@ -241,42 +293,61 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("prober: %v", problems)
 	}
 
-	var window []netlab.Probe
-	var failed []string
-	resets := 0
-	for _, p := range probes {
-		if p.Start.Before(start) || !p.Start.Before(end) {
-			continue
-		}
-		window = append(window, p)
-		if !p.OK {
-			failed = append(failed, p.Start.Format("15:04:05.000")+" "+p.Detail)
-			if strings.Contains(p.Detail, "connection reset by peer") {
-				resets++
+	for _, p := range passes {
+		var failed []string
+		resets, total := 0, 0
+		for _, pb := range probes {
+			if pb.Start.Before(p.from) || !pb.Start.Before(p.to) {
+				continue
+			}
+			total++
+			if !pb.OK {
+				failed = append(failed, pb.Start.Format("15:04:05.000")+" "+pb.Detail)
+				if strings.Contains(pb.Detail, "connection reset by peer") {
+					resets++
+				}
 			}
 		}
+		ss := samples.Between(p.from, p.to)
+		moved := moves(ss)
+		t.Logf("%s pass: %v, %d probes, %d failed; %d holder samples (%s); the VIP moved %d times",
+			p.name, p.to.Sub(p.from).Round(time.Millisecond), total, len(failed), len(ss), ss.Summary(), moved)
+		if want := int(p.to.Sub(p.from)/probeInterval) / 2; total < want {
+			t.Errorf("%s pass: only %d probes in %v, want at least %d", p.name, total, p.to.Sub(p.from).Round(time.Millisecond), want)
+		}
+		allowed := moved // one reset per move of the VIP
+		if p.inPlace {
+			allowed = 0
+			if moved > 0 {
+				t.Errorf("%s pass: the VIP moved %d times; restarts in place move nothing", p.name, moved)
+			}
+		}
+		if len(failed) > resets || resets > allowed {
+			t.Errorf("%s pass: %d requests failed (%d resets, %d allowed: one per move of the VIP, nothing else):\n%s",
+				p.name, len(failed), resets, allowed, strings.Join(failed, "\n"))
+		} else if len(failed) > 0 {
+			t.Logf("%s pass: %d connections open across a move of the VIP were reset: %v", p.name, len(failed), failed)
+		}
+		if bad := checkHolders(ss, stops); len(bad) > 0 {
+			t.Errorf("%s pass: %d of %d samples without exactly one holder (outside a stopping node's handoff): %s\ntransitions: %v",
+				p.name, len(bad), len(ss), strings.Join(bad[:min(len(bad), 20)], "; "), ss.Transitions())
+		}
 	}
-	ss := samples.Between(start, end)
-	moved := moves(ss)
-	t.Logf("%v from the first restart to the last step's end: %d probes, %d failed; %d holder samples (%s); the VIP moved %d times",
-		end.Sub(start).Round(time.Millisecond), len(window), len(failed), len(ss), ss.Summary(), moved)
-	if want := int(end.Sub(start)/probeInterval) / 2; len(window) < want {
-		t.Errorf("only %d probes in %v, want at least %d", len(window), end.Sub(start).Round(time.Millisecond), want)
-	}
-	if len(failed) > resets || resets > moved {
-		t.Errorf("%d requests failed (%d resets, the VIP moved %d times; at most one reset per move is allowed, nothing else):\n%s",
-			len(failed), resets, moved, strings.Join(failed, "\n"))
-	} else if len(failed) > 0 {
-		t.Logf("%d connections open across a move of the VIP were reset: %v", len(failed), failed)
-	}
-	if bad := checkHolders(ss, stops); len(bad) > 0 {
-		t.Errorf("%d of %d samples without exactly one holder (outside a stopping node's handoff): %s\ntransitions: %v",
-			len(bad), len(ss), strings.Join(bad[:min(len(bad), 20)], "; "), ss.Transitions())
+	// The downgrade handed off because the next binary does not adopt,
+	// and the restart pass was in place on every node.
+	for _, n := range l.Nodes {
+		log, _ := n.VipdLog()
+		if got := len(netlab.LogLines(log, "stopped for a restart in place")); got != 1 {
+			t.Errorf("%s stopped for a restart in place %d times, want once (the restart pass)", n.Name, got)
+		}
+		if got := len(netlab.LogLines(log, "does not take VIPs over")); got != 1 {
+			t.Errorf("%s: %d times the next binary did not adopt, want once (the downgrade)", n.Name, got)
+		}
 	}
 	if t.Failed() {
 		l.DumpLogs()
 	}
-	t.Logf("rolling upgrade and back: %v in all (build included)", time.Since(began).Round(time.Second))
+	t.Logf("rolling upgrade, restart and rollback: %v in all (build included)", time.Since(began).Round(time.Second))
 }
 
 // TestCheckHolders covers the holder rule the lab applies.
