@@ -224,7 +224,10 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 		a.log.Warn("restart: handing the VIPs off instead of keeping them", "err", err)
 		return false
 	}
-	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + grace), VIPs: []restartVIP{}}
+	// The next process holds on the record's word until 0.98 of the grace:
+	// the peers count the grace from when they heard of the restart (after
+	// now) on clocks that may run 1% fast.
+	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + grace - grace/50), VIPs: []restartVIP{}}
 	var held []*vipState
 	for _, name := range a.vipNames() {
 		if v := a.st.vips[name]; v.held {
