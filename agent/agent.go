@@ -171,9 +171,12 @@ type Agent struct {
 	// rejoinEvery makes the next rejoin join every known peer, alive or
 	// not: a full state exchange after a link came back.
 	rejoinEvery atomic.Bool
-	peers       atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
-	l2Ifaces    atomic.Pointer[map[string]bool] // interfaces of L2 VIPs, for the link watcher
-	snapshot    atomic.Pointer[statusSnapshot]  // published by the loop for the API
+	// rejoinAlso are addresses the next rejoin joins too, alive or not
+	// (refreshFrom).
+	rejoinAlso atomic.Pointer[[]string]
+	peers      atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
+	l2Ifaces   atomic.Pointer[map[string]bool] // interfaces of L2 VIPs, for the link watcher
+	snapshot   atomic.Pointer[statusSnapshot]  // published by the loop for the API
 
 	// goroutines counts every goroutine Run starts; Run waits for it.
 	goroutines sync.WaitGroup
@@ -227,6 +230,8 @@ type loopState struct {
 	// adoptUntil: the VIPs taken over from the previous process are held
 	// on its record's word until then (zero: none).
 	adoptUntil time.Time
+	// fencedAt is when this node was last fenced.
+	fencedAt time.Time
 }
 
 // vipState is what the loop knows and remembers of one VIP.

@@ -251,6 +251,7 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 	a.st.lease = ls
 	if a.st.fence.Observe(ls, a.holdsAny(), now) {
 		if a.st.fence.Fenced() {
+			a.st.fencedAt = now
 			age := "never"
 			if !ls.Evidence().IsZero() {
 				age = a.now().Sub(ls.Evidence()).Round(time.Millisecond).String()
@@ -260,9 +261,18 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 		} else {
 			// What this node knows of the others may be stale (it may have
 			// heard nothing for a while, as when only its incoming traffic
-			// was lost): a join of every known peer exchanges the full
-			// state, within the settle period before it may claim.
-			a.rejoinAll()
+			// was lost): a state exchange, within the settle period before
+			// it may claim, brings it up to date. Not after a fence shorter
+			// than Claim: no majority can have taken this node for gone
+			// meanwhile (that takes Claim of silence), and gossip carries
+			// the rest. And with two of the members that just answered,
+			// not every known peer: with 16 nodes fencing one another on a
+			// loaded host, the burst of 15 push-pulls per unfence delayed
+			// answers past Release and fenced them again, for tens of
+			// seconds (docs/design.md, "Cold start").
+			if fencedFor := now.Sub(a.st.fencedAt); fencedFor >= ls.Timers().Claim {
+				a.refreshFrom(a.refreshAddrs())
+			}
 			a.log.Info("fence held again: a majority hears this node")
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}
@@ -271,6 +281,20 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 		a.log.Info("member gone (lease expired)", "member", n)
 		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
 	}
+}
+
+// refreshAddrs returns the membership addresses of up to refreshPeers
+// members the lease heard a moment ago (their answers are what lifted the
+// fence), in name order.
+func (a *Agent) refreshAddrs() []string {
+	heard := a.lease.RecentlyHeard()
+	var out []string
+	for _, m := range a.members.snapshot() {
+		if len(out) < refreshPeers && m.Name != a.self && m.Address != "" && slices.Contains(heard, m.Name) {
+			out = append(out, m.Address)
+		}
+	}
+	return out
 }
 
 // forgetRemoved forgets members that were decommissioned (vipctl
