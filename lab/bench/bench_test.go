@@ -189,12 +189,15 @@ func TestTargets(t *testing.T) {
 	got := map[string]Target{}
 	r := sample()
 	r.Failover = append(r.Failover, Trial{System: "vipd", Scenario: "health", Run: 1, From: "n1", To: "n2",
-		Gap: 1200 * time.Millisecond, Takeover: 1210 * time.Millisecond, Failed: 60})
+		Gap: 1200 * time.Millisecond, Takeover: 1210 * time.Millisecond, Failed: 60},
+		Trial{System: "vipd", Scenario: "restart", Run: 1, From: "n1", To: "n1"},
+		Trial{System: "keepalived", Scenario: "restart", Run: 1, From: "n1", To: "n2", Gap: 40 * time.Millisecond, Failed: 2})
 	for _, tg := range r.Targets() {
 		got[tg.Goal] = tg
 	}
 	for goal, want := range map[string]struct{ met, unknown bool }{
 		"planned handoff: zero failed probes (vipd)":                                                     {false, false}, // run 2 lost 2 probes
+		"agent restart on the owner: zero failed probes, the VIP stays (vipd)":                           {true, false},
 		"owner link down: median client gap under 0.5 s (vipd, fast)":                                    {false, false}, // 1.2 s
 		"owner cut off at the bridge: median client gap under 0.5 s (vipd, fast)":                        {false, true},
 		"owner's health endpoint failing: median client gap under 1.5 s (vipd, default health settings)": {true, false}, // 1.2 s
@@ -418,6 +421,29 @@ func reportHas(t *testing.T, md string, wants ...string) {
 	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestRestartTarget: a restart that moved the VIP, or lost a probe, misses
+// the restart target.
+func TestRestartTarget(t *testing.T) {
+	goal := "agent restart on the owner: zero failed probes, the VIP stays (vipd)"
+	for _, tt := range []struct {
+		name string
+		tr   Trial
+		met  bool
+	}{
+		{"stayed, nothing lost", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n1"}, true},
+		{"moved", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n2"}, false},
+		{"a probe lost", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n1", Failed: 1, Gap: 20 * time.Millisecond}, false},
+		{"failed run", Trial{System: "vipd", Scenario: "restart", Err: "lab not steady"}, false},
+	} {
+		r := &Results{Failover: []Trial{tt.tr}}
+		for _, tg := range r.Targets() {
+			if tg.Goal == goal && (tg.Met != tt.met || tg.Unknown) {
+				t.Errorf("%s: %+v, want met %t", tt.name, tg, tt.met)
+			}
 		}
 	}
 }

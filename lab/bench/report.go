@@ -228,6 +228,22 @@ func (r *Results) Targets() []Target {
 	} else {
 		add("planned handoff: zero failed probes (vipd)", "not measured", false, true)
 	}
+	if rs, failed := r.trials("vipd", "restart"); len(rs) > 0 || failed > 0 {
+		worst, moved := 0, 0
+		for _, t := range rs {
+			worst = max(worst, t.Failed)
+			if t.To != "" && t.To != t.From {
+				moved++
+			}
+		}
+		measured := fmt.Sprintf("at most %d failed probe(s) in a run, the VIP moved in %d of %d runs", worst, moved, len(rs))
+		if failed > 0 {
+			measured += fmt.Sprintf(", %d run(s) failed", failed)
+		}
+		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", measured, worst == 0 && moved == 0 && failed == 0, false)
+	} else {
+		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", "not measured", false, true)
+	}
 	if c, _ := r.trials("vipd", "crash"); len(c) > 0 {
 		s := stat(c, takeoverOf)
 		add("agent crash: new owner answers, median under 0.5 s (vipd, fast)",
