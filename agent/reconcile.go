@@ -277,6 +277,15 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}
 	}
+	began, ended := ls.RestartsSince(old)
+	for _, n := range began {
+		a.log.Info("member restarting in place: its VIPs stay with it until it is back or the grace runs out", "member", n)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "restarting in place"})
+	}
+	for _, n := range ended {
+		a.log.Info("member restart over: back, or its grace ran out", "member", n)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "restart in place over"})
+	}
 	for _, n := range ls.GoneSince(old) {
 		a.log.Info("member gone (lease expired)", "member", n)
 		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})

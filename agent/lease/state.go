@@ -74,6 +74,24 @@ func (s State) Adopting() bool { return s.adopting }
 // running.
 func (s State) Restarting(name string) bool { return s.restarting[name] }
 
+// RestartsSince returns the members whose restart grace began, and whose
+// ended (they are back, or it ran out), since prev, sorted.
+func (s State) RestartsSince(prev State) (began, ended []string) {
+	for n := range s.restarting {
+		if !prev.restarting[n] {
+			began = append(began, n)
+		}
+	}
+	for n := range prev.restarting {
+		if !s.restarting[n] {
+			ended = append(ended, n)
+		}
+	}
+	sort.Strings(began)
+	sort.Strings(ended)
+	return began, ended
+}
+
 // GoneSince returns the members gone now, on positive evidence, that were
 // not gone in prev, sorted: the ones to tell the operator about.
 func (s State) GoneSince(prev State) []string {
