@@ -31,6 +31,19 @@ func holderSamples(c *testCluster) (stop func() [][]string) {
 	return func() [][]string { close(done); return <-out }
 }
 
+// stopOwnerForRestart starts c steady and stops its owner for a restart in
+// place, sampling the holders from before the stop: the owner, the claims
+// so far, the samples' stop and when the stop began.
+func (c *testCluster) stopOwnerForRestart() (owner string, claims0 int, samples func() [][]string, stopped time.Time) {
+	owner = c.startSteady()
+	claims0 = c.w.claimCount()
+	samples = holderSamples(c)
+	c.nodes[owner].restart.Store(true)
+	stopped = time.Now()
+	c.stop(owner)
+	return owner, claims0, samples, stopped
+}
+
 // TestClusterRestartInPlace: the owner stops for a restart and its next
 // process starts a second later: the VIP never leaves it (every 20 ms
 // sample: exactly the owner), no node claims it, every node names the
@@ -38,11 +51,7 @@ func holderSamples(c *testCluster) (stop func() [][]string) {
 // forever again.
 func TestClusterRestartInPlace(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	owner := c.startSteady()
-	c0 := c.w.claimCount()
-	samples := holderSamples(c)
-	c.nodes[owner].restart.Store(true)
-	c.stop(owner)
+	owner, c0, samples, _ := c.stopOwnerForRestart()
 	if _, left, err := loadRestart(c.nodes[owner].cfg.StateDir); err != nil || left <= 0 {
 		t.Fatalf("no restart record left: %v, %v", left, err)
 	}
@@ -86,12 +95,7 @@ func TestClusterRestartInPlace(t *testing.T) {
 // out, not before: never two holders.
 func TestClusterRestartGraceRunsOut(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	owner := c.startSteady()
-	c0 := c.w.claimCount()
-	samples := holderSamples(c)
-	c.nodes[owner].restart.Store(true)
-	stopped := time.Now()
-	c.stop(owner)
+	owner, c0, samples, stopped := c.stopOwnerForRestart()
 	grace := config.DefaultRestartGrace
 	h := c.waitHolders(grace+5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "a peer holding after the grace")
 	claimed := time.Since(stopped)

@@ -27,36 +27,14 @@ const (
 func TestFRRRestartInPlace(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	l := newLab(t, "rf")
-	f := routers.StartFRR(t, l.routerNS, frrConf)
-	l.setRouter(router{
-		Router:      f,
-		kind:        "frr",
-		established: func(n *node) (bool, string) { return f.Established(n.ip) },
-		lastError:   func(n *node) string { out, _ := f.Cmd("show bgp neighbors " + n.ip.String() + " json"); return out },
-		dump: func() string {
-			s, _ := f.Cmd("show bgp summary")
-			r, _ := f.Cmd("show bgp ipv4 unicast " + vipPrefix.String())
-			return s + "\n" + r
-		},
-	})
+	l.setRouter(frrRouter(routers.StartFRR(t, l.routerNS, frrConf)))
 	restartInPlace(t, l)
 }
 
 func TestBIRDRestartInPlace(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
 	l := newLab(t, "rb")
-	b := routers.StartBIRD(t, l.routerNS, birdConf)
-	l.setRouter(router{
-		Router:      b,
-		kind:        "bird",
-		established: func(n *node) (bool, string) { return b.Established(n.name) },
-		lastError:   func(n *node) string { out, _ := b.Cmd("show protocols all " + n.name); return out },
-		dump: func() string {
-			p, _ := b.Cmd("show protocols all")
-			r, _ := b.Cmd("show route all")
-			return p + "\n" + r
-		},
-	})
+	l.setRouter(birdRouter(routers.StartBIRD(t, l.routerNS, birdConf)))
 	restartInPlace(t, l)
 }
 
