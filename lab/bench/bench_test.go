@@ -425,6 +425,18 @@ func reportHas(t *testing.T, md string, wants ...string) {
 	}
 }
 
+// TestMarkdownScenarioSource: a failover scenario spliced in from another
+// run says where it comes from.
+func TestMarkdownScenarioSource(t *testing.T) {
+	r := sample()
+	r.ScenarioSources = map[string]string{"restart": "`SCENARIOS=restart make bench` on vipd 0960034"}
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	reportHas(t, md, "a restart in place, then the next vipd", "Not from the run above: `SCENARIOS=restart make bench` on vipd 0960034.")
+	if strings.Count(md, "Not from the run above") != 1 {
+		t.Error("the source note is on more than the restart scenario")
+	}
+}
+
 // TestRestartTarget: a restart that moved the VIP, or lost a probe, misses
 // the restart target.
 func TestRestartTarget(t *testing.T) {

@@ -382,7 +382,11 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		}
 		p("\nScenarios:\n\n")
 		for _, sc := range Scenarios {
-			p("- `%s`: %s.\n", sc, ScenarioTitle[sc])
+			p("- `%s`: %s.", sc, ScenarioTitle[sc])
+			if src := r.ScenarioSources[sc]; src != "" {
+				p(" Not from the run above: %s.", src)
+			}
+			p("\n")
 		}
 		writeBreakdown(p, r)
 		p("\nvipd: `failure_detection = \"fast\"`, `rejoin_interval = \"2s\"`, `preempt = false`, health check GET %s with the default settings (every %v, timeout %v, rise %d, fall %d). ",

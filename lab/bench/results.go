@@ -44,6 +44,9 @@ type Results struct {
 	// ColdStartSource names the run the cold-start trials come from when
 	// it is not the report's own (as Scale.Source).
 	ColdStartSource string `json:",omitempty"`
+	// ScenarioSources names, for a failover scenario whose trials come
+	// from another run than the report's own, that run.
+	ScenarioSources map[string]string `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }
