@@ -116,12 +116,15 @@ func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 	return nil
 }
 
-// Verify reports whether the node's address is still on the wire.
+// Verify reports whether the node's address is still on the wire as
+// Announce leaves it: without a lifetime (as l2 reports an IPv6 VIP with
+// one: not permanent).
 func (f *fakeAnnouncer) Verify(_ context.Context, a netip.Addr) (bool, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	f.w.expireLocked()
-	return f.w.holders[a][f.node], nil
+	_, expiring := f.w.expires[a][f.node]
+	return f.w.holders[a][f.node] && !expiring, nil
 }
 
 func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
