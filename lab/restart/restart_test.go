@@ -2,6 +2,7 @@ package restart
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,13 +25,14 @@ const (
 )
 
 // cluster starts three nodes with the HTTP server and vipd (default
-// restart_grace), and returns the lab, its VIP and the owner.
-func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
+// restart_grace) managing the one VIP at addr (VIP4 or VIP6), and returns
+// the lab, the VIP and its owner.
+func cluster(t *testing.T, addr netip.Addr) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	t.Helper()
-	l := netlab.New(t, netlab.Options{})
+	l := netlab.New(t, netlab.Options{IPv6: addr.Is6()})
 	l.StartHTTPAll()
-	l.StartVipds(netlab.VipdOptions{})
-	vip := l.DefaultVIPs()[0]
+	vip := netlab.VIP{Name: "apiserver", Address: addr}
+	l.StartVipds(netlab.VipdOptions{VIPs: []netlab.VIP{vip}})
 	owner, err := l.WaitSteady(vip, settle)
 	if err != nil {
 		t.Fatal(err)
@@ -49,12 +51,24 @@ func stopForRestart(t *testing.T, l *netlab.Lab, h *netlab.Host) time.Time {
 }
 
 // TestRestartInPlace: SIGUSR2 on the owner, the next vipd started at
-// once: the VIP never leaves it.
+// once: the VIP never leaves it. IPv4 and IPv6 (whose address keeps its
+// attributes, deprecated, while it has a lifetime).
 func TestRestartInPlace(t *testing.T) {
-	l, vip, owner := cluster(t)
+	for _, addr := range []netip.Addr{netlab.VIP4, netlab.VIP6} {
+		name := "ipv4"
+		if addr.Is6() {
+			name = "ipv6"
+		}
+		t.Run(name, func(t *testing.T) { restartInPlace(t, addr) })
+	}
+}
+
+func restartInPlace(t *testing.T, addr netip.Addr) {
+	l, vip, owner := cluster(t, addr)
+	target := netip.AddrPortFrom(addr, netlab.HTTPPort)
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
-	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: time.Minute})
-	held := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: time.Minute, Hold: true})
+	pr := l.StartProber(netlab.ProbeOptions{Target: target, Interval: probeInterval, Duration: time.Minute})
+	held := l.StartProber(netlab.ProbeOptions{Target: target, Interval: probeInterval, Duration: time.Minute, Hold: true})
 	for _, p := range []*netlab.Prober{pr, held} {
 		if err := p.WaitServedBy(owner.Name, 10, time.Now(), 10*time.Second); err != nil {
 			t.Fatal(err)
@@ -126,7 +140,7 @@ func TestRestartInPlace(t *testing.T) {
 // take over at the end of the grace, as for a crash, and never while the
 // owner still has the address.
 func TestRestartNotBack(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := cluster(t, netlab.VIP4)
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
@@ -157,7 +171,7 @@ func TestRestartNotBack(t *testing.T) {
 // start: the address goes at once, and the peers take over at the end of
 // the grace.
 func TestRestartFailedStart(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := cluster(t, netlab.VIP4)
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
