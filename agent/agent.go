@@ -43,6 +43,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // Announcer puts a VIP on the network and takes it off. The l2 and bgp
@@ -135,6 +136,9 @@ type Options struct {
 	// loop then reads the world at once instead of at its next tick. [none:
 	// the world is read at every tick only]
 	LinkEvents func(ctx context.Context, changed func(iface string)) error
+	// NodeWatch, when set, adjusts the configuration of the Kubernetes
+	// Node watch before it starts (tests shorten its timers). [none]
+	NodeWatch func(nodewatch.Config) nodewatch.Config
 }
 
 // Agent is one vipd node. Create it with New and run it with Run.
@@ -157,6 +161,11 @@ type Agent struct {
 	health    chan healthResult
 	conflicts chan conflict
 	wake      chan struct{} // a VIP interface's link or addresses changed
+	nodeCh    chan struct{} // the Node watch reported (nodeLatest)
+
+	// nodeLatest is the Node watch's last report, for the loop.
+	nodeMu     sync.Mutex
+	nodeLatest nodeReport
 
 	// Set by Run before the loop and the other goroutines start; read-only
 	// afterwards.
@@ -232,6 +241,9 @@ type loopState struct {
 	adoptUntil time.Time
 	// fencedAt is when this node was last fenced.
 	fencedAt time.Time
+	// node is this host's Kubernetes Node and the withdraw it makes (never
+	// persisted, apart from the withdraw flag).
+	node nodeState
 }
 
 // vipState is what the loop knows and remembers of one VIP.
@@ -318,8 +330,9 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		health:     make(chan healthResult, 16),
 		conflicts:  make(chan conflict, 16),
 		wake:       make(chan struct{}, 1),
+		nodeCh:     make(chan struct{}, 1),
 		rejoinKick: make(chan struct{}, 1),
-		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}},
+		st:         loopState{cfg: cfg, vips: map[string]*vipState{}, recorded: map[string]CleanupTarget{}, node: nodeState{cfg: cfg.Kubernetes}},
 	}
 	peers := cfg.Cluster.PeerAddrs()
 	a.peers.Store(&peers)

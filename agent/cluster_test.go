@@ -206,6 +206,8 @@ type testCluster struct {
 	beforeRun func(name string, a *Agent)
 	// vipExtra is appended to the VIP's table (a [vip.health] section).
 	vipExtra string
+	// tail, per node, is appended to its file (a [kubernetes] section).
+	tail map[string]string
 }
 
 func freePort(t testing.TB) int {
@@ -270,7 +272,8 @@ handoff_timeout = "3s"
 name = "apiserver"
 address = %q
 interface = "fake0"
-%s`, name, filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), n.port, strings.Join(peers, ", "), extra, c.vip, c.vipExtra)
+%s
+%s`, name, filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), n.port, strings.Join(peers, ", "), extra, c.vip, c.vipExtra, c.tail[name])
 	path := filepath.Join(dir, "vipd.toml")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)

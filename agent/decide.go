@@ -75,7 +75,8 @@ type decideInput struct {
 	// QuorumRegained is when this node last regained quorum (zero: never
 	// lost it).
 	QuorumRegained time.Time
-	// Planned: this node is withdrawn or shutting down.
+	// Planned: this node is withdrawn (by the operator or its Node) or
+	// shutting down.
 	Planned bool
 	// Fenced: this node's lease lost its majority evidence (agent/lease): it
 	// may not hold the VIP (unless AnnounceAll) and is not eligible.

@@ -52,6 +52,7 @@ const (
 	ReasonRank      = "highest ranked eligible node"
 	ReasonContested = "several nodes hold it; highest ranked holder wins"
 	ReasonBootstrap = "no node is healthy; bootstrap fallback to alive, not withdrawn nodes"
+	ReasonNodeKept  = "every eligible node is withdrawn by its Node; kept eligible so the VIP stays"
 	ReasonNone      = "no eligible node"
 )
 
@@ -60,18 +61,44 @@ type Result struct {
 	Owner     string // "" when no node is eligible
 	Reason    string
 	Bootstrap bool // eligibility fell back to alive + not withdrawn
+	// NodeKept: eligibility fell back to nodes their Node withdraws (every
+	// other node is unhealthy or withdrawn): the VIP stays rather than
+	// going nowhere.
+	NodeKept bool
 	// Eligible lists the members that may own the VIP, in rank order.
 	Eligible []string
+
+	// tier is the rule Eligible was chosen by.
+	tier tier
+}
+
+// tier is one rung of eligibility: whether a member must be healthy, and
+// whether a member its Node withdraws may be eligible.
+type tier struct{ health, nodeWithdrawn bool }
+
+// tiers are tried in order; the first with an eligible member decides.
+var tiers = [...]tier{
+	{health: true},                      // healthy, and the Node agrees
+	{health: true, nodeWithdrawn: true}, // every healthy node is withdrawn by its Node: they stay eligible
+	{},                                  // bootstrap: nobody is healthy
+	{nodeWithdrawn: true},               // bootstrap, and every node is withdrawn by its Node
 }
 
 // Elect returns the owner of vip given the members. It is a pure function:
 // every node that sees the same members computes the same owner.
 //
-// A member is eligible when it is alive (or suspect: not yet declared
-// dead), not withdrawn, able to carry the VIP (its interface is up) and
-// healthy for this VIP. When no alive,
-// non-withdrawn member is healthy (cluster bootstrap: the apiserver is not
-// up anywhere yet), eligibility falls back to alive and not withdrawn.
+// A member may be eligible when it is usable: alive (or suspect: not yet
+// declared dead), not withdrawn by the operator, able to carry the VIP (its
+// interface is up, it is not fenced or leaving). The eligible members are
+// the first non-empty of, in order:
+//
+//  1. the usable members that are healthy for the VIP and that their
+//     Kubernetes Node does not withdraw;
+//  2. the usable, healthy ones (every healthy node is withdrawn by its
+//     Node, as when every node is cordoned: the VIP stays);
+//  3. the usable ones that their Node does not withdraw (cluster
+//     bootstrap: the apiserver is up nowhere yet);
+//  4. the usable ones.
 //
 // Among eligible members, without preemption a member that already holds
 // the VIP keeps it (no second interruption when a better node returns);
@@ -82,27 +109,28 @@ type Result struct {
 func Elect(members []Member, vip ElectionVIP) Result {
 	key := config.VIPKey(vip.Name)
 	var eligible []Member
-	anyHealthy := false
-	for _, m := range members {
-		if whyNot(m, key, true) == "" {
-			anyHealthy = true
+	var rule tier
+	for _, t := range tiers {
+		rule = t
+		for _, m := range members {
+			if whyNot(m, key, t) == "" {
+				eligible = append(eligible, m)
+			}
 		}
-	}
-	for _, m := range members {
-		if whyNot(m, key, anyHealthy) == "" {
-			eligible = append(eligible, m)
+		if len(eligible) > 0 {
+			break
 		}
 	}
 	if len(eligible) == 0 {
-		return Result{Reason: ReasonNone}
+		return Result{Reason: ReasonNone, tier: tiers[0]}
 	}
 	sortByRank(vip.Name, eligible, func(m Member) string { return m.Name })
 	names := make([]string, len(eligible))
 	for i, m := range eligible {
 		names[i] = m.Name
 	}
-	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !anyHealthy, Eligible: names}
-	if !anyHealthy {
+	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !rule.health, NodeKept: rule.nodeWithdrawn, Eligible: names, tier: rule}
+	if res.Bootstrap {
 		res.Reason = ReasonBootstrap
 	}
 	var holders []string
@@ -124,6 +152,9 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	if res.Bootstrap && res.Reason != ReasonBootstrap {
 		res.Reason += "; " + ReasonBootstrap
 	}
+	if res.NodeKept {
+		res.Reason += "; " + ReasonNodeKept
+	}
 	return res
 }
 
@@ -133,14 +164,18 @@ func Eligible(members []Member, vip ElectionVIP) []string {
 	return Elect(members, vip).Eligible
 }
 
-// whyNot says why m may not own the VIP with key k, in words, or "" when
-// it may: it must be alive (or suspect: not yet declared dead) with
-// metadata that decoded, not withdrawn, able to carry the VIP (its
-// interface is up, it is not fenced) and, when health counts (not under the
-// bootstrap fallback), healthy for it. The words name what the member said
-// of itself: leaving and fenced members are withdrawn, or have the VIP
-// down, in the metadata they send.
-func whyNot(m Member, k uint32, health bool) string {
+// WhyNot says why m is not eligible for the VIP with key k under the rule
+// r was elected by ("" when it is).
+func (r Result) WhyNot(m Member, k uint32) string { return whyNot(m, k, r.tier) }
+
+// whyNot says why m may not own the VIP with key k under rule t, in words,
+// or "" when it may: it must be alive (or suspect: not yet declared dead)
+// with metadata that decoded, not withdrawn, able to carry the VIP (its
+// interface is up, it is not fenced), when health counts healthy for it,
+// and, unless the rule admits them, not withdrawn by its Node. The words
+// name what the member said of itself: leaving and fenced members are
+// withdrawn, or have the VIP down, in the metadata they send.
+func whyNot(m Member, k uint32, t tier) string {
 	vm := m.Meta.VIP(k)
 	switch {
 	case m.State == StateDead:
@@ -149,7 +184,7 @@ func whyNot(m Member, k uint32, health bool) string {
 		return "left"
 	case !m.Meta.Valid:
 		return "metadata unreadable"
-	case !m.Meta.Withdrawn && !vm.Down && (!health || vm.Healthy):
+	case !m.Meta.Withdrawn && !vm.Down && (!t.health || vm.Healthy) && (t.nodeWithdrawn || !m.Meta.NodeWithdrawn):
 		return ""
 	case m.Meta.Leaving:
 		return "leaving"
@@ -159,6 +194,8 @@ func whyNot(m Member, k uint32, health bool) string {
 		return "withdrawn"
 	case vm.Down:
 		return "interface down"
+	case m.Meta.NodeWithdrawn && !t.nodeWithdrawn:
+		return "withdrawn by its Node"
 	}
 	return "unhealthy"
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vipd/vipd/agent/config"
@@ -39,20 +40,15 @@ func topRanked(names ...string) string {
 	return ranked[0]
 }
 
+// rankedThree returns cp-1, cp-2 and cp-3 in the hash's order for "api".
+func rankedThree() (top, second, third string) {
+	ranked := []string{"cp-1", "cp-2", "cp-3"}
+	sortByRank("api", ranked, func(n string) string { return n })
+	return ranked[0], ranked[1], ranked[2]
+}
+
 func TestElect(t *testing.T) {
-	all := []string{"cp-1", "cp-2", "cp-3"}
-	top := topRanked(all...)
-	var others []string
-	for _, n := range all {
-		if n != top {
-			others = append(others, n)
-		}
-	}
-	second := topRanked(others...)
-	third := others[0]
-	if third == second {
-		third = others[1]
-	}
+	top, second, third := rankedThree()
 	vip := ElectionVIP{Name: "api"}
 	tests := []struct {
 		name      string
@@ -206,5 +202,68 @@ func TestElectInterfaceDown(t *testing.T) {
 	}
 	if got := Elect([]Member{node(top, down)}, vip); got.Owner != "" {
 		t.Errorf("only node has its interface down: owner %q, want none", got.Owner)
+	}
+}
+
+// cordoned: the member's Kubernetes Node withdraws it (cordoned, excluded,
+// deleted, shutting down: any reason reads the same to the election).
+func cordoned(m *Member) { m.Meta.NodeWithdrawn = true }
+
+// TestElectNodeWithdrawn: a node its Node withdraws hands the VIP on when
+// another node can take it, and keeps it (or may take it) when none can:
+// the Node never drops the VIP. An operator's withdraw is stronger.
+func TestElectNodeWithdrawn(t *testing.T) {
+	top, second, third := rankedThree()
+	all := []string{"cp-1", "cp-2", "cp-3"}
+	vip := ElectionVIP{Name: "api"}
+	tests := []struct {
+		name      string
+		members   []Member
+		owner     string
+		eligible  []string // in any order
+		nodeKept  bool
+		bootstrap bool
+	}{
+		{"owner cordoned: successor",
+			[]Member{node(top, holds, cordoned), node(second), node(third)}, second, []string{second, third}, false, false},
+		{"owner cordoned, a successor already holds it: it keeps it",
+			[]Member{node(top, holds, cordoned), node(second), node(third, holds)}, third, []string{second, third}, false, false},
+		{"all cordoned: holder keeps",
+			[]Member{node(top, cordoned), node(second, holds, cordoned), node(third, cordoned)}, second, all, true, false},
+		{"all cordoned at once, nobody holds yet: no drop, highest ranked",
+			[]Member{node(top, cordoned), node(second, cordoned), node(third, cordoned)}, top, all, true, false},
+		{"cordoned-healthy vs uncordoned-unhealthy: the healthy cordoned holder keeps",
+			[]Member{node(top, unhealthy), node(second, holds, cordoned), node(third, unhealthy)}, second, []string{second}, true, false},
+		{"cordoned-healthy vs uncordoned-unhealthy: the healthy cordoned node takes it",
+			[]Member{node(top, unhealthy, holds), node(second, cordoned), node(third, unhealthy)}, second, []string{second}, true, false},
+		{"cordoned and operator-withdrawn: ineligible even in fallback",
+			[]Member{node(top, holds, cordoned, withdrawn), node(second, cordoned, unhealthy), node(third, cordoned, unhealthy)}, second, []string{second, third}, true, true},
+		{"cordoned and operator-withdrawn, nobody else: no owner",
+			[]Member{node(top, holds, cordoned, withdrawn), node(second, withdrawn)}, "", nil, false, false},
+		{"nobody healthy: bootstrap prefers nodes the Node does not withdraw",
+			[]Member{node(top, unhealthy, cordoned), node(second, unhealthy), node(third, unhealthy, cordoned)}, second, []string{second}, false, true},
+		{"uncordoned owner returns: the holder keeps (no preempt)",
+			[]Member{node(top), node(second, holds), node(third, cordoned)}, second, []string{top, second}, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Elect(tt.members, vip)
+			if got.Owner != tt.owner || got.NodeKept != tt.nodeKept || got.Bootstrap != tt.bootstrap ||
+				!slices.Equal(slices.Sorted(slices.Values(got.Eligible)), slices.Sorted(slices.Values(tt.eligible))) {
+				t.Errorf("Elect = %+v, want owner %q eligible %v nodeKept %v bootstrap %v", got, tt.owner, tt.eligible, tt.nodeKept, tt.bootstrap)
+			}
+			if tt.nodeKept && !strings.Contains(got.Reason, ReasonNodeKept) {
+				t.Errorf("reason %q does not say the Node's withdraw was overruled", got.Reason)
+			}
+			for _, m := range tt.members {
+				why := got.WhyNot(m, config.VIPKey("api"))
+				if (why == "") != slices.Contains(got.Eligible, m.Name) {
+					t.Errorf("%s: WhyNot %q disagrees with Eligible %v", m.Name, why, got.Eligible)
+				}
+				if m.Meta.NodeWithdrawn && !m.Meta.Withdrawn && why != "" && !got.NodeKept && got.Owner != "" && m.Meta.VIP(config.VIPKey("api")).Healthy && why != "withdrawn by its Node" {
+					t.Errorf("%s: WhyNot %q, want withdrawn by its Node", m.Name, why)
+				}
+			}
+		})
 	}
 }

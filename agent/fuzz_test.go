@@ -26,7 +26,7 @@ import (
 func FuzzDecodeMeta(f *testing.F) {
 	good, _ := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{1: {Healthy: true}, 7: {Held: true}}}.Encode()
 	f.Add(good)
-	all, _ := NodeMeta{Valid: true, Leaving: true, Fenced: true, Removed: true, VIPs: map[uint32]VIPMeta{2: {Down: true}, 9: {Healthy: true, Held: true}}}.Encode()
+	all, _ := NodeMeta{Valid: true, Leaving: true, Fenced: true, Removed: true, NodeWithdrawn: true, VIPs: map[uint32]VIPMeta{2: {Down: true}, 9: {Healthy: true, Held: true}}}.Encode()
 	f.Add(all)
 	restarting, _ := NodeMeta{Valid: true, RestartAware: true, RestartGrace: 3 * time.Second, VIPs: map[uint32]VIPMeta{4: {Held: true}}}.Encode()
 	f.Add(restarting)

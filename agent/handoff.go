@@ -92,6 +92,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason})
+	a.reconnectNodeWatch()
 }
 
 // withdrawAddr takes the VIP off the network through its announcer, bounded

@@ -30,6 +30,8 @@ func (a *Agent) loop(ctx, work context.Context) {
 			a.onConflict(work, cf)
 		case <-a.wake:
 			a.st.verifyNow = true
+		case <-a.nodeCh:
+			a.onNodeReport()
 		case req = <-a.reqs:
 			req.f()
 		case <-a.reloadCh:

@@ -18,14 +18,26 @@ import (
 //	byte 1      flags: bit 0 withdrawn, bit 1 leaving (graceful shutdown),
 //	            bit 2 fenced (no majority hears this node: it holds nothing),
 //	            bit 3 removed (decommissioned: forget it once it stops),
-//	            bit 4 restart-aware (this node waits out a peer's restart
-//	            in place), bit 5 restarting (this node is restarting in
-//	            place: written as version 2, with the grace)
+//	            bit 4 withdrawn by its Node (cordoned, excluded, deleted,
+//	            shutting down: nodewatch), bit 5 restart-aware (this node
+//	            waits out a peer's restart in place), bit 6 restarting (this
+//	            node is restarting in place: written as version 2, with the
+//	            grace)
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
 //	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
-//	            VIP's interface is down: never eligible for it)
+//	            VIP's interface is down: never eligible for it), bit 3
+//	            healthy while withdrawn by its Node (set instead of bit 0)
 //
 // VIPs not listed are unhealthy and not held.
+//
+// Bits 4 of the flags and 3 of a VIP's flags came with the Node watch.
+// Releases before it ignore both (DecodeMeta reads only the bits it
+// knows), so to them a node withdrawn by its Node is an unhealthy node:
+// eligible only when no node is healthy, which is where this release puts
+// it too (after the healthy nodes the Node does not withdraw). Both
+// releases then elect the same owner whenever a healthy node that its Node
+// does not withdraw exists; TestMetaNodeWithdrawnAsOldReleaseReadsIt holds
+// it to that.
 //
 // Versions 2 and later are self-describing, so this release reads what a
 // newer one writes (during a rolling upgrade of vipd) without knowing its
@@ -61,6 +73,12 @@ type NodeMeta struct {
 	// Removed: the node is being removed from the cluster for good
 	// (vipctl decommission); the others forget it once it has stopped.
 	Removed bool
+	// NodeWithdrawn: the node's Kubernetes Node withdraws it (cordoned,
+	// excluded from external load balancers, being deleted, deleted,
+	// shutting down, out of service). Unlike Withdrawn it does not take the
+	// node out of the election for good: it is eligible when no other node
+	// can be (Elect's tiers).
+	NodeWithdrawn bool
 	// RestartAware: the node understands restarts in place (it waits out
 	// a restarting peer's grace). A node restarts in place only when every
 	// known member says so.
@@ -87,12 +105,21 @@ const (
 	metaFlagLeaving  = 1 << 1
 	metaFlagFenced   = 1 << 2
 	metaFlagRemoved  = 1 << 3
-	metaFlagAware    = 1 << 4
-	metaFlagRestart  = 1 << 5
-	vipFlagHealthy   = 1 << 0
-	vipFlagHeld      = 1 << 1
-	vipFlagDown      = 1 << 2
-	metaMaxSize      = 512
+	// metaFlagNodeWithdrawn: withdrawn by its Node.
+	metaFlagNodeWithdrawn = 1 << 4
+	// metaFlagAware: the node waits out a peer's restart in place.
+	metaFlagAware = 1 << 5
+	// metaFlagRestart: the node is restarting in place (version 2, with
+	// the grace after the entries).
+	metaFlagRestart = 1 << 6
+	vipFlagHealthy  = 1 << 0
+	vipFlagHeld     = 1 << 1
+	vipFlagDown     = 1 << 2
+	// vipFlagHealthyNodeWithdrawn is healthy on a node its Node withdraws,
+	// written instead of vipFlagHealthy so that releases that do not know
+	// metaFlagNodeWithdrawn see an unhealthy node.
+	vipFlagHealthyNodeWithdrawn = 1 << 3
+	metaMaxSize                 = 512
 )
 
 // VIP returns the node's state for the VIP with key k.
@@ -121,6 +148,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	if m.Removed {
 		b[1] |= metaFlagRemoved
 	}
+	if m.NodeWithdrawn {
+		b[1] |= metaFlagNodeWithdrawn
+	}
 	if m.RestartAware {
 		b[1] |= metaFlagAware
 	}
@@ -141,7 +171,10 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	for _, k := range keys {
 		v := m.VIPs[k]
 		var f byte
-		if v.Healthy {
+		switch {
+		case v.Healthy && m.NodeWithdrawn:
+			f |= vipFlagHealthyNodeWithdrawn
+		case v.Healthy:
 			f |= vipFlagHealthy
 		}
 		if v.Held {
@@ -199,12 +232,13 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 			grace = time.Duration(binary.BigEndian.Uint32(rest)) * time.Millisecond
 		}
 	}
-	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0, Removed: b[1]&metaFlagRemoved != 0,
+	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0,
+		Removed: b[1]&metaFlagRemoved != 0, NodeWithdrawn: b[1]&metaFlagNodeWithdrawn != 0,
 		RestartAware: b[1]&metaFlagAware != 0, RestartGrace: grace, VIPs: map[uint32]VIPMeta{}}
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]
-		m.VIPs[k] = VIPMeta{Healthy: f&vipFlagHealthy != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0}
+		m.VIPs[k] = VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0}
 	}
 	return m, nil
 }

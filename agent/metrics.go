@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // metrics are the agent's Prometheus metrics, in a registry of its own (no
@@ -43,7 +45,10 @@ type metrics struct {
 	vipHolders     *prometheus.GaugeVec
 	vipInfo        *prometheus.GaugeVec
 	withdrawnSince prometheus.Gauge
-	knownVIPs      []string // VIPs with series, for removal after a reload
+	// nodeWithdrawn and kubeUp are the Node watch's (nodewatch).
+	nodeWithdrawn *prometheus.GaugeVec
+	kubeUp        *prometheus.GaugeVec
+	knownVIPs     []string // VIPs with series, for removal after a reload
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -89,10 +94,14 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Always 1: a configured VIP with its address, mode and announce setting."}, []string{"vip", "address", "mode", "announce"}),
 		withdrawnSince: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_withdrawn_since_timestamp_seconds",
 			Help: "Unix time this node was withdrawn (the withdraw flag's time); 0 when not withdrawn."}),
+		nodeWithdrawn: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_node_withdrawn",
+			Help: "1 when this node's Kubernetes Node withdraws it for the reason (node cordoned, node deleted...); a series per reason."}, []string{"reason"}),
+		kubeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_kubernetes_api_up",
+			Help: "1 when the last read of this node's Node from the Kubernetes API succeeded; absent when the Node watch is off."}, nil),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
-		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince,
+		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince, m.nodeWithdrawn, m.kubeUp,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
@@ -209,6 +218,14 @@ func (a *Agent) updateMetrics(members []memberInfo, view []Member, quorum bool) 
 		since = float64(a.st.withdrawnSince.UnixNano()) / 1e9
 	}
 	m.withdrawnSince.Set(since)
+	for _, r := range nodewatch.Reasons() {
+		m.nodeWithdrawn.WithLabelValues(r).Set(b2f(slices.Contains(a.st.node.reasons, r)))
+	}
+	if a.st.node.watcher != nil {
+		m.kubeUp.WithLabelValues().Set(b2f(a.st.node.st.Reachable))
+	} else {
+		m.kubeUp.Reset()
+	}
 }
 
 // setVIPInfo publishes vipd_vip_info for the configured VIPs, removing

@@ -52,9 +52,13 @@ func (a *Agent) reconcile(ctx context.Context) {
 	// One view for the pass: a VIP's election depends only on its own entry
 	// in this node's metadata, which changes only when that VIP is handled.
 	view := a.view(members)
+	var kept []string // VIPs this node is kept eligible for against its Node's withdraw
 	for _, name := range names {
 		v := a.st.vips[name]
 		res := Elect(view, ElectionVIP{Name: name, Preempt: v.cfg.Preempt})
+		if res.NodeKept && a.st.node.withdrawn() && slices.Contains(res.Eligible, a.self) {
+			kept = append(kept, name)
+		}
 		if res.Owner != v.owner {
 			a.log.Info("ownership change", "vip", name, "from", orNone(v.owner), "to", orNone(res.Owner), "reason", res.Reason)
 			a.events.publish(&apipb.Event{Kind: "ownership", Vip: name, From: v.owner, To: res.Owner, Reason: res.Reason})
@@ -70,6 +74,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 	}
 
+	a.noteNodeKept(kept)
 	for _, v := range a.st.vips {
 		if v.held && v.cfg.Announce != config.AnnounceAll {
 			wantDrive = true
@@ -122,7 +127,7 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		Alive:          q.Alive,
 		Known:          q.Known,
 		QuorumRegained: a.st.quorumRegained,
-		Planned:        a.st.withdrawn || a.st.shuttingDown,
+		Planned:        a.st.withdrawn || a.st.shuttingDown || a.st.node.withdrawn(),
 		Fenced:         a.st.fence.Fenced(),
 		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),

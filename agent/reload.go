@@ -56,5 +56,6 @@ func (a *Agent) reload(ctx context.Context) {
 		a.log.Error("reload: set up VIPs", "err", err)
 	}
 	a.st.checks.apply(a.st.vips)
+	a.reloadNodeWatch(ctx, c)
 	a.log.Info("configuration reloaded", "path", c.Path, "vips", len(c.VIPs))
 }

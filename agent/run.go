@@ -137,6 +137,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.LinkEvents != nil {
 		a.goroutines.Go(func() { a.watchLinks(bg) })
 	}
+	a.startNodeWatch(bg, c)
 
 	a.joinAll(rejoinTargets(a.self, a.cache.get(), c.Cluster.PeerAddrs(), nil))
 	a.goroutines.Go(func() { a.rejoinLoop(bg) })
@@ -315,7 +316,8 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 func (a *Agent) localMeta() NodeMeta {
 	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
-		Removed: a.st.decommissioned, RestartAware: true, RestartGrace: a.st.restartGrace, VIPs: map[uint32]VIPMeta{}}
+		Removed: a.st.decommissioned, NodeWithdrawn: a.st.node.withdrawn(), RestartAware: true, RestartGrace: a.st.restartGrace,
+		VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}

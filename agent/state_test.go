@@ -57,7 +57,7 @@ func TestMetaFitsMaxVIPs(t *testing.T) {
 // metaV2 encodes m the way a later version (2) might: with flag bits and
 // per-VIP fields this release does not know, and trailing fields.
 func metaV2(m NodeMeta) []byte {
-	b := []byte{2, 0xc0, byte(len(m.VIPs)), 8} // unknown node flags 0xc0; 8-byte entries
+	b := []byte{2, 0x80, byte(len(m.VIPs)), 8} // unknown node flag 0x80; 8-byte entries
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
 	}
@@ -66,7 +66,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0xe0) // unknown VIP flags
+		f := byte(0xf0) // unknown VIP flags
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}
@@ -82,6 +82,70 @@ func metaV2(m NodeMeta) []byte {
 	return append(b, []byte("later fields")...)
 }
 
+// oldReleaseView is what a release from before the Node watch reads of
+// metadata b: its DecodeMeta read only the flag bits it knew (0-3 of the
+// node's flags, 0-2 of a VIP's) and ignored the others, which is DecodeMeta
+// on b with those bits cleared.
+func oldReleaseView(t *testing.T, b []byte) NodeMeta {
+	t.Helper()
+	b = bytes.Clone(b)
+	if b[0] != metaVersion {
+		t.Fatalf("version %d: the previous release reads version 1 only", b[0])
+	}
+	b[1] &= metaFlagWithdraw | metaFlagLeaving | metaFlagFenced | metaFlagRemoved
+	for p := 2; p+5 <= len(b); p += 5 {
+		b[p+4] &= vipFlagHealthy | vipFlagHeld | vipFlagDown
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatalf("the previous release cannot read %x: %v", b, err)
+	}
+	return m
+}
+
+// TestMetaNodeWithdrawnAsOldReleaseReadsIt: during a rolling upgrade,
+// nodes of the previous release read the metadata of nodes their Node
+// withdraws as unhealthy (not as eligible), so they elect the owner this
+// release elects whenever a healthy node that is not withdrawn by its Node
+// exists, and keep a holder when every healthy node is withdrawn by its
+// Node, as this release does.
+func TestMetaNodeWithdrawnAsOldReleaseReadsIt(t *testing.T) {
+	m := NodeMeta{Valid: true, NodeWithdrawn: true, VIPs: map[uint32]VIPMeta{config.VIPKey("api"): {Healthy: true, Held: true}}}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := DecodeMeta(b); !got.NodeWithdrawn || !got.VIP(config.VIPKey("api")).Healthy {
+		t.Errorf("this release reads %+v, want withdrawn by its Node and healthy", got)
+	}
+	if old := oldReleaseView(t, b); old.NodeWithdrawn || old.Withdrawn || old.VIP(config.VIPKey("api")).Healthy || !old.VIP(config.VIPKey("api")).Held {
+		t.Errorf("the previous release reads %+v, want a holder that is unhealthy (and no withdraw flag: it would be ineligible even at bootstrap)", old)
+	}
+	// Elect over members without NodeWithdrawn applies the previous
+	// release's rules (healthy, else alive and not withdrawn).
+	situations := map[string][]Member{
+		"owner cordoned":           {node("cp-1", holds, cordoned), node("cp-2"), node("cp-3")},
+		"a successor cordoned too": {node("cp-1", holds, cordoned), node("cp-2", cordoned), node("cp-3")},
+		"all cordoned":             {node("cp-1", cordoned), node("cp-2", holds, cordoned), node("cp-3", cordoned)},
+		"cordoned healthy holder, the others unhealthy": {node("cp-1", holds, cordoned), node("cp-2", unhealthy), node("cp-3", unhealthy)},
+		"nobody cordoned": {node("cp-1"), node("cp-2", holds), node("cp-3")},
+	}
+	for name, ms := range situations {
+		var old []Member
+		for _, m := range ms {
+			b, err := m.Meta.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			old = append(old, Member{Name: m.Name, State: m.State, Meta: oldReleaseView(t, b)})
+		}
+		vip := ElectionVIP{Name: "api"}
+		if now, then := Elect(ms, vip).Owner, Elect(old, vip).Owner; now != then || now == "" {
+			t.Errorf("%s: this release elects %q, the previous one %q", name, now, then)
+		}
+	}
+}
+
 // TestDecodeMetaNewerVersion: metadata of a later version decodes to its
 // known fields; unknown flags, per-VIP fields and trailing fields are
 // ignored.
@@ -93,7 +157,8 @@ func TestDecodeMetaNewerVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decode version 2: %v", err)
 	}
-	if !got.Valid || got.Withdrawn != want.Withdrawn || got.Leaving || !maps.Equal(got.VIPs, want.VIPs) {
+	if !got.Valid || got.Withdrawn != want.Withdrawn || got.Leaving || got.NodeWithdrawn || got.RestartAware || got.RestartGrace != 0 ||
+		!maps.Equal(got.VIPs, want.VIPs) {
 		t.Errorf("decoded %+v, want %+v", got, want)
 	}
 	for name, b := range map[string][]byte{
@@ -123,7 +188,7 @@ func TestMetaRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if aware[0] != 1 || aware[1] != metaFlagAware || !bytes.Equal(aware[2:], plain[2:]) {
-		t.Errorf("restart-aware metadata %x, want version 1 %x with flag bit 4", aware, plain)
+		t.Errorf("restart-aware metadata %x, want version 1 %x with flag bit 5", aware, plain)
 	}
 	in := NodeMeta{Valid: true, RestartAware: true, RestartGrace: 3 * time.Second, VIPs: vips}
 	b, err := in.Encode()
@@ -156,6 +221,47 @@ func TestMetaRestart(t *testing.T) {
 	}
 	if b, err := m.Encode(); err != nil || len(b) > metaMaxSize {
 		t.Errorf("restarting with %d VIPs: %d bytes, %v", config.MaxVIPs, len(b), err)
+	}
+}
+
+// TestMetaFlagBits pins the node flags to their wire bits (the Node
+// watch's withdrawn-by-its-Node is bit 4; restart-aware and restarting came
+// after it, bits 5 and 6) and round-trips every combination of them, so
+// no two fields share a bit.
+func TestMetaFlagBits(t *testing.T) {
+	vips := map[uint32]VIPMeta{config.VIPKey("a"): {Healthy: true, Held: true}}
+	for name, tt := range map[string]struct {
+		m       NodeMeta
+		version byte
+		flags   byte
+	}{
+		"withdrawn":             {NodeMeta{Withdrawn: true}, 1, 1 << 0},
+		"leaving":               {NodeMeta{Leaving: true}, 1, 1 << 1},
+		"fenced":                {NodeMeta{Fenced: true}, 1, 1 << 2},
+		"removed":               {NodeMeta{Removed: true}, 1, 1 << 3},
+		"withdrawn by its Node": {NodeMeta{NodeWithdrawn: true}, 1, 1 << 4},
+		"restart-aware":         {NodeMeta{RestartAware: true}, 1, 1 << 5},
+		"restarting":            {NodeMeta{RestartGrace: time.Second}, 2, 1 << 6},
+	} {
+		tt.m.Valid, tt.m.VIPs = true, vips
+		b, err := tt.m.Encode()
+		if err != nil || b[0] != tt.version || b[1] != tt.flags {
+			t.Errorf("%s: encoded %x (%v), want version %d with flags %#02x", name, b, err, tt.version, tt.flags)
+		}
+	}
+	for i := 0; i < 1<<7; i++ {
+		in := NodeMeta{Valid: true, Withdrawn: i&1 != 0, Leaving: i&2 != 0, Fenced: i&4 != 0, Removed: i&8 != 0,
+			NodeWithdrawn: i&16 != 0, RestartAware: i&32 != 0, VIPs: vips}
+		if i&64 != 0 {
+			in.RestartGrace = 2500 * time.Millisecond
+		}
+		b, err := in.Encode()
+		if err != nil {
+			t.Fatalf("%+v: %v", in, err)
+		}
+		if out, err := DecodeMeta(b); err != nil || !reflect.DeepEqual(out, in) {
+			t.Errorf("round trip %+v -> %x -> %+v, %v", in, b, out, err)
+		}
 	}
 }
 

@@ -28,6 +28,11 @@ type statusSnapshot struct {
 	view      []Member
 	vips      []vipSnapshot
 	fence     *apipb.FenceStatus
+	// nodeReasons are the Node's withdraw reasons; kube the Node watch
+	// (nil: off); warnings what an operator should know.
+	nodeReasons []string
+	kube        *apipb.KubernetesStatus
+	warnings    []string
 }
 
 // vipSnapshot is one VIP in a statusSnapshot.
@@ -52,6 +57,11 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q lease.Quo
 		members:   members,
 		view:      view,
 		fence:     fenceStatus(a.st.lease, a.now()),
+		kube:      a.st.node.status(),
+	}
+	s.nodeReasons = slices.Clone(a.st.node.reasons)
+	if w := a.st.node.warning(); w != "" {
+		s.warnings = append(s.warnings, w)
 	}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
@@ -87,7 +97,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 	resp := &apipb.StatusResponse{
 		Node: s.node, Withdrawn: s.withdrawn, Quorum: s.quorum.OK, Version: s.version, Healthy: true,
 		KnownMembers: int32(s.quorum.Known), AliveMembers: int32(s.quorum.Alive),
-		Fence: s.fence,
+		Fence: s.fence, NodeWithdrawReasons: s.nodeReasons, Kubernetes: s.kube, Warnings: s.warnings,
 	}
 	byName := map[string]memberInfo{}
 	for _, m := range s.members {
@@ -106,7 +116,7 @@ func (s *statusSnapshot) response() *apipb.StatusResponse {
 		}
 		resp.Members = append(resp.Members, &apipb.MemberStatus{
 			Name: sanitize(mb.Name), Address: addr, State: mb.State.String(),
-			Withdrawn: mb.Meta.Withdrawn, Healthy: healthy, Self: mb.Name == s.node,
+			Withdrawn: mb.Meta.Withdrawn, Healthy: healthy, Self: mb.Name == s.node, NodeWithdrawn: mb.Meta.NodeWithdrawn,
 		})
 	}
 	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Name < resp.Members[j].Name })
@@ -169,7 +179,7 @@ func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
 			}
 		}
 		if !e.Eligible && e.Reason == "" {
-			e.Reason = whyNot(m, config.VIPKey(v.name), !res.Bootstrap)
+			e.Reason = res.WhyNot(m, config.VIPKey(v.name))
 		}
 		if t := since[m.Name]; !t.IsZero() {
 			e.SinceUnixNano = t.UnixNano()

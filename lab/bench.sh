@@ -7,7 +7,10 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale,coldstart (gobench: the agent Go benchmarks)
+#   PARTS=all       failover,bgp,footprint,scale,coldstart,k8s (gobench: the agent Go benchmarks;
+#                   kubeclient: lab/kubeclient.sh, vipd with and without a Kubernetes client)
+#   K8S_RUNS=3      trials per Kubernetes clients scenario (part k8s: real kube-apiserver, etcd, client-go)
+#   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
 #   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
 #
@@ -28,6 +31,8 @@ BIN=${VIPD_BIN:-$ROOT/bin}
 [[ -x $BIN/vipd && -x $BIN/vipctl ]] || die "$BIN/vipd or vipctl missing: run make build"
 
 RUNS=${RUNS:-5}
+K8S_RUNS=${K8S_RUNS:-3}
+K8S_SCENARIOS=${K8S_SCENARIOS:-all}
 SCENARIOS=${SCENARIOS:-all}
 SYSTEMS=${SYSTEMS:-all}
 PARTS=${PARTS:-all}
@@ -36,9 +41,9 @@ DOCS=${BENCH_DOCS:-$ROOT/docs}
 # The command line as the report shows it: make bench with the knobs that
 # differ from the defaults.
 CMD="make bench"
-for k in RUNS SCENARIOS SYSTEMS PARTS; do
+for k in RUNS SCENARIOS SYSTEMS PARTS K8S_RUNS K8S_SCENARIOS; do
 	case "$k=${!k}" in
-	RUNS=5 | SCENARIOS=all | SYSTEMS=all | PARTS=all) ;;
+	RUNS=5 | SCENARIOS=all | SYSTEMS=all | PARTS=all | K8S_RUNS=3 | K8S_SCENARIOS=all) ;;
 	*) CMD="$k=${!k} $CMD" ;;
 	esac
 done
@@ -53,17 +58,24 @@ if [[ $PARTS == all || ,$PARTS, == *,gobench,* ]]; then
 	echo "bench: go test -run '^\$' -bench . -benchmem ./agent/" >&2
 	go test -run '^$' -bench . -benchmem ./agent/ | tee "$WORK/gobench.txt" >&2
 fi
-# gobench is not a vipbench part.
-RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx gobench | paste -sd, -)
+KUBECLIENT=()
+if [[ $PARTS == all || ,$PARTS, == *,kubeclient,* ]]; then
+	echo "bench: lab/kubeclient.sh" >&2
+	OUT=$WORK/kubeclient.json ROUNDS=$RUNS "$ROOT/lab/kubeclient.sh"
+	KUBECLIENT=(-kubeclient "$WORK/kubeclient.json")
+fi
+# gobench and kubeclient are not vipbench parts.
+RUN_PARTS=$(echo "$PARTS" | tr ',' '\n' | grep -vx 'gobench\|kubeclient' | paste -sd, -)
 
 if [[ -n $RUN_PARTS ]]; then
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$BIN "$WORK/vipbench" run -runs "$RUNS" -scenarios "$SCENARIOS" \
-		-systems "$SYSTEMS" -parts "$RUN_PARTS" -bin "$BIN" -logs "${BENCH_LOGS:-}" -out "$WORK/results.json"
+		-systems "$SYSTEMS" -parts "$RUN_PARTS" -k8s-runs "$K8S_RUNS" -k8s-scenarios "$K8S_SCENARIOS" \
+		-bin "$BIN" -logs "${BENCH_LOGS:-}" -out "$WORK/results.json"
 else
 	echo '{"Runs": '"$RUNS"'}' >"$WORK/results.json"
 fi
 mkdir -p "$DOCS"
-cp "$WORK/results.json" "$DOCS/benchmarks.json"
-"$WORK/vipbench" report -results "$WORK/results.json" -gobench "$WORK/gobench.txt" -command "$CMD" \
+"$WORK/vipbench" report -results "$WORK/results.json" -gobench "$WORK/gobench.txt" "${KUBECLIENT[@]}" -command "$CMD" \
 	-md "$DOCS/benchmarks.md" -svg "$DOCS/benchmarks.svg"
+cp "$WORK/results.json" "$DOCS/benchmarks.json"
 echo "bench: wrote $DOCS/benchmarks.md, benchmarks.svg and benchmarks.json (raw results)" >&2

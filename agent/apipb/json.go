@@ -23,6 +23,30 @@ type StatusJSON struct {
 	KnownMembers int32     `json:"known_members"`
 	AliveMembers int32     `json:"alive_members"`
 	Fence        FenceJSON `json:"fence"`
+	// NodeWithdrawReasons are why this node's Kubernetes Node withdraws it
+	// ([] when it does not).
+	NodeWithdrawReasons []string `json:"node_withdraw_reasons"`
+	// Kubernetes is the watch of this node's Node; null when it is off.
+	Kubernetes *KubernetesJSON `json:"kubernetes"`
+	// Warnings are conditions worth an operator's attention, in words.
+	Warnings []string `json:"warnings"`
+}
+
+// KubernetesJSON is the watch of this node's Kubernetes Node.
+type KubernetesJSON struct {
+	// Explicit: enabled = true is configured.
+	Explicit   bool   `json:"explicit"`
+	Node       string `json:"node"`
+	Server     string `json:"server"`
+	Kubeconfig string `json:"kubeconfig"`
+	// Reachable: the last read of the Node succeeded; Error says why not;
+	// Since is when Reachable last changed.
+	Reachable  bool       `json:"reachable"`
+	Error      string     `json:"error"`
+	Since      *time.Time `json:"since"`
+	Registered bool       `json:"registered"`
+	// VerdictSince is when the Node's withdraw last changed (null: never).
+	VerdictSince *time.Time `json:"verdict_since"`
 }
 
 // FenceJSON is this node's lease on holding VIPs.
@@ -44,6 +68,8 @@ type MemberJSON struct {
 	Withdrawn bool   `json:"withdrawn"`
 	Healthy   bool   `json:"healthy"`
 	Self      bool   `json:"self"`
+	// NodeWithdrawn: its Kubernetes Node withdraws it.
+	NodeWithdrawn bool `json:"node_withdrawn"`
 }
 
 // VIPJSON is one VIP.
@@ -68,7 +94,7 @@ type EligibilityJSON struct {
 	Node     string `json:"node"`
 	Eligible bool   `json:"eligible"`
 	// Reason is why the node is not eligible ("" when it is): withdrawn,
-	// unhealthy, interface down, leaving, dead, left, no quorum, metadata
+	// withdrawn by its Node, unhealthy, interface down, leaving, dead, left, no quorum, metadata
 	// unreadable.
 	Reason string `json:"reason"`
 	// Since is when the node's state last changed; nil when unknown.
@@ -109,12 +135,18 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		Healthy: st.GetHealthy(), Quorum: st.GetQuorum(),
 		Members: []MemberJSON{}, VIPs: []VIPJSON{}, BGPPeers: []BGPPeerJSON{},
 		KnownMembers: st.GetKnownMembers(), AliveMembers: st.GetAliveMembers(),
+		NodeWithdrawReasons: append([]string{}, st.GetNodeWithdrawReasons()...), Warnings: append([]string{}, st.GetWarnings()...),
+	}
+	if k := st.GetKubernetes(); k != nil {
+		out.Kubernetes = &KubernetesJSON{Explicit: k.GetExplicit(), Node: k.GetNode(), Server: k.GetServer(), Kubeconfig: k.GetKubeconfig(),
+			Reachable: k.GetReachable(), Error: k.GetError(), Since: unixTime(k.GetSinceUnixNano()), Registered: k.GetRegistered(),
+			VerdictSince: unixTime(k.GetVerdictSinceUnixNano())}
 	}
 	if f := st.GetFence(); f != nil {
 		out.Fence = FenceJSON{f.GetState(), f.GetEvidenceAgeMs(), f.GetReleaseAfterMs()}
 	}
 	for _, m := range st.GetMembers() {
-		out.Members = append(out.Members, MemberJSON{m.GetName(), m.GetAddress(), m.GetState(), m.GetWithdrawn(), m.GetHealthy(), m.GetSelf()})
+		out.Members = append(out.Members, MemberJSON{m.GetName(), m.GetAddress(), m.GetState(), m.GetWithdrawn(), m.GetHealthy(), m.GetSelf(), m.GetNodeWithdrawn()})
 	}
 	for _, v := range st.GetVips() {
 		holders := v.GetHolders()
@@ -123,11 +155,7 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		}
 		elig := []EligibilityJSON{}
 		for _, e := range v.GetEligibility() {
-			ej := EligibilityJSON{Node: e.GetNode(), Eligible: e.GetEligible(), Reason: e.GetReason()}
-			if n := e.GetSinceUnixNano(); n > 0 {
-				t := time.Unix(0, n).UTC()
-				ej.Since = &t
-			}
+			ej := EligibilityJSON{Node: e.GetNode(), Eligible: e.GetEligible(), Reason: e.GetReason(), Since: unixTime(e.GetSinceUnixNano())}
 			elig = append(elig, ej)
 		}
 		out.VIPs = append(out.VIPs, VIPJSON{v.GetName(), v.GetAddress(), v.GetMode(), v.GetOwner(), v.GetHeld(), holders,
@@ -138,6 +166,15 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 			p.GetReceived(), p.GetAdvertised(), p.GetAccepted(), p.GetMaxPrefixes(), p.GetBfdState(), p.GetBfdDiagnostic()})
 	}
 	return out
+}
+
+// unixTime is n (Unix nanoseconds) in UTC, nil for 0 (unknown).
+func unixTime(n int64) *time.Time {
+	if n <= 0 {
+		return nil
+	}
+	t := time.Unix(0, n).UTC()
+	return &t
 }
 
 // ToJSON converts an event to its stable JSON form.

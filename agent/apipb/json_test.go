@@ -27,27 +27,35 @@ func TestStatusJSONStable(t *testing.T) {
 			}}},
 		BgpPeers: []*BGPPeerStatus{{Address: "192.0.2.1", Asn: 64512, State: "established", UptimeSeconds: 5, Received: 0, Advertised: 1,
 			MaxPrefixes: 10, BfdState: "up"}},
+		NodeWithdrawReasons: []string{"node cordoned"},
+		Kubernetes: &KubernetesStatus{Enabled: true, Node: "cp-1", Server: "https://192.0.2.10:6443", Kubeconfig: "/etc/kubernetes/kubelet.conf",
+			Reachable: true, SinceUnixNano: since.UnixNano(), Registered: true},
+		Warnings: []string{"w"},
 	}
 	b, err := json.Marshal(st.ToJSON())
 	if err != nil {
 		t.Fatal(err)
 	}
 	const want = `{"node":"cp-1","version":"v1","withdrawn":false,"healthy":true,"quorum":true,` +
-		`"members":[{"name":"cp-1","address":"192.0.2.11:7946","state":"alive","withdrawn":false,"healthy":true,"self":true}],` +
+		`"members":[{"name":"cp-1","address":"192.0.2.11:7946","state":"alive","withdrawn":false,"healthy":true,"self":true,"node_withdrawn":false}],` +
 		`"vips":[{"name":"apiserver","address":"192.0.2.10","mode":"l2","owner":"cp-1","held":true,"holders":["cp-1"],"healthy":true,"reason":"r",` +
 		`"health_detail":"passing since 12:00:00","eligibility":[` +
 		`{"node":"cp-1","eligible":true,"reason":"","since":null},` +
 		`{"node":"cp-2","eligible":false,"reason":"unhealthy","since":"2026-05-04T12:03:10Z"}]}],` +
 		`"bgp_peers":[{"address":"192.0.2.1","asn":64512,"state":"established","uptime_seconds":5,"received":0,"advertised":1,` +
 		`"accepted":0,"max_prefixes":10,"bfd_state":"up","bfd_diagnostic":""}],` +
-		`"known_members":3,"alive_members":2,"fence":{"state":"held","evidence_age_ms":120,"release_after_ms":3000}}`
+		`"known_members":3,"alive_members":2,"fence":{"state":"held","evidence_age_ms":120,"release_after_ms":3000},` +
+		`"node_withdraw_reasons":["node cordoned"],` +
+		`"kubernetes":{"explicit":false,"node":"cp-1","server":"https://192.0.2.10:6443","kubeconfig":"/etc/kubernetes/kubelet.conf",` +
+		`"reachable":true,"error":"","since":"2026-05-04T12:03:10Z","registered":true,"verdict_since":null},` +
+		`"warnings":["w"]}`
 	if string(b) != want {
 		t.Errorf("status JSON changed:\n got %s\nwant %s", b, want)
 	}
 	// Empty lists are [] not null; an unreported fence is an object with
 	// state "".
 	b, _ = json.Marshal((&StatusResponse{Node: "x", Vips: []*VIPStatus{{Name: "v"}}}).ToJSON())
-	for _, s := range []string{`"members":[]`, `"bgp_peers":[]`, `"holders":[]`, `"eligibility":[]`, `"fence":{"state":"",`} {
+	for _, s := range []string{`"members":[]`, `"bgp_peers":[]`, `"node_withdraw_reasons":[]`, `"warnings":[]`, `"kubernetes":null`, `"holders":[]`, `"eligibility":[]`, `"fence":{"state":"",`} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("want %s in %s", s, b)
 		}
@@ -115,6 +123,9 @@ func jsonFields(t reflect.Type, prefix string) []string {
 		name := strings.Split(f.Tag.Get("json"), ",")[0]
 		path := prefix + name
 		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem() // an object or null
+		}
 		if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
 			path += "[]" // a list of objects; a list of strings is documented by its name
 			ft = ft.Elem()

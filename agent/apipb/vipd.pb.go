@@ -76,7 +76,18 @@ type StatusResponse struct {
 	AliveMembers int32 `protobuf:"varint,10,opt,name=alive_members,json=aliveMembers,proto3" json:"alive_members,omitempty"`
 	// fence is this node's lease on holding VIPs: whether a majority of the
 	// known members recently confirmed they see it.
-	Fence         *FenceStatus `protobuf:"bytes,11,opt,name=fence,proto3" json:"fence,omitempty"`
+	Fence *FenceStatus `protobuf:"bytes,11,opt,name=fence,proto3" json:"fence,omitempty"`
+	// node_withdraw_reasons: why this node's Kubernetes Node withdraws it
+	// ("node cordoned", "node excluded from external load balancers", "node
+	// being deleted", "node deleted", "node shutting down", "node out of
+	// service"); empty when it does not. Apart from withdrawn, the
+	// operator's flag: only the Node clears these.
+	NodeWithdrawReasons []string `protobuf:"bytes,12,rep,name=node_withdraw_reasons,json=nodeWithdrawReasons,proto3" json:"node_withdraw_reasons,omitempty"`
+	// kubernetes is the watch of this node's Node; unset when it is off.
+	Kubernetes *KubernetesStatus `protobuf:"bytes,13,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`
+	// warnings are conditions worth an operator's attention, in words (this
+	// node withdrawn by its Node but kept as the last eligible node).
+	Warnings      []string `protobuf:"bytes,14,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,6 +199,149 @@ func (x *StatusResponse) GetFence() *FenceStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetNodeWithdrawReasons() []string {
+	if x != nil {
+		return x.NodeWithdrawReasons
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetKubernetes() *KubernetesStatus {
+	if x != nil {
+		return x.Kubernetes
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+type KubernetesStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// explicit: enabled = true is configured (not left to finding a kubelet
+	// kubeconfig).
+	Explicit   bool   `protobuf:"varint,2,opt,name=explicit,proto3" json:"explicit,omitempty"`
+	Node       string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"` // the Node watched ("" until a kubeconfig was read)
+	Server     string `protobuf:"bytes,4,opt,name=server,proto3" json:"server,omitempty"`
+	Kubeconfig string `protobuf:"bytes,5,opt,name=kubeconfig,proto3" json:"kubeconfig,omitempty"` // the file in use ("" when none is found)
+	// reachable: the last attempt to read the Node succeeded; error says why
+	// not, since_unix_nano when reachable last changed.
+	Reachable     bool   `protobuf:"varint,6,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	SinceUnixNano int64  `protobuf:"varint,8,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	// registered: the Node existed at the last read.
+	Registered bool `protobuf:"varint,9,opt,name=registered,proto3" json:"registered,omitempty"`
+	// verdict_since_unix_nano: when the Node's withdraw last changed (0: never).
+	VerdictSinceUnixNano int64 `protobuf:"varint,10,opt,name=verdict_since_unix_nano,json=verdictSinceUnixNano,proto3" json:"verdict_since_unix_nano,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *KubernetesStatus) Reset() {
+	*x = KubernetesStatus{}
+	mi := &file_vipd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KubernetesStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KubernetesStatus) ProtoMessage() {}
+
+func (x *KubernetesStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_vipd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KubernetesStatus.ProtoReflect.Descriptor instead.
+func (*KubernetesStatus) Descriptor() ([]byte, []int) {
+	return file_vipd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KubernetesStatus) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *KubernetesStatus) GetExplicit() bool {
+	if x != nil {
+		return x.Explicit
+	}
+	return false
+}
+
+func (x *KubernetesStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *KubernetesStatus) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *KubernetesStatus) GetKubeconfig() string {
+	if x != nil {
+		return x.Kubeconfig
+	}
+	return ""
+}
+
+func (x *KubernetesStatus) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *KubernetesStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *KubernetesStatus) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
+func (x *KubernetesStatus) GetRegistered() bool {
+	if x != nil {
+		return x.Registered
+	}
+	return false
+}
+
+func (x *KubernetesStatus) GetVerdictSinceUnixNano() int64 {
+	if x != nil {
+		return x.VerdictSinceUnixNano
+	}
+	return 0
+}
+
 type FenceStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	State string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"` // "off" (quorum not required), "held", "expired"
@@ -200,7 +354,7 @@ type FenceStatus struct {
 
 func (x *FenceStatus) Reset() {
 	*x = FenceStatus{}
-	mi := &file_vipd_proto_msgTypes[2]
+	mi := &file_vipd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +366,7 @@ func (x *FenceStatus) String() string {
 func (*FenceStatus) ProtoMessage() {}
 
 func (x *FenceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[2]
+	mi := &file_vipd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +379,7 @@ func (x *FenceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceStatus.ProtoReflect.Descriptor instead.
 func (*FenceStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{2}
+	return file_vipd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FenceStatus) GetState() string {
@@ -250,20 +404,23 @@ func (x *FenceStatus) GetReleaseAfterMs() int64 {
 }
 
 type MemberStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, suspect, dead, left
-	Withdrawn     bool                   `protobuf:"varint,4,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
-	Healthy       bool                   `protobuf:"varint,5,opt,name=healthy,proto3" json:"healthy,omitempty"` // healthy for every VIP it reports
-	Self          bool                   `protobuf:"varint,6,opt,name=self,proto3" json:"self,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Address   string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	State     string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive, suspect, dead, left
+	Withdrawn bool                   `protobuf:"varint,4,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	Healthy   bool                   `protobuf:"varint,5,opt,name=healthy,proto3" json:"healthy,omitempty"` // healthy for every VIP it reports
+	Self      bool                   `protobuf:"varint,6,opt,name=self,proto3" json:"self,omitempty"`
+	// node_withdrawn: its Kubernetes Node withdraws it (it is eligible only
+	// when no other node can be).
+	NodeWithdrawn bool `protobuf:"varint,7,opt,name=node_withdrawn,json=nodeWithdrawn,proto3" json:"node_withdrawn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_vipd_proto_msgTypes[3]
+	mi := &file_vipd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +432,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[3]
+	mi := &file_vipd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +445,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{3}
+	return file_vipd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MemberStatus) GetName() string {
@@ -333,6 +490,13 @@ func (x *MemberStatus) GetSelf() bool {
 	return false
 }
 
+func (x *MemberStatus) GetNodeWithdrawn() bool {
+	if x != nil {
+		return x.NodeWithdrawn
+	}
+	return false
+}
+
 type VIPStatus struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -355,7 +519,7 @@ type VIPStatus struct {
 
 func (x *VIPStatus) Reset() {
 	*x = VIPStatus{}
-	mi := &file_vipd_proto_msgTypes[4]
+	mi := &file_vipd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +531,7 @@ func (x *VIPStatus) String() string {
 func (*VIPStatus) ProtoMessage() {}
 
 func (x *VIPStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[4]
+	mi := &file_vipd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +544,7 @@ func (x *VIPStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPStatus.ProtoReflect.Descriptor instead.
 func (*VIPStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{4}
+	return file_vipd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VIPStatus) GetName() string {
@@ -457,8 +621,8 @@ type NodeEligibility struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Eligible bool                   `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
-	// reason when not eligible: withdrawn, unhealthy, interface down, leaving,
-	// dead, left, no quorum, metadata unreadable.
+	// reason when not eligible: withdrawn, withdrawn by its Node, unhealthy,
+	// interface down, leaving, dead, left, no quorum, metadata unreadable.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// since_unix_nano: when this node's own state last changed (0: unknown).
 	SinceUnixNano int64 `protobuf:"varint,4,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
@@ -468,7 +632,7 @@ type NodeEligibility struct {
 
 func (x *NodeEligibility) Reset() {
 	*x = NodeEligibility{}
-	mi := &file_vipd_proto_msgTypes[5]
+	mi := &file_vipd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +644,7 @@ func (x *NodeEligibility) String() string {
 func (*NodeEligibility) ProtoMessage() {}
 
 func (x *NodeEligibility) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[5]
+	mi := &file_vipd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +657,7 @@ func (x *NodeEligibility) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEligibility.ProtoReflect.Descriptor instead.
 func (*NodeEligibility) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{5}
+	return file_vipd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeEligibility) GetNode() string {
@@ -545,7 +709,7 @@ type BGPPeerStatus struct {
 
 func (x *BGPPeerStatus) Reset() {
 	*x = BGPPeerStatus{}
-	mi := &file_vipd_proto_msgTypes[6]
+	mi := &file_vipd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +721,7 @@ func (x *BGPPeerStatus) String() string {
 func (*BGPPeerStatus) ProtoMessage() {}
 
 func (x *BGPPeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[6]
+	mi := &file_vipd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +734,7 @@ func (x *BGPPeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BGPPeerStatus.ProtoReflect.Descriptor instead.
 func (*BGPPeerStatus) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{6}
+	return file_vipd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BGPPeerStatus) GetAddress() string {
@@ -660,7 +824,7 @@ type WithdrawRequest struct {
 
 func (x *WithdrawRequest) Reset() {
 	*x = WithdrawRequest{}
-	mi := &file_vipd_proto_msgTypes[7]
+	mi := &file_vipd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +836,7 @@ func (x *WithdrawRequest) String() string {
 func (*WithdrawRequest) ProtoMessage() {}
 
 func (x *WithdrawRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[7]
+	mi := &file_vipd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +849,7 @@ func (x *WithdrawRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{7}
+	return file_vipd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WithdrawRequest) GetWait() bool {
@@ -728,7 +892,7 @@ type WithdrawResponse struct {
 
 func (x *WithdrawResponse) Reset() {
 	*x = WithdrawResponse{}
-	mi := &file_vipd_proto_msgTypes[8]
+	mi := &file_vipd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +904,7 @@ func (x *WithdrawResponse) String() string {
 func (*WithdrawResponse) ProtoMessage() {}
 
 func (x *WithdrawResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[8]
+	mi := &file_vipd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +917,7 @@ func (x *WithdrawResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{8}
+	return file_vipd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WithdrawResponse) GetHandedOver() []string {
@@ -785,7 +949,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +961,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[9]
+	mi := &file_vipd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +974,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{9}
+	return file_vipd_proto_rawDescGZIP(), []int{10}
 }
 
 type RestoreResponse struct {
@@ -821,7 +985,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +997,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[10]
+	mi := &file_vipd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1010,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{10}
+	return file_vipd_proto_rawDescGZIP(), []int{11}
 }
 
 type ForgetRequest struct {
@@ -858,7 +1022,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_vipd_proto_msgTypes[11]
+	mi := &file_vipd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1034,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[11]
+	mi := &file_vipd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1047,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{11}
+	return file_vipd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForgetRequest) GetNode() string {
@@ -901,7 +1065,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_vipd_proto_msgTypes[12]
+	mi := &file_vipd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1077,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[12]
+	mi := &file_vipd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1090,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{12}
+	return file_vipd_proto_rawDescGZIP(), []int{13}
 }
 
 type EventsRequest struct {
@@ -939,7 +1103,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_vipd_proto_msgTypes[13]
+	mi := &file_vipd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1115,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[13]
+	mi := &file_vipd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1128,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{13}
+	return file_vipd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EventsRequest) GetFollow() bool {
@@ -977,7 +1141,7 @@ func (x *EventsRequest) GetFollow() bool {
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UnixNano      int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // ownership, hold, release, membership, health, withdraw, conflict, drift, fence
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // ownership, hold, release, membership, health, withdraw, conflict, drift, fence, node
 	Vip           string                 `protobuf:"bytes,3,opt,name=vip,proto3" json:"vip,omitempty"`
 	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	From          string                 `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
@@ -990,7 +1154,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_vipd_proto_msgTypes[14]
+	mi := &file_vipd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1166,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_vipd_proto_msgTypes[14]
+	mi := &file_vipd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1179,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_vipd_proto_rawDescGZIP(), []int{14}
+	return file_vipd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -1080,7 +1244,7 @@ const file_vipd_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"vipd.proto\x12\avipd.v1\"\x0f\n" +
-	"\rStatusRequest\"\x92\x03\n" +
+	"\rStatusRequest\"\x9d\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1c\n" +
 	"\twithdrawn\x18\x02 \x01(\bR\twithdrawn\x12\x18\n" +
@@ -1093,18 +1257,40 @@ const file_vipd_proto_rawDesc = "" +
 	"\rknown_members\x18\t \x01(\x05R\fknownMembers\x12#\n" +
 	"\ralive_members\x18\n" +
 	" \x01(\x05R\faliveMembers\x12*\n" +
-	"\x05fence\x18\v \x01(\v2\x14.vipd.v1.FenceStatusR\x05fence\"u\n" +
+	"\x05fence\x18\v \x01(\v2\x14.vipd.v1.FenceStatusR\x05fence\x122\n" +
+	"\x15node_withdraw_reasons\x18\f \x03(\tR\x13nodeWithdrawReasons\x129\n" +
+	"\n" +
+	"kubernetes\x18\r \x01(\v2\x19.vipd.v1.KubernetesStatusR\n" +
+	"kubernetes\x12\x1a\n" +
+	"\bwarnings\x18\x0e \x03(\tR\bwarnings\"\xc7\x02\n" +
+	"\x10KubernetesStatus\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\bexplicit\x18\x02 \x01(\bR\bexplicit\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
+	"\x06server\x18\x04 \x01(\tR\x06server\x12\x1e\n" +
+	"\n" +
+	"kubeconfig\x18\x05 \x01(\tR\n" +
+	"kubeconfig\x12\x1c\n" +
+	"\treachable\x18\x06 \x01(\bR\treachable\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12&\n" +
+	"\x0fsince_unix_nano\x18\b \x01(\x03R\rsinceUnixNano\x12\x1e\n" +
+	"\n" +
+	"registered\x18\t \x01(\bR\n" +
+	"registered\x125\n" +
+	"\x17verdict_since_unix_nano\x18\n" +
+	" \x01(\x03R\x14verdictSinceUnixNano\"u\n" +
 	"\vFenceStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12&\n" +
 	"\x0fevidence_age_ms\x18\x02 \x01(\x03R\revidenceAgeMs\x12(\n" +
-	"\x10release_after_ms\x18\x03 \x01(\x03R\x0ereleaseAfterMs\"\x9e\x01\n" +
+	"\x10release_after_ms\x18\x03 \x01(\x03R\x0ereleaseAfterMs\"\xc5\x01\n" +
 	"\fMemberStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1c\n" +
 	"\twithdrawn\x18\x04 \x01(\bR\twithdrawn\x12\x18\n" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12\x12\n" +
-	"\x04self\x18\x06 \x01(\bR\x04self\"\xa4\x02\n" +
+	"\x04self\x18\x06 \x01(\bR\x04self\x12%\n" +
+	"\x0enode_withdrawn\x18\a \x01(\bR\rnodeWithdrawn\"\xa4\x02\n" +
 	"\tVIPStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -1183,45 +1369,47 @@ func file_vipd_proto_rawDescGZIP() []byte {
 	return file_vipd_proto_rawDescData
 }
 
-var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_vipd_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_vipd_proto_goTypes = []any{
 	(*StatusRequest)(nil),    // 0: vipd.v1.StatusRequest
 	(*StatusResponse)(nil),   // 1: vipd.v1.StatusResponse
-	(*FenceStatus)(nil),      // 2: vipd.v1.FenceStatus
-	(*MemberStatus)(nil),     // 3: vipd.v1.MemberStatus
-	(*VIPStatus)(nil),        // 4: vipd.v1.VIPStatus
-	(*NodeEligibility)(nil),  // 5: vipd.v1.NodeEligibility
-	(*BGPPeerStatus)(nil),    // 6: vipd.v1.BGPPeerStatus
-	(*WithdrawRequest)(nil),  // 7: vipd.v1.WithdrawRequest
-	(*WithdrawResponse)(nil), // 8: vipd.v1.WithdrawResponse
-	(*RestoreRequest)(nil),   // 9: vipd.v1.RestoreRequest
-	(*RestoreResponse)(nil),  // 10: vipd.v1.RestoreResponse
-	(*ForgetRequest)(nil),    // 11: vipd.v1.ForgetRequest
-	(*ForgetResponse)(nil),   // 12: vipd.v1.ForgetResponse
-	(*EventsRequest)(nil),    // 13: vipd.v1.EventsRequest
-	(*Event)(nil),            // 14: vipd.v1.Event
+	(*KubernetesStatus)(nil), // 2: vipd.v1.KubernetesStatus
+	(*FenceStatus)(nil),      // 3: vipd.v1.FenceStatus
+	(*MemberStatus)(nil),     // 4: vipd.v1.MemberStatus
+	(*VIPStatus)(nil),        // 5: vipd.v1.VIPStatus
+	(*NodeEligibility)(nil),  // 6: vipd.v1.NodeEligibility
+	(*BGPPeerStatus)(nil),    // 7: vipd.v1.BGPPeerStatus
+	(*WithdrawRequest)(nil),  // 8: vipd.v1.WithdrawRequest
+	(*WithdrawResponse)(nil), // 9: vipd.v1.WithdrawResponse
+	(*RestoreRequest)(nil),   // 10: vipd.v1.RestoreRequest
+	(*RestoreResponse)(nil),  // 11: vipd.v1.RestoreResponse
+	(*ForgetRequest)(nil),    // 12: vipd.v1.ForgetRequest
+	(*ForgetResponse)(nil),   // 13: vipd.v1.ForgetResponse
+	(*EventsRequest)(nil),    // 14: vipd.v1.EventsRequest
+	(*Event)(nil),            // 15: vipd.v1.Event
 }
 var file_vipd_proto_depIdxs = []int32{
-	3,  // 0: vipd.v1.StatusResponse.members:type_name -> vipd.v1.MemberStatus
-	4,  // 1: vipd.v1.StatusResponse.vips:type_name -> vipd.v1.VIPStatus
-	6,  // 2: vipd.v1.StatusResponse.bgp_peers:type_name -> vipd.v1.BGPPeerStatus
-	2,  // 3: vipd.v1.StatusResponse.fence:type_name -> vipd.v1.FenceStatus
-	5,  // 4: vipd.v1.VIPStatus.eligibility:type_name -> vipd.v1.NodeEligibility
-	0,  // 5: vipd.v1.Vipd.Status:input_type -> vipd.v1.StatusRequest
-	7,  // 6: vipd.v1.Vipd.Withdraw:input_type -> vipd.v1.WithdrawRequest
-	9,  // 7: vipd.v1.Vipd.Restore:input_type -> vipd.v1.RestoreRequest
-	11, // 8: vipd.v1.Vipd.Forget:input_type -> vipd.v1.ForgetRequest
-	13, // 9: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
-	1,  // 10: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
-	8,  // 11: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
-	10, // 12: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
-	12, // 13: vipd.v1.Vipd.Forget:output_type -> vipd.v1.ForgetResponse
-	14, // 14: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	4,  // 0: vipd.v1.StatusResponse.members:type_name -> vipd.v1.MemberStatus
+	5,  // 1: vipd.v1.StatusResponse.vips:type_name -> vipd.v1.VIPStatus
+	7,  // 2: vipd.v1.StatusResponse.bgp_peers:type_name -> vipd.v1.BGPPeerStatus
+	3,  // 3: vipd.v1.StatusResponse.fence:type_name -> vipd.v1.FenceStatus
+	2,  // 4: vipd.v1.StatusResponse.kubernetes:type_name -> vipd.v1.KubernetesStatus
+	6,  // 5: vipd.v1.VIPStatus.eligibility:type_name -> vipd.v1.NodeEligibility
+	0,  // 6: vipd.v1.Vipd.Status:input_type -> vipd.v1.StatusRequest
+	8,  // 7: vipd.v1.Vipd.Withdraw:input_type -> vipd.v1.WithdrawRequest
+	10, // 8: vipd.v1.Vipd.Restore:input_type -> vipd.v1.RestoreRequest
+	12, // 9: vipd.v1.Vipd.Forget:input_type -> vipd.v1.ForgetRequest
+	14, // 10: vipd.v1.Vipd.Events:input_type -> vipd.v1.EventsRequest
+	1,  // 11: vipd.v1.Vipd.Status:output_type -> vipd.v1.StatusResponse
+	9,  // 12: vipd.v1.Vipd.Withdraw:output_type -> vipd.v1.WithdrawResponse
+	11, // 13: vipd.v1.Vipd.Restore:output_type -> vipd.v1.RestoreResponse
+	13, // 14: vipd.v1.Vipd.Forget:output_type -> vipd.v1.ForgetResponse
+	15, // 15: vipd.v1.Vipd.Events:output_type -> vipd.v1.Event
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_vipd_proto_init() }
@@ -1235,7 +1423,7 @@ func file_vipd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_vipd_proto_rawDesc), len(file_vipd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -225,6 +225,7 @@ func (v *validator) check(c *Config) {
 	if c.BGP != nil {
 		v.checkBGP(c)
 	}
+	v.checkKubernetes(c)
 }
 
 func (v *validator) checkCluster(cl *ClusterConfig) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // Defaults. applyDefaults fills in every default that is a fixed value, and
@@ -93,6 +94,9 @@ type Config struct {
 	BGP *BGPConfig `toml:"bgp"`
 	// VIPs are the virtual addresses this cluster keeps reachable.
 	VIPs []VIPConfig `toml:"vip"`
+	// Kubernetes configures the watch of this host's Node object: a
+	// cordoned, excluded, deleted or shutting-down Node withdraws the node.
+	Kubernetes KubernetesConfig `toml:"kubernetes"`
 
 	// Path is the file the configuration was read from.
 	Path string `toml:"-"`
@@ -161,6 +165,36 @@ type ClusterConfig struct {
 	bindAddr       netip.Addr
 	peerAddrs      []string
 	allowed        []netip.Prefix // parsed allowed_networks
+}
+
+// KubernetesConfig configures the watch of this host's own Node object
+// (nodewatch): a Node that is cordoned, labelled
+// node.kubernetes.io/exclude-from-external-load-balancers, being deleted,
+// deleted, shutting down or out of service withdraws this node, and
+// nothing but the Node makes it eligible again. An apiserver that cannot be
+// read changes nothing.
+type KubernetesConfig struct {
+	// Enabled turns the watch on or off. [on when a kubelet kubeconfig is
+	// found: absent, the watch looks for one and starts when it appears]
+	Enabled *bool `toml:"enabled"`
+	// Kubeconfig is the kubeconfig whose credentials read the Node: the
+	// kubelet's own, allowed by the Node authorizer to read its Node only.
+	// [the first found of /etc/kubernetes/kubelet.conf (kubeadm),
+	// /var/lib/rancher/rke2/agent/kubelet.kubeconfig (RKE2),
+	// /var/lib/rancher/k3s/agent/kubelet.kubeconfig (k3s)]
+	Kubeconfig string `toml:"kubeconfig"`
+	// NodeName is the Node to watch. [the name in the client
+	// certificate, system:node:NAME; else node_name]
+	NodeName string `toml:"node_name"`
+	// Server replaces the kubeconfig's apiserver URL (https://HOST:PORT).
+	// [the kubeconfig's]
+	Server string `toml:"server"`
+	// TLSServerName is the name the apiserver's certificate is checked
+	// against ("kubernetes" for https://127.0.0.1:6443 on kubeadm). [the
+	// kubeconfig's, else the server's host]
+	TLSServerName string `toml:"tls_server_name"`
+
+	watch nodewatch.Config
 }
 
 // VIPConfig is one virtual IP.
@@ -485,6 +519,29 @@ func (c *Config) Speaker() bgp.Config {
 		}
 	}
 	return sc
+}
+
+// On reports whether the Node watch runs: enabled is true, or absent.
+func (k KubernetesConfig) On() bool { return k.Enabled == nil || *k.Enabled }
+
+// Explicit reports whether enabled = true is written: a kubeconfig that
+// cannot be found is then worth a warning.
+func (k KubernetesConfig) Explicit() bool { return k.Enabled != nil && *k.Enabled }
+
+// Watch returns the section as the Node watch takes it (nodewatch.Config,
+// checked with its Validate; Logger, UserAgent and the timers are left for
+// the caller), with node_name as the fallback Node name.
+func (k KubernetesConfig) Watch() nodewatch.Config {
+	w := k.watch
+	w.Kubeconfigs = slices.Clone(w.Kubeconfigs)
+	return w
+}
+
+// Equal reports whether two sections configure the same watch (a reload
+// restarts the watch when they do not).
+func (k KubernetesConfig) Equal(o KubernetesConfig) bool {
+	return k.On() == o.On() && k.Explicit() == o.Explicit() && k.Kubeconfig == o.Kubeconfig && k.NodeName == o.NodeName &&
+		k.Server == o.Server && k.TLSServerName == o.TLSServerName && k.watch.FallbackNodeName == o.watch.FallbackNodeName
 }
 
 // Addr returns the VIP's parsed address.

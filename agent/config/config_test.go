@@ -69,6 +69,74 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	}
 }
 
+// TestKubernetesDefaults: without a [kubernetes] section the Node watch is
+// on, looks for the kubelet's kubeconfig where kubeadm, RKE2 and k3s put
+// it, and falls back to node_name for the Node's name; enabled = false
+// turns it off, and the section's keys reach the watch.
+func TestKubernetesDefaults(t *testing.T) {
+	c, err := Parse("good.toml", []byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.Kubernetes
+	w := k.Watch()
+	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != 3 || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" {
+		t.Errorf("defaults: on %v explicit %v, watch %+v", k.On(), k.Explicit(), w)
+	}
+	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
+	if err != nil || c.Kubernetes.On() {
+		t.Errorf("enabled = false: %v, on %v", err, c != nil && c.Kubernetes.On())
+	}
+	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = c.Kubernetes.Watch()
+	if !c.Kubernetes.Explicit() || len(w.Kubeconfigs) != 1 || w.Kubeconfigs[0] != "/etc/vipd/kubeconfig" || w.NodeName != "node-1" ||
+		w.Server != "https://127.0.0.1:6443" || w.TLSServerName != "kubernetes" {
+		t.Errorf("watch %+v", w)
+	}
+}
+
+// TestKubernetesHostCheck: enabled = true with no kubeconfig to be found
+// is a --check warning, placed at the key; absent, it is not (the watch
+// waits quietly for kubeadm to write one).
+func TestKubernetesHostCheck(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "kubelet.conf")
+	env := HostEnv{Interfaces: func() ([]HostInterface, error) { return nil, nil }, Euid: func() int { return 1000 }}
+	for _, tc := range []struct {
+		section string
+		warn    bool
+	}{
+		{fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", missing), true},
+		{fmt.Sprintf("[kubernetes]\nkubeconfig = %q\n", missing), false},
+		{fmt.Sprintf("[kubernetes]\nenabled = false\nkubeconfig = %q\n", missing), false},
+	} {
+		path := filepath.Join(t.TempDir(), "vipd.toml")
+		text := goodConfig + tc.section
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnings, _ := CheckHost(c, env)
+		found := false
+		for _, w := range warnings {
+			if strings.Contains(w.Msg, "no kubeconfig is found") {
+				found = true
+				if w.Line != 21 {
+					t.Errorf("warning at line %d, want 21 (kubernetes.enabled): %v", w.Line, w)
+				}
+			}
+		}
+		if found != tc.warn {
+			t.Errorf("%q: warned %v, want %v (%v)", tc.section, found, tc.warn, warnings)
+		}
+	}
+}
+
 // TestParseExampleConfig: the example validates once its key file exists
 // (it names /etc/vipd/cluster.key, which the test points at a key of its
 // own), and without it the problem says how to make one.
@@ -117,6 +185,16 @@ func TestParseBadConfigs(t *testing.T) {
 			name: "bad addresses and durations, all listed",
 			toml: "[cluster]\nbind_address = \"192.0.2.300\"\npeers = [\"192.0.2.12\", \"192.0.2.400:7946\"]\nrejoin_interval = \"30 seconds\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.1000\"\ninterface=\"eth0\"\n",
 			want: []string{`2:1: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: invalid address "192.0.2.1000"`},
+		},
+		{
+			name: "kubernetes section checked by the Node watch's rules",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[kubernetes]\nkubeconfig = \"kubelet.conf\"\nnode_name = \"CP_1\"\nserver = \"http://192.0.2.11:6443\"\nenabled = \"yes\"\n",
+			want: []string{`11:1: kubernetes.enabled: must be true or false, got a string ("yes")`},
+		},
+		{
+			name: "kubernetes values",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n[kubernetes]\nkubeconfig = \"kubelet.conf\"\nnode_name = \"CP_1\"\nserver = \"http://192.0.2.11:6443\"\n",
+			want: []string{`8:1: kubeconfig must be an absolute path, got "kubelet.conf"`, `9:1: node_name "CP_1" is not a Kubernetes node name`, `10:1: server "http://192.0.2.11:6443": want https://HOST[:PORT]`},
 		},
 		{
 			name: "duplicate VIP names",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // documentation returns vipd.toml.example and docs/configuration.md.
@@ -141,6 +142,20 @@ func TestDocumentedDefaults(t *testing.T) {
 		} else if row[1] != want {
 			t.Errorf("docs/configuration.md: %s documented as %s, the code's default is %s", key, row[1], want)
 		}
+	}
+	// The kubelet kubeconfigs looked for, in the order they are.
+	paths := nodewatch.DefaultKubeconfigs()
+	if got, want := bracketed["kubernetes.kubeconfig"], strings.Join(paths, ", "); got != want {
+		t.Errorf("vipd.toml.example: kubernetes.kubeconfig documented as [%s], the code's default is %s", got, want)
+	}
+	row := regexp.MustCompile("(?m)^\\| `kubernetes\\.kubeconfig` \\|.*$").FindString(string(ref))
+	at := -1
+	for _, p := range paths {
+		i := strings.Index(row, "`"+p+"`")
+		if i <= at {
+			t.Errorf("docs/configuration.md: the kubernetes.kubeconfig row does not name %s after the ones before it: %s", p, row)
+		}
+		at = i
 	}
 }
 

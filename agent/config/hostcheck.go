@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/vipd/vipd/nodewatch"
 )
 
 // HostEnv is what CheckHost reads from the host besides the configuration.
@@ -93,29 +95,49 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 			v.at(p, "vip %q: %s", vip.Name, w)
 		}
 	}
+	kubeconfig := ""
+	if k := c.Kubernetes; k.On() {
+		kubeconfig = nodewatch.FindKubeconfig(k.watch.Kubeconfigs)
+		if kubeconfig == "" && k.Explicit() {
+			v.at("kubernetes.enabled", "kubernetes.enabled is true but no kubeconfig is found (looked for %s): vipd waits for one, and until then a cordoned or deleted Node does not withdraw this node; set kubernetes.kubeconfig", strings.Join(k.watch.Kubeconfigs, ", "))
+		}
+	}
 	if env.Euid() == 0 {
 		if u, err := user.Lookup(env.ServiceUser); err == nil {
 			checkAccess(v, u, c)
+			if kubeconfig != "" {
+				checkKubeconfigAccess(v, u, c.Kubernetes, kubeconfig)
+			}
 		}
 	}
 	return v.problems, errors
 }
 
+// checkKubeconfigAccess warns when the service user cannot read the
+// kubeconfig the Node watch uses, or the files it names: the kubelet's
+// are root's, mode 0600.
+func checkKubeconfigAccess(v *validator, u *user.User, k KubernetesConfig, path string) {
+	uid, gids := userIDs(u)
+	files := []string{path}
+	if kc, err := nodewatch.LoadKubeconfig(path); err == nil {
+		files = append(files, kc.CertFile, kc.KeyFile, kc.TokenFile)
+	}
+	key := "kubernetes.kubeconfig"
+	if k.Kubeconfig == "" {
+		key = "kubernetes"
+	}
+	for _, f := range files {
+		if f != "" && !canAccess(f, uid, gids, 4) {
+			v.at(key, "%s: user %s cannot read it, so the Node watch fails (and changes nothing) under systemd (User=%s): give vipd CAP_DAC_READ_SEARCH with a drop-in (systemctl edit vipd: AmbientCapabilities=CAP_DAC_READ_SEARCH and CapabilityBoundingSet=CAP_DAC_READ_SEARCH), or a kubeconfig of its own (docs/configuration.md, [kubernetes])", f, u.Username, u.Username)
+			return
+		}
+	}
+}
+
 // checkAccess warns about files and directories the service user cannot
 // use: --check as root reads them fine, and then the service fails.
 func checkAccess(v *validator, u *user.User, c *Config) {
-	uid, _ := strconv.Atoi(u.Uid)
-	gids := map[int]bool{}
-	if gs, err := u.GroupIds(); err == nil {
-		for _, g := range gs {
-			if n, err := strconv.Atoi(g); err == nil {
-				gids[n] = true
-			}
-		}
-	}
-	if n, err := strconv.Atoi(u.Gid); err == nil {
-		gids[n] = true
-	}
+	uid, gids := userIDs(u)
 	secret := func(key, path string) {
 		if path != "" && !canAccess(path, uid, gids, 4) {
 			v.at(key, "%s %s: user %s cannot read it, so vipd will not start under systemd (User=%s): chown %s %s (it must stay mode 0600)", key[strings.LastIndex(key, ".")+1:], path, u.Username, u.Username, u.Username, path)
@@ -139,6 +161,23 @@ func checkAccess(v *validator, u *user.User, c *Config) {
 	}
 	dir("state_dir", c.StateDir, DefaultStateDir)
 	dir("api.socket", filepath.Dir(c.API.Socket), filepath.Dir(DefaultSocket))
+}
+
+// userIDs are u's uid and groups.
+func userIDs(u *user.User) (uid int, gids map[int]bool) {
+	uid, _ = strconv.Atoi(u.Uid)
+	gids = map[int]bool{}
+	if gs, err := u.GroupIds(); err == nil {
+		for _, g := range gs {
+			if n, err := strconv.Atoi(g); err == nil {
+				gids[n] = true
+			}
+		}
+	}
+	if n, err := strconv.Atoi(u.Gid); err == nil {
+		gids[n] = true
+	}
+	return uid, gids
 }
 
 // canAccess reports whether a user with uid and groups gids has the

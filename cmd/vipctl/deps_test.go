@@ -18,6 +18,9 @@ func TestDeps(t *testing.T) {
 			"github.com/osrg/gobgp/v3/...":     "BGP is the daemon's",
 			"github.com/vishvananda/netlink":   "the network is the daemon's",
 			"github.com/coreos/go-systemd/...": "systemd notifications are the daemon's",
+			"k8s.io/...":                       "the Node watch (nodewatch) is the daemon's",
+			"sigs.k8s.io/...":                  "the Node watch (nodewatch) is the daemon's",
+			"gopkg.in/yaml.v3":                 "kubeconfig parsing (nodewatch) is the daemon's",
 		},
 		AllowDeps: []string{"github.com/vipd/vipd/agent/apipb", "github.com/vipd/vipd/cmd/vipctl/..."},
 	}.Check(t)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vipd/vipd/lab/k8slab"
 	"github.com/vipd/vipd/lab/netlab"
 )
 
@@ -281,6 +282,31 @@ func TestMarkdownScaleSource(t *testing.T) {
 	}
 }
 
+// TestMarkdownKubeClient: the Kubernetes client comparison shows each
+// build's size, modules, RSS (min / median / max of the runs) and CPU.
+func TestMarkdownKubeClient(t *testing.T) {
+	r := sample()
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	if strings.Contains(md, "## Kubernetes client (node watch)") {
+		t.Errorf("a report without the part has its section:\n%s", md)
+	}
+	r.KubeClient = &KubeClient{Source: "lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e", Seconds: 40, Variants: []KubeClientVariant{
+		{Name: "no Node watch", Bytes: 24166562, Modules: 60, StartRSSKiB: 16500, IdleRSSKiB: []int64{22744, 22528, 22740}, CPUPercent: []float64{0.5, 0.3, 0.4}},
+		{Name: "client-go", Bytes: 49553570, Modules: 101, StartRSSKiB: 31280, IdleRSSKiB: []int64{41876, 40792, 40484}, CPUPercent: []float64{0.6}},
+	}}
+	md = Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	sec, _, _ := strings.Cut(md[strings.Index(md, "## Kubernetes client (node watch)"):], "\n## ")
+	for _, want := range []string{
+		"Measured by lab/kubeclient.sh (ROUNDS=3 SECS=40) on vipd 1e8733e:",
+		"| no Node watch | 23.0 | 60 | 16.1 | 22.0 / 22.2 / 22.2 | 0.40 |",
+		"| client-go | 47.3 | 101 | 30.5 | 39.5 / 39.8 / 40.9 | 0.60 |",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("section lacks %q:\n%s", want, sec)
+		}
+	}
+}
+
 func TestChartIsWellFormedSVG(t *testing.T) {
 	svg := Chart(sample())
 	d := xml.NewDecoder(strings.NewReader(svg))
@@ -457,5 +483,45 @@ func TestRestartTarget(t *testing.T) {
 				t.Errorf("%s: %+v, want met %t", tt.name, tg, tt.met)
 			}
 		}
+	}
+}
+
+func TestK8sReport(t *testing.T) {
+	s := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	tr := func(agent, sc string, run, failed int, stall time.Duration, moves int, err string) k8slab.Trial {
+		return k8slab.Trial{Agent: agent, Scenario: sc, Run: run, From: "n1", To: "n2", Moves: moves, Err: err,
+			Clients: k8slab.ClientStats{Watches: 20, Requests: 500, Failed: failed, Stall: stall, Back: stall, LongestRequest: s(1000), Relists: 1}}
+	}
+	r := &Results{K8s: []k8slab.Trial{
+		tr("vipd", "handoff", 1, 0, s(200), 1, ""),
+		tr("vipd", "handoff", 2, 1, s(29800), 1, ""),
+		tr("keepalived", "handoff", 1, 3, s(30000), 2, ""),
+		tr("vipd", "partition", 1, 7, s(29000), 1, ""),
+		tr("keepalived", "partition", 1, 20, s(31000), 2, ""),
+		tr("keepalived", "partition", 2, 0, 0, 0, "lab not steady"),
+	}}
+	r.K8s[1].Clients.FirstError = "write: connection reset by peer"
+	r.K8s[1].Clients.FailedBy = map[string]int{"write": 1}
+	md := Markdown(r, Machine{NProc: 2}, nil, "PARTS=k8s make bench", "benchmarks.svg")
+	for _, want := range []string{
+		"## Kubernetes clients: vipd vs keepalived",
+		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
+		"| partition | keepalived | 1 (+1 failed) | 20 / 20 / 20 |",
+		"- handoff run 2 (map[write:1]): write: connection reset by peer",
+		"- keepalived partition run 2: lab not steady",
+		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, 2 runs | no |",
+		"| Kubernetes clients, partition: median watch stall below keepalived's | vipd 29000 ms, keepalived 31000 ms | yes |",
+		"| Kubernetes clients, sigterm: 0 failed requests, every watch delivering again within 1 s (vipd) | not measured | not measured |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| crash | vipd |") {
+		t.Errorf("report has a row for a scenario without trials")
+	}
+	r.K8sSource = "`PARTS=k8s make bench` on vipd abc1234"
+	if md := Markdown(r, Machine{NProc: 2}, nil, "RUNS=10 make bench", "benchmarks.svg"); !strings.Contains(md, "Not from the run above: `PARTS=k8s make bench` on vipd abc1234.") {
+		t.Errorf("spliced Kubernetes trials do not say where they come from:\n%s", md)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,11 +119,27 @@ func mmm(s Stats) string {
 // trials returns the completed trials of system and scenario, and how
 // many did not complete.
 func (r *Results) trials(system, scenario string) (ok []Trial, failed int) {
-	for _, t := range r.Failover {
-		if t.System != system || t.Scenario != scenario {
+	return completed(r.Failover, func(t Trial) bool { return t.System == system && t.Scenario == scenario },
+		func(t Trial) string { return t.Err })
+}
+
+// runsCell is a table's runs column: the completed runs, and those that
+// did not complete.
+func runsCell(ok, failed int) string {
+	if failed > 0 {
+		return fmt.Sprintf("%d (+%d failed)", ok, failed)
+	}
+	return strconv.Itoa(ok)
+}
+
+// completed returns the trials in all that match and completed (errOf
+// ""), and how many of those that match did not.
+func completed[T any](all []T, match func(T) bool, errOf func(T) string) (ok []T, failed int) {
+	for _, t := range all {
+		if !match(t) {
 			continue
 		}
-		if t.Err != "" {
+		if errOf(t) != "" {
 			failed++
 			continue
 		}
@@ -144,7 +161,8 @@ func moved(ts []Trial) []Trial {
 	return out
 }
 
-func stat(ts []Trial, f func(Trial) time.Duration) Stats {
+// stat summarizes f over the trials ts.
+func stat[T any](ts []T, f func(T) time.Duration) Stats {
 	var ds []time.Duration
 	for _, t := range ts {
 		ds = append(ds, f(t))
@@ -311,6 +329,7 @@ func (r *Results) Targets() []Target {
 		add("BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router)", "not measured", false, true)
 	}
 	ts = append(ts, r.fenceTargets()...)
+	ts = append(ts, r.k8sTargets()...)
 	fp := r.Footprint
 	if fp != nil && fp.Idle1.Window > 0 {
 		add("idle RSS under 40 MiB (vipd, 1 VIP)", fmt.Sprintf("%.1f MiB", float64(fp.Idle1.RSSKiB)/1024), fp.Idle1.RSSKiB < 40*1024, false)
@@ -371,10 +390,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 				if len(ts) == 0 && failed == 0 {
 					continue
 				}
-				runs := strconv.Itoa(len(ts))
-				if failed > 0 {
-					runs += fmt.Sprintf(" (+%d failed)", failed)
-				}
+				runs := runsCell(len(ts), failed)
 				fs := stat(ts, failedOf)
 				p("| %s | %s | %s | %s | %s | %d | %s | %s |\n", sc, sys, runs, mmm(stat(ts, gapOf)), mmm(stat(moved(ts), takeoverOf)),
 					int64(fs.Median), mmm(stat(ts, splitOf)), mmm(stat(ts, healOf)))
@@ -427,6 +443,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	writeCut(&b, r, command)
 	writeStress(&b, r, command)
+	writeK8s(&b, r, command)
 
 	if len(r.BGP) > 0 {
 		p("## BGP: route at the router, gap at the client\n\n")
@@ -531,6 +548,10 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if len(r.ColdStart) > 0 {
 		writeColdStart(p, r)
+	}
+
+	if kc := r.KubeClient; kc != nil {
+		writeKubeClient(p, kc)
 	}
 
 	if len(gb) > 0 {
@@ -650,4 +671,28 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// writeKubeClient renders the Kubernetes client comparison.
+func writeKubeClient(p func(string, ...any), kc *KubeClient) {
+	p("## Kubernetes client (node watch)\n\n")
+	p("Measured by %s: `cmd/vipd` built three ways from the same tree (stripped, as `make build`; not the binary measured above); "+
+		"each run: one node, one L2 VIP, idle for %d s after 10 s of start-up while a fake apiserver "+
+		"(lab/kubeclient/fakeapiserver) cordons and uncordons the watched Node every 2 s; RSS at start is `vipd --version` "+
+		"(package initialisation only).\n\n", kc.Source, kc.Seconds)
+	p("| vipd built | binary (MiB) | modules linked | RSS at start (MiB) | idle RSS (MiB, min / median / max) | idle CPU (%% of a core, median) |\n|---|---|---|---|---|---|\n")
+	mib := func(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
+	for _, v := range kc.Variants {
+		rss := slices.Sorted(slices.Values(v.IdleRSSKiB))
+		cpu := slices.Sorted(slices.Values(v.CPUPercent))
+		idle, c := "-", "-"
+		if n := len(rss); n > 0 {
+			idle = fmt.Sprintf("%s / %s / %s", mib(rss[0]), mib(rss[n/2]), mib(rss[n-1]))
+		}
+		if n := len(cpu); n > 0 {
+			c = fmt.Sprintf("%.2f", cpu[n/2])
+		}
+		p("| %s | %.1f | %d | %s | %s | %s |\n", v.Name, float64(v.Bytes)/(1<<20), v.Modules, mib(v.StartRSSKiB), idle, c)
+	}
+	p("\n")
 }

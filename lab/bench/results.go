@@ -15,6 +15,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/vipd/vipd/lab/k8slab"
 )
 
 // Results is everything one `vipbench run` measured.
@@ -47,6 +49,15 @@ type Results struct {
 	// ScenarioSources names, for a failover scenario whose trials come
 	// from another run than the report's own, that run.
 	ScenarioSources map[string]string `json:",omitempty"`
+	// K8s holds one entry per Kubernetes clients trial (lab/k8slab).
+	K8s []k8slab.Trial `json:",omitempty"`
+	// K8sSource names the run the Kubernetes clients trials come from
+	// when it is not the report's own (as Scale.Source): its command,
+	// vipd version and time.
+	K8sSource string `json:",omitempty"`
+	// KubeClient compares the Kubernetes clients vipd's Node watch could
+	// use (lab/kubeclient.sh; nil when not measured).
+	KubeClient *KubeClient `json:",omitempty"`
 	// Errors are labs or parts that could not run at all.
 	Errors []string
 }
@@ -165,6 +176,48 @@ type Scale struct {
 	// run's results): its command, vipd version and time. The report
 	// says so in the section.
 	Source string `json:",omitempty"`
+}
+
+// KubeClient is what lab/kubeclient.sh measured: cmd/vipd built without a
+// Node watch, with nodewatch, and with client-go, each run idle on one node
+// with one L2 VIP while a fake apiserver changes the Node every 2 s.
+type KubeClient struct {
+	// Source is the script's command, the vipd commit and the time.
+	Source string
+	// Seconds is how long each run was sampled.
+	Seconds int
+	// Variants, the one without a watch first.
+	Variants []KubeClientVariant
+}
+
+// KubeClientVariant is one build of vipd in a KubeClient comparison.
+type KubeClientVariant struct {
+	Name string
+	// Bytes is the size of the stripped binary; Modules the number of
+	// modules it links (the main module included).
+	Bytes, Modules int64
+	// StartRSSKiB is the largest RSS of `vipd --version` (package
+	// initialisation, no work done).
+	StartRSSKiB int64
+	// IdleRSSKiB and CPUPercent hold each run's largest RSS and CPU share.
+	IdleRSSKiB []int64
+	CPUPercent []float64
+}
+
+// LoadKubeClient reads lab/kubeclient.sh's JSON.
+func LoadKubeClient(path string) (*KubeClient, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeclient results: %w", err)
+	}
+	var k KubeClient
+	if err := json.Unmarshal(b, &k); err != nil {
+		return nil, fmt.Errorf("decode kubeclient results %s: %w", path, err)
+	}
+	if len(k.Variants) == 0 {
+		return nil, fmt.Errorf("kubeclient results %s: no variants", path)
+	}
+	return &k, nil
 }
 
 // Save writes r as indented JSON.

@@ -21,8 +21,12 @@ type Config struct {
 	Scenarios []string
 	// Systems of the failover part (a subset of Systems).
 	Systems []string
-	// Parts to run: "failover", "bgp", "footprint", "scale".
+	// Parts to run: "failover", "bgp", "footprint", "scale", "k8s".
 	Parts []string
+	// K8sScenarios are the Kubernetes clients scenarios (a subset of
+	// k8slab.Scenarios), K8sRuns the trials of each per system.
+	K8sScenarios []string
+	K8sRuns      int
 	// BinDir holds vipd and vipctl (sizes are taken from there).
 	BinDir string
 	// Log receives progress lines.
@@ -33,7 +37,7 @@ type Config struct {
 }
 
 // Parts are the parts of a run, in order.
-var Parts = []string{"failover", "bgp", "footprint", "scale", "coldstart"}
+var Parts = []string{"failover", "bgp", "footprint", "scale", "coldstart", "k8s"}
 
 func has(list []string, s string) bool {
 	for _, x := range list {
@@ -130,6 +134,9 @@ func Run(ctx context.Context, c Config) *Results {
 				r.Errors = append(r.Errors, err.Error())
 			}
 		}
+	}
+	if has(c.Parts, "k8s") && ctx.Err() == nil {
+		k8sBench(ctx, c, r, logf)
 	}
 	if ctx.Err() != nil {
 		r.Errors = append(r.Errors, "interrupted: "+ctx.Err().Error())

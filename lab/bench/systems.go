@@ -43,24 +43,7 @@ func (s *vipdSystem) start(h *netlab.Host) error {
 
 // steady: every node's vipd sees every node alive, and exactly one node
 // holds the VIP with every status agreeing.
-func (s *vipdSystem) steady() (bool, string) {
-	for _, n := range s.l.Nodes {
-		st, err := s.l.Status(n)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, m := range s.l.Nodes {
-			mm, ok := st.Member(m.Name)
-			if !ok || mm.State != "alive" {
-				return false, fmt.Sprintf("%s sees %s as %q", n.Name, m.Name, mm.State)
-			}
-		}
-	}
-	if _, err := s.l.OneHolder(s.o.VIPs[0]); err != nil {
-		return false, err.Error()
-	}
-	return true, ""
-}
+func (s *vipdSystem) steady() (bool, string) { return s.l.Steady(s.o.VIPs[0]) }
 
 func (s *vipdSystem) membership() []string { return netlab.MembershipMatches() }
 
@@ -102,6 +85,19 @@ func keepalivedPriority(i int) int { return 150 - 50*i }
 // priority, with the lab HTTP server as a tracked script (interval 1, fall
 // 3, rise 2, weight -100: like vipd's health check defaults).
 func KeepalivedConfig(node string, priority int) string {
+	return keepalivedConfig(node, priority, "")
+}
+
+// defaultCheck is keepalived's tracked script in the failover lab: a curl
+// of the lab HTTP server's /readyz.
+var defaultCheck = "/usr/bin/curl -sf -o /dev/null -m 1 " + healthURL
+
+// keepalivedConfig is KeepalivedConfig with check as the tracked script's
+// command ("" for defaultCheck).
+func keepalivedConfig(node string, priority int, check string) string {
+	if check == "" {
+		check = defaultCheck
+	}
 	return fmt.Sprintf(`global_defs {
 	router_id %s
 	script_user root
@@ -109,7 +105,7 @@ func KeepalivedConfig(node string, priority int) string {
 }
 
 vrrp_script chk_http {
-	script "/usr/bin/curl -sf -o /dev/null -m 1 %s"
+	script "%s"
 	interval 1
 	timeout 1
 	fall 3
@@ -130,14 +126,16 @@ vrrp_instance VI_1 {
 		chk_http
 	}
 }
-`, node, healthURL, netlab.Iface, priority, netlab.VIP4, netlab.Iface)
+`, node, check, netlab.Iface, priority, netlab.VIP4, netlab.Iface)
 }
 
 // keepalivedSystem runs keepalived (VRRP) on the lab nodes.
 type keepalivedSystem struct {
-	l  *netlab.Lab
-	mu sync.Mutex
-	ps map[string]*netlab.Proc
+	l *netlab.Lab
+	// check is the tracked script's command ("" for defaultCheck).
+	check string
+	mu    sync.Mutex
+	ps    map[string]*netlab.Proc
 }
 
 func (s *keepalivedSystem) name() string { return "keepalived" }
@@ -166,7 +164,7 @@ func (s *keepalivedSystem) start(h *netlab.Host) error {
 		}
 	}
 	conf := filepath.Join(d, "keepalived.conf")
-	if err := os.WriteFile(conf, []byte(KeepalivedConfig(h.Name, keepalivedPriority(idx))), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(keepalivedConfig(h.Name, keepalivedPriority(idx), s.check)), 0o644); err != nil {
 		return err
 	}
 	os.Remove(filepath.Join(d, "vrrp.pid"))

@@ -27,6 +27,14 @@ type VIP struct {
 	HealthURL string
 	// HealthInterval is the check interval. [vipd default]
 	HealthInterval string
+	// HealthCAFile and HealthTLSServerName are the check's ca_file and
+	// tls_server_name (for an https URL). [none]
+	HealthCAFile, HealthTLSServerName string
+	// HealthTimeout is the check's timeout. [vipd default]
+	HealthTimeout string
+	// HealthRise and HealthFall are the check's rise and fall. [vipd
+	// defaults]
+	HealthRise, HealthFall int
 }
 
 // VipdOptions shape the configuration StartVipd writes.
@@ -42,10 +50,16 @@ type VipdOptions struct {
 	FailureDetection string
 	// LogLevel is log_level. [debug]
 	LogLevel string
+	// API holds extra lines for the [api] table (metrics_address).
+	API string
 	// Cluster holds extra lines for the [cluster] table.
 	Cluster string
 	// Extra is appended to the file (more tables, e.g. [bgp]).
 	Extra string
+	// HostExtra, when set, is called for each node and what it returns is
+	// appended after Extra: tables that differ between nodes (a
+	// [kubernetes] section naming the node's own credentials).
+	HostExtra func(h *Host) string
 }
 
 // DefaultVIPs are the VIPs used when VipdOptions.VIPs is empty.
@@ -95,7 +109,11 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "node_name = %q\nstate_dir = %q\nlog_level = %q\n\n", h.Name, h.StateDir(), o.LogLevel)
-	fmt.Fprintf(&b, "[api]\nsocket = %q\n\n", h.Socket())
+	fmt.Fprintf(&b, "[api]\nsocket = %q\n", h.Socket())
+	if o.API != "" {
+		b.WriteString(o.API + "\n")
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "[cluster]\nbind_address = %q\npeers = [%s]\nrejoin_interval = %q\nfailure_detection = %q\n",
 		h.IP, strings.Join(peers, ", "), o.RejoinInterval, o.FailureDetection)
 	if o.HandoffTimeout != "" {
@@ -108,13 +126,29 @@ func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 		fmt.Fprintf(&b, "\n[[vip]]\nname = %q\naddress = %q\nmode = \"l2\"\ninterface = %q\npreempt = %t\n", v.Name, v.Address, h.Iface(), v.Preempt)
 		if v.HealthURL != "" {
 			fmt.Fprintf(&b, "[vip.health]\nurl = %q\n", v.HealthURL)
-			if v.HealthInterval != "" {
-				fmt.Fprintf(&b, "interval = %q\n", v.HealthInterval)
+			for _, kv := range [][2]string{{"interval", v.HealthInterval}, {"timeout", v.HealthTimeout},
+				{"ca_file", v.HealthCAFile}, {"tls_server_name", v.HealthTLSServerName}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "%s = %q\n", kv[0], kv[1])
+				}
+			}
+			for _, kv := range []struct {
+				key string
+				n   int
+			}{{"rise", v.HealthRise}, {"fall", v.HealthFall}} {
+				if kv.n != 0 {
+					fmt.Fprintf(&b, "%s = %d\n", kv.key, kv.n)
+				}
 			}
 		}
 	}
 	if o.Extra != "" {
 		b.WriteString("\n" + o.Extra + "\n")
+	}
+	if o.HostExtra != nil {
+		if s := o.HostExtra(h); s != "" {
+			b.WriteString("\n" + s + "\n")
+		}
 	}
 	return b.String()
 }
@@ -233,6 +267,27 @@ func (l *Lab) OneHolder(vip VIP, nodes ...*Host) (string, error) {
 		return "", fmt.Errorf("%s is on %s but status disagrees: %s", vip.Address, holder, strings.Join(problems, "; "))
 	}
 	return holder, nil
+}
+
+// Steady reports whether every node's vipd sees every node alive and
+// exactly one node holds vip with every status agreeing (OneHolder); the
+// detail says what it saw.
+func (l *Lab) Steady(vip VIP) (bool, string) {
+	for _, n := range l.Nodes {
+		st, err := l.Status(n)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range l.Nodes {
+			if mm, ok := st.Member(m.Name); !ok || mm.State != "alive" {
+				return false, fmt.Sprintf("%s sees %s as %q", n.Name, m.Name, mm.State)
+			}
+		}
+	}
+	if _, err := l.OneHolder(vip); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
 }
 
 // WaitOneHolder waits up to timeout for OneHolder to succeed and returns

@@ -142,11 +142,13 @@ func (e *env) statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "show members, VIPs, who may own each VIP, and BGP sessions",
-		Long: `Shows this node's view: the quorum and fence, every VIP (owner, whether this
-node holds it, every holder), for every VIP each node's eligibility with the
-reason when it is not eligible (withdrawn, unhealthy since, interface down,
-leaving, dead, left, no quorum, metadata unreadable), the members, and the BGP
-sessions. --json prints the stable format documented in docs/operations.md.`,
+		Long: `Shows this node's view: the quorum and fence, what its Kubernetes Node says
+("kubernetes: node cp-1 cordoned → withdrawn") and any warning, every VIP
+(owner, whether this node holds it, every holder), for every VIP each node's
+eligibility with the reason when it is not eligible (withdrawn, withdrawn by
+its Node, unhealthy since, interface down, leaving, dead, left, no quorum,
+metadata unreadable), the members, and the BGP sessions. --json prints the
+stable format documented in docs/operations.md.`,
 		Args:              noArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -248,8 +250,8 @@ func (e *env) eventsCmd() *cobra.Command {
 		Use:   "events",
 		Short: "recent ownership, membership and health events",
 		Long: `Prints this node's recent events (ownership, hold, release, membership,
-health, withdraw, conflict); --follow keeps streaming new ones, --json prints
-one JSON object per line.`,
+health, withdraw, conflict, fence, node: what its Kubernetes Node says);
+--follow keeps streaming new ones, --json prints one JSON object per line.`,
 		Args:              noArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -305,6 +305,55 @@ func TestStatusShowsEligibility(t *testing.T) {
 	}
 }
 
+// TestStatusShowsKubernetes: the Node watch in one line, the Node's
+// withdraw and what the API's trouble does; a warning line when this node is
+// kept eligible against its Node; members withdrawn by their Node say so;
+// nothing when the watch is off.
+func TestStatusShowsKubernetes(t *testing.T) {
+	at := func(h, m, s int) int64 { return time.Date(2026, 5, 4, h, m, s, 0, time.UTC).UnixNano() }
+	for _, tc := range []struct {
+		name string
+		st   *apipb.StatusResponse
+		want []string
+		not  []string
+	}{
+		{"cordoned", &apipb.StatusResponse{Node: "cp-1", NodeWithdrawReasons: []string{"node cordoned"},
+			Kubernetes: &apipb.KubernetesStatus{Enabled: true, Node: "cp-1", Server: "https://192.0.2.10:6443", Kubeconfig: "/etc/kubernetes/kubelet.conf",
+				Reachable: true, Registered: true, VerdictSinceUnixNano: at(12, 1, 0)},
+			Members: []*apipb.MemberStatus{{Name: "cp-1", State: "alive", Self: true, NodeWithdrawn: true, Healthy: true}}},
+			[]string{`(?m)^kubernetes: node cp-1 cordoned → withdrawn since 12:01:00 \(https://192\.0\.2\.10:6443\)$`, `(?m)^cp-1 \(this node\)\s+alive\s+no \(by its Node\)\s+yes$`}, nil},
+		{"eligible, API down", &apipb.StatusResponse{Node: "cp-1",
+			Kubernetes: &apipb.KubernetesStatus{Enabled: true, Node: "cp-1", Server: "https://192.0.2.10:6443", Kubeconfig: "/etc/kubernetes/kubelet.conf",
+				Error: "connection refused", SinceUnixNano: at(12, 4, 0)}},
+			[]string{`(?m)^kubernetes: node cp-1 → eligible \(https://192\.0\.2\.10:6443\); API not readable since 12:04:00, verdict kept: connection refused$`}, nil},
+		{"kept as the last eligible", &apipb.StatusResponse{Node: "cp-1", NodeWithdrawReasons: []string{"node cordoned", "node excluded from external load balancers"},
+			Kubernetes: &apipb.KubernetesStatus{Enabled: true, Node: "cp-1", Server: "https://192.0.2.10:6443", Kubeconfig: "/k", Reachable: true, Registered: true},
+			Warnings:   []string{"the Node withdraws this node (node cordoned) but no other node can take the VIP"}},
+			[]string{`(?m)^kubernetes: node cp-1 cordoned, excluded from external load balancers → withdrawn \(`, `(?m)^warning: the Node withdraws this node \(node cordoned\) but no other node can take the VIP$`}, nil},
+		{"enabled, no kubeconfig", &apipb.StatusResponse{Node: "cp-1", Kubernetes: &apipb.KubernetesStatus{Enabled: true, Explicit: true, Error: "no kubeconfig found (looked for /k)"}},
+			[]string{`(?m)^kubernetes: enabled, but no kubeconfig is found; a cordoned or deleted Node does not withdraw this node \(no kubeconfig found \(looked for /k\)\)$`}, nil},
+		{"off", &apipb.StatusResponse{Node: "cp-1"}, nil, []string{"kubernetes", "warning"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := serve(t, &fakeVipd{status: tc.st})
+			code, stdout, stderr := vipctl(t, "--socket", sock, "status")
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, re := range tc.want {
+				if !regexp.MustCompile(re).MatchString(stdout) {
+					t.Errorf("status lacks %s:\n%s", re, stdout)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(stdout, s) {
+					t.Errorf("status shows %q:\n%s", s, stdout)
+				}
+			}
+		})
+	}
+}
+
 // TestStatusWithoutEligibility: a vipd that does not report eligibility
 // (older) gets the old layout, no empty table.
 func TestStatusWithoutEligibility(t *testing.T) {

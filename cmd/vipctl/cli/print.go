@@ -39,6 +39,12 @@ func (p printer) status(out io.Writer, st *apipb.StatusResponse) {
 	if line := p.quorumLine(st); line != "" {
 		fmt.Fprintln(w, line)
 	}
+	if line := p.kubernetesLine(st); line != "" {
+		fmt.Fprintln(w, line)
+	}
+	for _, warn := range st.GetWarnings() {
+		fmt.Fprintln(w, "warning: "+warn)
+	}
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -91,7 +97,11 @@ func (p printer) status(out io.Writer, st *apipb.StatusResponse) {
 		if m.GetSelf() {
 			name += " (this node)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, m.GetAddress(), m.GetState(), yesNo(m.GetWithdrawn()), yesNo(m.GetHealthy()))
+		withdrawn := yesNo(m.GetWithdrawn())
+		if m.GetNodeWithdrawn() {
+			withdrawn += " (by its Node)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, m.GetAddress(), m.GetState(), withdrawn, yesNo(m.GetHealthy()))
 	}
 	tw.Flush()
 
@@ -146,6 +156,52 @@ func (p printer) quorumLine(st *apipb.StatusResponse) string {
 		return line + "; fence expired (" + age + "; VIPs are released " + ms(f.GetReleaseAfterMs()) + " after the last confirmation)"
 	}
 	return line + "; fence " + f.GetState()
+}
+
+// kubernetesLine is the Node watch in one line: "kubernetes: node cp-1
+// cordoned → withdrawn", "kubernetes: node cp-1 → eligible", with the
+// apiserver's trouble when it cannot be read; "" when the watch is off.
+func (p printer) kubernetesLine(st *apipb.StatusResponse) string {
+	k := st.GetKubernetes()
+	if k == nil {
+		return ""
+	}
+	if k.GetKubeconfig() == "" {
+		line := "kubernetes: waiting for a kubelet kubeconfig"
+		if k.GetExplicit() {
+			line = "kubernetes: enabled, but no kubeconfig is found; a cordoned or deleted Node does not withdraw this node"
+		}
+		if e := k.GetError(); e != "" {
+			line += " (" + e + ")"
+		}
+		return line
+	}
+	node := orDash(sanitizeName(k.GetNode()))
+	var line string
+	if rs := st.GetNodeWithdrawReasons(); len(rs) > 0 {
+		var what []string
+		for _, r := range rs {
+			what = append(what, strings.TrimPrefix(r, "node "))
+		}
+		line = fmt.Sprintf("kubernetes: node %s %s → withdrawn", node, strings.Join(what, ", "))
+	} else {
+		line = fmt.Sprintf("kubernetes: node %s → eligible", node)
+		if k.GetReachable() && !k.GetRegistered() {
+			line = fmt.Sprintf("kubernetes: node %s not registered yet → eligible", node)
+		}
+	}
+	if t := k.GetVerdictSinceUnixNano(); t > 0 {
+		line += " since " + p.clock(time.Unix(0, t))
+	}
+	line += " (" + k.GetServer() + ")"
+	if !k.GetReachable() {
+		since := ""
+		if t := k.GetSinceUnixNano(); t > 0 {
+			since = " since " + p.clock(time.Unix(0, t))
+		}
+		line += "; API not readable" + since + ", verdict kept: " + orDash(k.GetError())
+	}
+	return line
 }
 
 func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }

@@ -2,8 +2,9 @@
 // renders their report.
 //
 //	vipbench run [-runs 5] [-scenarios handoff,crash,...] [-systems vipd,keepalived]
-//	             [-parts failover,bgp,footprint,scale,coldstart] [-bin bin] -out results.json
-//	vipbench report -results results.json [-gobench file] [-command "make bench"]
+//	             [-parts failover,bgp,footprint,scale,coldstart,k8s] [-k8s-scenarios handoff,...] [-k8s-runs 3]
+//	             [-bin bin] -out results.json
+//	vipbench report -results results.json [-gobench file] [-kubeclient file] [-command "make bench"]
 //	             -md docs/benchmarks.md -svg docs/benchmarks.svg
 //
 // run needs root and VIPD_NETNS_TESTS=1 (lab/bench.sh sets it).
@@ -20,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/vipd/vipd/lab/bench"
+	"github.com/vipd/vipd/lab/k8slab"
 )
 
 func main() {
@@ -74,11 +76,13 @@ func run(args []string) error {
 	bin := fs.String("bin", "bin", "directory holding vipd and vipctl")
 	out := fs.String("out", "", "write the results (JSON) here (required)")
 	logs := fs.String("logs", "", "copy every lab's daemon logs under this directory")
+	k8sScenarios := fs.String("k8s-scenarios", "all", "Kubernetes clients scenarios: "+strings.Join(k8slab.Scenarios, ","))
+	k8sRuns := fs.Int("k8s-runs", 3, "trials per Kubernetes clients scenario and system")
 	fs.Parse(args)
 	if *out == "" || *runs < 1 {
 		return fmt.Errorf("run: -out is required and -runs must be at least 1")
 	}
-	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs}
+	c := bench.Config{Runs: *runs, Log: os.Stderr, LogDir: *logs, K8sRuns: *k8sRuns}
 	var err error
 	if c.Scenarios, err = list(*scenarios, bench.AllScenarios()); err != nil {
 		return err
@@ -87,6 +91,9 @@ func run(args []string) error {
 		return err
 	}
 	if c.Parts, err = list(*parts, bench.Parts); err != nil {
+		return err
+	}
+	if c.K8sScenarios, err = list(*k8sScenarios, k8slab.Scenarios); err != nil {
 		return err
 	}
 	if c.BinDir, err = filepath.Abs(*bin); err != nil {
@@ -102,6 +109,7 @@ func report(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
 	results := fs.String("results", "", "results written by vipbench run (required)")
 	gobench := fs.String("gobench", "", "output of go test -bench to include")
+	kubeclient := fs.String("kubeclient", "", "lab/kubeclient.sh's JSON to include (merged into the results file)")
 	command := fs.String("command", "make bench", "the command that produced the results, for the report")
 	md := fs.String("md", "docs/benchmarks.md", "markdown report to write")
 	svg := fs.String("svg", "docs/benchmarks.svg", "SVG chart to write")
@@ -112,6 +120,14 @@ func report(args []string) error {
 	r, err := bench.Load(*results)
 	if err != nil {
 		return err
+	}
+	if *kubeclient != "" {
+		if r.KubeClient, err = bench.LoadKubeClient(*kubeclient); err != nil {
+			return err
+		}
+		if err := r.Save(*results); err != nil {
+			return err
+		}
 	}
 	var gb string
 	if *gobench != "" {

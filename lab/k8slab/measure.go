@@ -1,0 +1,343 @@
+package k8slab
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// LagLimit is how far behind the cluster an informer may be and still count
+// as working: an object delivered later than this after it existed is a
+// watch that was not (the issue's target: every watch delivering again
+// within 1 s).
+const LagLimit = time.Second
+
+// Record is one line of the clients tool's output (lab/k8s/cmd/clients
+// documents them); times are Unix microseconds.
+type Record struct {
+	// Kind: ready, write, req, ev, list, watch, werr, end.
+	Kind string `json:"k"`
+	// T is when it happened (a request's start).
+	T int64 `json:"t"`
+	// Seq is the writer's object (write, ev).
+	Seq int `json:"s,omitempty"`
+	// D is a request's duration.
+	D int64 `json:"d,omitempty"`
+	// E is a request's or a watch's error ("" for success).
+	E string `json:"e,omitempty"`
+	// W is the informer (ev, list, watch, werr).
+	W string `json:"w,omitempty"`
+	// C is a request loop: fresh or long.
+	C string `json:"c,omitempty"`
+}
+
+// ParseRecords reads the clients tool's output. A torn last line (the tool
+// was killed) is ignored.
+func ParseRecords(r io.Reader) ([]Record, error) {
+	var out []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var bad error
+	for sc.Scan() {
+		if bad != nil {
+			return nil, bad
+		}
+		var rec Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			bad = fmt.Errorf("clients record %q: %w", sc.Text(), err)
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out, sc.Err()
+}
+
+func us(t int64) time.Time { return time.UnixMicro(t) }
+
+// ClientStats is what the clients saw in a window of a run: from an event
+// (a failover) to the end of the run. JSON for the tests and make bench.
+type ClientStats struct {
+	// Watches is the number of informers.
+	Watches int
+	// Requests counts the writer's creates and the two request loops'
+	// gets that ended in the window; Failed those of them that failed (an
+	// error or the tool's per-request bound), by client in FailedBy
+	// (write, fresh, long).
+	Requests, Failed int
+	FailedBy         map[string]int `json:",omitempty"`
+	// FirstError is the first failed request's error.
+	FirstError string `json:",omitempty"`
+	// LongestRequest is the slowest of those requests.
+	LongestRequest time.Duration
+	// Stall is the longest time any informer delivered no event while an
+	// object it had not delivered yet existed (the writer's create had
+	// returned, or another informer had seen it): a watch blind to the
+	// cluster. StallWatch is that informer.
+	Stall      time.Duration
+	StallWatch string `json:",omitempty"`
+	// Stalled counts the informers whose stall was over LagLimit; Stalls
+	// has their stalls.
+	Stalled int
+	Stalls  map[string]time.Duration `json:",omitempty"`
+	// Back is from the event until every informer was back to delivering
+	// each object within LagLimit of its existence, for good: the last
+	// delivery that came later than that (0 when none did). NotBack
+	// names the informers still behind by more than LagLimit at the end
+	// of the window (Back is then the whole window).
+	Back    time.Duration
+	NotBack []string `json:",omitempty"`
+	// Relists counts the informers' lists (and watch-lists) in the
+	// window; WatchErrors their watches that ended with an error.
+	Relists, WatchErrors int
+}
+
+// Run is a parsed clients run.
+type Run struct {
+	// Ready is when every informer had synced; End when the tool ended
+	// (its last record when it did not say).
+	Ready, End time.Time
+
+	writes   map[int]Record // by seq
+	requests []Record       // write and req records
+	// exists is when each object was known to exist: its create's
+	// answer, or the first informer to deliver it.
+	exists     map[int]time.Time
+	deliveries map[string]map[int]time.Time // informer -> seq -> first delivery
+	lists      []Record
+	werrs      []Record
+}
+
+// NewRun indexes a run's records.
+func NewRun(recs []Record) *Run {
+	r := &Run{writes: map[int]Record{}, exists: map[int]time.Time{}, deliveries: map[string]map[int]time.Time{}}
+	var last int64
+	for _, rec := range recs {
+		last = max(last, rec.T+rec.D)
+		switch rec.Kind {
+		case "ready":
+			r.Ready = us(rec.T)
+		case "end":
+			r.End = us(rec.T)
+		case "write":
+			r.writes[rec.Seq] = rec
+			r.requests = append(r.requests, rec)
+			if rec.E == "" {
+				r.known(rec.Seq, us(rec.T+rec.D))
+			}
+		case "req":
+			r.requests = append(r.requests, rec)
+		case "ev":
+			d := r.deliveries[rec.W]
+			if d == nil {
+				d = map[int]time.Time{}
+				r.deliveries[rec.W] = d
+			}
+			if _, ok := d[rec.Seq]; !ok {
+				d[rec.Seq] = us(rec.T)
+			}
+			r.known(rec.Seq, us(rec.T))
+		case "list":
+			r.lists = append(r.lists, rec)
+			if r.deliveries[rec.W] == nil {
+				r.deliveries[rec.W] = map[int]time.Time{}
+			}
+		case "werr":
+			r.werrs = append(r.werrs, rec)
+		}
+	}
+	if r.End.IsZero() && last > 0 {
+		r.End = us(last)
+	}
+	return r
+}
+
+func (r *Run) known(seq int, at time.Time) {
+	if t, ok := r.exists[seq]; !ok || at.Before(t) {
+		r.exists[seq] = at
+	}
+}
+
+// Watches returns the informers' names, sorted.
+func (r *Run) Watches() []string {
+	var ws []string
+	for w := range r.deliveries {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	return ws
+}
+
+// Stats measures the window [from, to) (zero to: the run's end).
+func (r *Run) Stats(from, to time.Time) ClientStats {
+	if to.IsZero() {
+		to = r.End
+	}
+	s := ClientStats{Watches: len(r.deliveries), FailedBy: map[string]int{}}
+	for _, rec := range r.requests {
+		start, end := us(rec.T), us(rec.T+rec.D)
+		if end.Before(from) || !start.Before(to) {
+			continue
+		}
+		s.Requests++
+		s.LongestRequest = max(s.LongestRequest, end.Sub(start))
+		if rec.E != "" {
+			s.Failed++
+			who := rec.C
+			if rec.Kind == "write" {
+				who = "write"
+			}
+			s.FailedBy[who]++
+			if s.FirstError == "" {
+				s.FirstError = rec.E
+			}
+		}
+	}
+	if len(s.FailedBy) == 0 {
+		s.FailedBy = nil
+	}
+	for _, rec := range r.lists {
+		if t := us(rec.T); !t.Before(from) && t.Before(to) {
+			s.Relists++
+		}
+	}
+	for _, rec := range r.werrs {
+		if t := us(rec.T); !t.Before(from) && t.Before(to) {
+			s.WatchErrors++
+		}
+	}
+	for _, w := range r.Watches() {
+		st := r.stall(w, from, to)
+		if st > s.Stall {
+			s.Stall, s.StallWatch = st, w
+		}
+		if st > LagLimit {
+			s.Stalled++
+			if s.Stalls == nil {
+				s.Stalls = map[string]time.Duration{}
+			}
+			s.Stalls[w] = st
+		}
+		back, ok := r.back(w, from, to)
+		if !ok {
+			s.NotBack = append(s.NotBack, w)
+		}
+		s.Back = max(s.Back, back)
+	}
+	return s
+}
+
+// stall is watch w's longest silence within [from, to) while an object it
+// had not delivered existed: for each pair of its consecutive deliveries
+// (the window's ends standing in before the first and after the last), the
+// time from the later of the earlier delivery and the oldest object
+// pending after it, to the next delivery.
+func (r *Run) stall(w string, from, to time.Time) time.Duration {
+	type obj struct{ exists, delivered time.Time } // delivered zero: never
+	dl := r.deliveries[w]
+	var objs []obj
+	for seq, e := range r.exists {
+		if e.After(to) {
+			continue
+		}
+		objs = append(objs, obj{e, dl[seq]})
+	}
+	never := to.Add(time.Hour)
+	at := func(o obj) time.Time {
+		if o.delivered.IsZero() {
+			return never
+		}
+		return o.delivered
+	}
+	sort.Slice(objs, func(i, j int) bool { return at(objs[i]).Before(at(objs[j])) })
+	// minExists[i] is the oldest existence among objs[i:].
+	minExists := make([]time.Time, len(objs)+1)
+	minExists[len(objs)] = never
+	for i := len(objs) - 1; i >= 0; i-- {
+		minExists[i] = minExists[i+1]
+		if objs[i].exists.Before(minExists[i]) {
+			minExists[i] = objs[i].exists
+		}
+	}
+	var times []time.Time
+	for _, o := range objs {
+		if !o.delivered.IsZero() {
+			times = append(times, o.delivered)
+		}
+	}
+	times = append(times, to)
+	var longest time.Duration
+	prev := time.Time{}
+	for _, next := range times {
+		// Objects not delivered by prev: the first index with a delivery
+		// after prev.
+		i := sort.Search(len(objs), func(i int) bool { return at(objs[i]).After(prev) })
+		oldest := minExists[i]
+		start := oldest
+		if prev.After(start) {
+			start = prev
+		}
+		if start.Before(from) {
+			start = from
+		}
+		end := next
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) && !oldest.After(next) {
+			longest = max(longest, end.Sub(start))
+		}
+		prev = next
+	}
+	return longest
+}
+
+// Stale returns the informers that delivered no object whose create
+// started at or after since, before to: they have not shown that they
+// follow the cluster since then (nor has the writer, if none did).
+func (r *Run) Stale(since, to time.Time) []string {
+	var out []string
+	for _, w := range r.Watches() {
+		fresh := false
+		for seq, d := range r.deliveries[w] {
+			if wr, ok := r.writes[seq]; ok && !us(wr.T).Before(since) && d.Before(to) {
+				fresh = true
+				break
+			}
+		}
+		if !fresh {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// back is from from until w's last delivery within [from, to) that came
+// more than LagLimit after its object existed (0 without one); false, and
+// to - from, when an object that existed before to - LagLimit was still
+// not delivered at to.
+func (r *Run) back(w string, from, to time.Time) (time.Duration, bool) {
+	dl := r.deliveries[w]
+	var last time.Time
+	for seq, e := range r.exists {
+		d, ok := dl[seq]
+		if !ok || !d.Before(to) {
+			if e.Before(to.Add(-LagLimit)) {
+				return to.Sub(from), false
+			}
+			continue
+		}
+		if d.Before(from) || d.Sub(e) <= LagLimit {
+			continue
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	if last.IsZero() {
+		return 0, true
+	}
+	return last.Sub(from), true
+}
