@@ -32,12 +32,19 @@ func cluster(t *testing.T, addr netip.Addr) (*netlab.Lab, netlab.VIP, *netlab.Ho
 	l := netlab.New(t, netlab.Options{IPv6: addr.Is6()})
 	l.StartHTTPAll()
 	vip := netlab.VIP{Name: "apiserver", Address: addr}
-	l.StartVipds(netlab.VipdOptions{VIPs: []netlab.VIP{vip}})
+	l.StartVipds(options(vip))
 	owner, err := l.WaitSteady(vip, settle)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l, vip, owner
+}
+
+// options are the vipd options of a cluster managing vip alone; a restart
+// starts the next vipd with the same (the lab's default VIPs differ in an
+// IPv6 lab: apiserver is the IPv4 VIP there).
+func options(vip netlab.VIP) netlab.VipdOptions {
+	return netlab.VipdOptions{VIPs: []netlab.VIP{vip}}
 }
 
 // stopForRestart sends SIGUSR2 to h's vipd and waits for it to exit; it
@@ -76,7 +83,7 @@ func restartInPlace(t *testing.T, addr netip.Addr) {
 	}
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
-	l.StartVipd(owner, netlab.VipdOptions{})
+	l.StartVipd(owner, options(vip))
 	back := time.Now()
 	// The new process holds it, and every node names it.
 	ok, detail := netlab.Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
@@ -175,7 +182,7 @@ func TestRestartFailedStart(t *testing.T) {
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
-	bad := strings.Replace(l.VipdConfig(owner, netlab.VipdOptions{}), "[cluster]", "[cluster]\nno_such_key = 1", 1)
+	bad := strings.Replace(l.VipdConfig(owner, options(vip)), "[cluster]", "[cluster]\nno_such_key = 1", 1)
 	if v, err := l.TryStartVipdConfig(owner, bad); err == nil {
 		v.Kill()
 		t.Fatal("vipd started with a configuration it should refuse")
