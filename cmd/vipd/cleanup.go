@@ -60,11 +60,15 @@ func cleanup(lg *slog.Logger, path string) error {
 // this host after a failure (bgp.FlushStale), when the configuration turns
 // graceful restart on. It needs the full configuration (the peers'
 // passwords): when that does not load, it says so and leaves the routers
-// to their restart time.
+// to their restart time, unless no VIP of the file (read leniently) is a
+// BGP one: then there is nothing to flush, and a failed start of an L2
+// node logs only its own error.
 func flushStaleRoutes(lg *slog.Logger, path string) {
 	c, err := config.Load(path)
 	if err != nil {
-		lg.Warn("cleanup: stale BGP routes left to the routers' restart time: configuration not loaded", "err", err)
+		if mayAnnounceBGP(path) {
+			lg.Warn("cleanup: stale BGP routes left to the routers' restart time: configuration not loaded", "err", err)
+		}
 		return
 	}
 	sc := c.Speaker()
@@ -105,4 +109,20 @@ func removeTargets(lg *slog.Logger, targets []agent.CleanupTarget) error {
 // removeAddresses adapts removeTargets to agent.Options.RemoveAddresses.
 func removeAddresses(lg *slog.Logger) func(context.Context, []agent.CleanupTarget) error {
 	return func(_ context.Context, ts []agent.CleanupTarget) error { return removeTargets(lg, ts) }
+}
+
+// mayAnnounceBGP reports whether the configuration at path, read
+// leniently, may have a BGP VIP (true when it cannot be read at all).
+func mayAnnounceBGP(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	lc, _ := config.ReadLenient(data)
+	for _, v := range lc.VIPs {
+		if v.Mode == config.ModeBGP {
+			return true
+		}
+	}
+	return false
 }
