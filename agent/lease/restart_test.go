@@ -98,6 +98,58 @@ func TestLeaseMarkRestarting(t *testing.T) {
 	}
 }
 
+// TestLeaseRestartTwice: b restarts in place, its next process (epoch 6)
+// is heard, and b's metadata still says restarting for a while (the
+// predecessor's, gossip not yet replaced; the loop marks it every pass):
+// that does not make the next process restarting. When that process
+// restarts in place in turn, its announcement starts a new grace: a does
+// not take b for gone. (systemd-test h3 then h4: a restart, then a package
+// upgrade, of the same owner 5 s apart; the second moved the VIP.)
+func TestLeaseRestartTwice(t *testing.T) {
+	l, cfg, t0 := fastTracker("a")
+	base := []string{"a", "b", "c"}
+	grace := 3 * time.Second
+	l.receive(heartbeat{From: "b", Epoch: 5, Seq: 1, Driver: true, Restart: grace}, base, t0)
+	back := t0.Add(100 * time.Millisecond)
+	l.receive(heartbeat{From: "b", Epoch: 6, Seq: 1, Driver: true}, base, back)
+	for _, d := range []time.Duration{0, cfg.Interval, time.Second} {
+		l.markRestarting("b", grace, back.Add(d))
+		if got := l.restartingPeers(back.Add(d)); len(got) > 0 {
+			t.Fatalf("%v after b's next process was heard, its predecessor's metadata made it restarting: %v", d, got)
+		}
+	}
+	// Heard all along; then the next process restarts in place.
+	at := back.Add(5 * time.Second)
+	for d := time.Duration(0); d < 5*time.Second; d += cfg.Interval {
+		l.receive(heartbeat{From: "b", Epoch: 6, Seq: uint64(2 + d/cfg.Interval), Driver: true}, base, back.Add(d))
+	}
+	l.receive(heartbeat{From: "b", Epoch: 6, Seq: 1000, Driver: true, Restart: grace}, base, at)
+	now := at.Add(grace - time.Millisecond)
+	l.receive(heartbeat{From: "c", Epoch: 1, Seq: 1, Entries: []heartbeatEntry{{Name: "b", Silent: true}}}, base, now)
+	l.refused("b", now)
+	if l.expired("b", base, true, now) || !slices.Equal(l.restartingPeers(now), []string{"b"}) {
+		t.Errorf("b's second restart in place: gone %t, restarting %v; want not gone, restarting", l.expired("b", base, true, now), l.restartingPeers(now))
+	}
+}
+
+// TestLeaseRestartOverThenAgain: a grace that ran out while the same
+// process kept speaking (it did not exit) is over at its next plain
+// heartbeat; a later announcement of that process starts a new grace.
+func TestLeaseRestartOverThenAgain(t *testing.T) {
+	l, cfg, t0 := fastTracker("a")
+	base := []string{"a", "b", "c"}
+	grace := time.Second
+	l.receive(heartbeat{From: "b", Epoch: 5, Seq: 1, Driver: true}, base, t0)
+	l.markRestarting("b", grace, t0)
+	after := t0.Add(grace + cfg.Interval)
+	l.receive(heartbeat{From: "b", Epoch: 5, Seq: 2, Driver: true}, base, after)
+	later := after.Add(time.Second)
+	l.receive(heartbeat{From: "b", Epoch: 5, Seq: 3, Driver: true, Restart: grace}, base, later)
+	if got := l.restartingPeers(later.Add(grace / 2)); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("b's announcement after its earlier grace ran out: restarting %v, want [b]", got)
+	}
+}
+
 // TestRunnerAnnounceRestart: a's announcement reaches b and c through their
 // runners; each answers, so a has no one missing, and b and c take a for
 // restarting in place. A member that never answers is reported missing

@@ -38,6 +38,13 @@ type peerState struct {
 	// epoch is the next process, back.
 	restartUntil time.Time
 	restartEpoch uint64
+	// backEpoch is the epoch of the next process heard back after a
+	// restart in place (back is false until one was). Metadata that still
+	// says restarting when this process is the one heard is its
+	// predecessor's, not yet replaced in the gossip: markRestarting
+	// ignores it (this process announces its own restart by heartbeat).
+	backEpoch uint64
+	back      bool
 }
 
 // restarting reports whether p said it restarts in place and its grace
@@ -325,6 +332,12 @@ func (l *tracker) receive(hb heartbeat, base []string, now time.Time) (heartbeat
 		p.restartUntil, p.restartEpoch = now.Add(hb.Restart), hb.Epoch
 	case hb.Restart == 0 && !p.restartUntil.IsZero() && hb.Epoch != p.restartEpoch:
 		p.restartUntil = time.Time{} // its next process: back
+		p.backEpoch, p.back = hb.Epoch, true
+	case hb.Restart == 0 && !p.restartUntil.IsZero() && !now.Before(p.restartUntil):
+		// The grace ran out and the same process says it is not
+		// restarting: over, so that a later restart of it starts a new
+		// grace (its announcement would otherwise be taken for a repeat).
+		p.restartUntil = time.Time{}
 	}
 	switch {
 	case hb.Driver && !p.driver:
@@ -389,6 +402,9 @@ func (l *tracker) refused(name string, now time.Time) {
 // process this node last heard from it.
 func (l *tracker) markRestarting(name string, grace time.Duration, now time.Time) {
 	p := l.peer(name)
+	if p.back && p.backEpoch == p.epoch {
+		return // the successor heard: the word is its predecessor's
+	}
 	if p.restartUntil.IsZero() || p.restartEpoch != p.epoch {
 		p.restartUntil, p.restartEpoch = now.Add(grace), p.epoch
 	}
