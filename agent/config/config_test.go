@@ -54,6 +54,9 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	if c.Cluster.FailureDetection != "fast" {
 		t.Errorf("failure_detection = %q, want default fast", c.Cluster.FailureDetection)
 	}
+	if got := c.Cluster.RestartGraceDuration(); got != DefaultRestartGrace {
+		t.Errorf("restart_grace = %s, want default %s", got, DefaultRestartGrace)
+	}
 	v := c.VIPs[0]
 	if v.Mode != ModeL2 || v.Announce != "owner" || v.Preempt {
 		t.Errorf("vip defaults: mode %q announce %q preempt %v", v.Mode, v.Announce, v.Preempt)
@@ -208,6 +211,21 @@ func TestParseBadConfigs(t *testing.T) {
 			name: "missing bind address and no vip",
 			toml: "[cluster]\nbind_port = 70000\n",
 			want: []string{`1:1: cluster.bind_address is required`, `2:1: bind_port must be 1-65535`, `no [[vip]] configured`},
+		},
+		{
+			name: "restart grace out of range",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nrestart_grace = \"1s\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
+			want: []string{`3:1: restart_grace must be 0s (off) or 2s-1m0s, got "1s"`},
+		},
+		{
+			name: "graceful restart times the speaker refuses, at their keys",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\ngraceful_restart_time = \"2500ms\"\nlong_lived_stale_time = \"forever\"\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\n[[vip]]\nname=\"api\"\naddress=\"203.0.113.10\"\nmode = \"bgp\"\n",
+			want: []string{`5:1: bgp: graceful_restart_time 2.5s: must be whole non-negative seconds`, `6:1: invalid duration "forever"`},
+		},
+		{
+			name: "long-lived without graceful restart",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\nlong_lived_stale_time = \"1h\"\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\n[[vip]]\nname=\"api\"\naddress=\"203.0.113.10\"\nmode = \"bgp\"\n",
+			want: []string{`5:1: bgp: long_lived_stale_time 1h0m0s: needs graceful_restart_time`},
 		},
 		{
 			name: "bad mode and failure detection",
