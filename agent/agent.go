@@ -100,8 +100,18 @@ type Options struct {
 	// LogLevel, when set, is the level a reload applies from log_level.
 	// [none: reload does not change the level]
 	LogLevel *slog.LevelVar
-	// Backends creates announcers. Required.
-	Backends func(ctx context.Context, c *config.Config, lg *slog.Logger) (Backends, error)
+	// Backends creates announcers. resume are the BGP VIPs this process
+	// takes over from the previous one (a restart in place): the speaker
+	// announces them before its first session is up. Required.
+	Backends func(ctx context.Context, c *config.Config, lg *slog.Logger, resume []netip.Addr) (Backends, error)
+	// StopKind is asked, when Run's context ends, what the stop is for: a
+	// restart in place (the VIPs stay, cluster.restart_grace) or a stop
+	// (they are handed off). [every stop hands off]
+	StopKind func() StopKind
+	// NextAdopts reports whether the vipd that starts next takes over VIPs
+	// left for it (the binary on disk speaks RestartProtocol): a stop for
+	// a restart hands off otherwise. [false]
+	NextAdopts func() bool
 	// Notify sends a systemd notification ("READY=1", "STATUS=...",
 	// "WATCHDOG=1"). [sd_notify through $NOTIFY_SOCKET]
 	Notify func(state string)
@@ -179,9 +189,12 @@ type Agent struct {
 	// rejoinEvery makes the next rejoin join every known peer, alive or
 	// not: a full state exchange after a link came back.
 	rejoinEvery atomic.Bool
-	peers       atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
-	l2Ifaces    atomic.Pointer[map[string]bool] // interfaces of L2 VIPs, for the link watcher
-	snapshot    atomic.Pointer[statusSnapshot]  // published by the loop for the API
+	// rejoinAlso are addresses the next rejoin joins too, alive or not
+	// (refreshFrom).
+	rejoinAlso atomic.Pointer[[]string]
+	peers      atomic.Pointer[[]string]        // cluster.peers, for the rejoin loop
+	l2Ifaces   atomic.Pointer[map[string]bool] // interfaces of L2 VIPs, for the link watcher
+	snapshot   atomic.Pointer[statusSnapshot]  // published by the loop for the API
 
 	// goroutines counts every goroutine Run starts; Run waits for it.
 	goroutines sync.WaitGroup
@@ -229,6 +242,14 @@ type loopState struct {
 	// heardOnly are the members last counted alive only by their lease
 	// heartbeats (membership said dead), for the log.
 	heardOnly []string
+	// restartGrace: this node is stopping for a restart in place, its
+	// successor due within it (its metadata says so).
+	restartGrace time.Duration
+	// adoptUntil: the VIPs taken over from the previous process are held
+	// on its record's word until then (zero: none).
+	adoptUntil time.Time
+	// fencedAt is when this node was last fenced.
+	fencedAt time.Time
 	// node is this host's Kubernetes Node and the withdraw it makes (never
 	// persisted, apart from the withdraw flag).
 	node nodeState

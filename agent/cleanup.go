@@ -65,3 +65,12 @@ func CleanupTargets(path string) ([]CleanupTarget, []string) {
 	}
 	return out, notes
 }
+
+// CleanupStateDir returns the state_dir of the configuration at path, read
+// as leniently as CleanupTargets reads it (the default when it cannot be
+// read): where `vipd cleanup` looks for the restart record.
+func CleanupStateDir(path string) string {
+	data, _ := os.ReadFile(path)
+	lc, _ := config.ReadLenient(data)
+	return lc.StateDir
+}

@@ -33,6 +33,10 @@ import (
 type wire struct {
 	mu      sync.Mutex
 	holders map[netip.Addr]map[string]bool
+	// expires are the kernel lifetimes set on held addresses
+	// (SetLifetime): the wire drops an address when its time comes, as
+	// the kernel does.
+	expires map[netip.Addr]map[string]time.Time
 	drains  map[string]int
 	overlap int // announcements made while another node held the address
 	// claims lists, in order, every node that put an address on the wire
@@ -66,12 +70,26 @@ func (w *wire) remove(node string, a netip.Addr) {
 }
 
 func newWire() *wire {
-	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, stuck: map[string]bool{}}
+	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}, stuck: map[string]bool{}}
+}
+
+// expireLocked drops the addresses whose lifetime has run out.
+func (w *wire) expireLocked() {
+	now := time.Now()
+	for a, byNode := range w.expires {
+		for n, at := range byNode {
+			if !now.Before(at) {
+				delete(w.holders[a], n)
+				delete(byNode, n)
+			}
+		}
+	}
 }
 
 func (w *wire) holdersOf(a netip.Addr) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.expireLocked()
 	var out []string
 	for n := range w.holders[a] {
 		out = append(out, n)
@@ -89,6 +107,7 @@ type fakeAnnouncer struct {
 func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
+	f.w.expireLocked()
 	if f.w.holders[a] == nil {
 		f.w.holders[a] = map[string]bool{}
 	}
@@ -102,11 +121,15 @@ func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 	return nil
 }
 
-// Verify reports whether the node's address is still on the wire.
+// Verify reports whether the node's address is still on the wire as
+// Announce leaves it: without a lifetime (as l2 reports an IPv6 VIP with
+// one: not permanent).
 func (f *fakeAnnouncer) Verify(_ context.Context, a netip.Addr) (bool, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
-	return f.w.holders[a][f.node], nil
+	f.w.expireLocked()
+	_, expiring := f.w.expires[a][f.node]
+	return f.w.holders[a][f.node] && !expiring, nil
 }
 
 func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
@@ -116,6 +139,27 @@ func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
 		return errors.New("withdraw stuck (test)")
 	}
 	delete(f.w.holders[a], f.node)
+	delete(f.w.expires[a], f.node)
+	return nil
+}
+
+// SetLifetime gives the node's address a lifetime (0: forever), as the
+// kernel does.
+func (f *fakeAnnouncer) SetLifetime(_ context.Context, a netip.Addr, life time.Duration) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.expireLocked()
+	if !f.w.holders[a][f.node] {
+		return fmt.Errorf("%s: %s is not held", f.node, a)
+	}
+	if f.w.expires[a] == nil {
+		f.w.expires[a] = map[string]time.Time{}
+	}
+	if life == 0 {
+		delete(f.w.expires[a], f.node)
+	} else {
+		f.w.expires[a][f.node] = time.Now().Add(life)
+	}
 	return nil
 }
 
@@ -198,8 +242,8 @@ func (f *fakeConns) Close() error { return nil }
 type fakeBackends struct{ ann *fakeAnnouncer }
 
 // fakeBackendsFor gives node its view of the fake wire.
-func fakeBackendsFor(w *wire, node string) func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
-	return func(context.Context, *config.Config, *slog.Logger) (Backends, error) {
+func fakeBackendsFor(w *wire, node string) func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
+	return func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
 		return fakeBackends{&fakeAnnouncer{w: w, node: node}}, nil
 	}
 }
@@ -225,6 +269,9 @@ type testNode struct {
 	linkChanged atomic.Pointer[func(string)]
 	// conns are the node's client connections (Options.Conns).
 	conns fakeConns
+	// restart makes the next stop a restart in place (Options.StopKind),
+	// with a successor that adopts (Options.NextAdopts).
+	restart atomic.Bool
 }
 
 type testCluster struct {
@@ -337,6 +384,13 @@ func (c *testCluster) start(name string) {
 		},
 		IdleTick: n.idleTick,
 		Conns:    func() (ConnsBackend, error) { return &n.conns, nil },
+		StopKind: func() StopKind {
+			if n.restart.Load() {
+				return StopRestart
+			}
+			return StopHandoff
+		},
+		NextAdopts: func() bool { return n.restart.Load() },
 	})
 	if err != nil {
 		c.t.Fatal(err)

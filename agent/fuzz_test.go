@@ -28,6 +28,8 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add(good)
 	all, _ := NodeMeta{Valid: true, Leaving: true, Fenced: true, Removed: true, NodeWithdrawn: true, VIPs: map[uint32]VIPMeta{2: {Down: true}, 9: {Healthy: true, Held: true}}}.Encode()
 	f.Add(all)
+	restarting, _ := NodeMeta{Valid: true, RestartAware: true, RestartGrace: 3 * time.Second, VIPs: map[uint32]VIPMeta{4: {Held: true}}}.Encode()
+	f.Add(restarting)
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
 	f.Add([]byte{1, 3, 0, 0, 0, 1, 3})

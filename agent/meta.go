@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"time"
 )
 
 // NodeMeta is what a node tells the others about itself through memberlist
@@ -17,7 +19,10 @@ import (
 //	            bit 2 fenced (no majority hears this node: it holds nothing),
 //	            bit 3 removed (decommissioned: forget it once it stops),
 //	            bit 4 withdrawn by its Node (cordoned, excluded, deleted,
-//	            shutting down: nodewatch)
+//	            shutting down: nodewatch), bit 5 restart-aware (this node
+//	            waits out a peer's restart in place), bit 6 restarting (this
+//	            node is restarting in place: written as version 2, with the
+//	            grace)
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
 //	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
 //	            VIP's interface is down: never eligible for it), bit 3
@@ -46,10 +51,13 @@ import (
 //	            bits ignored), then s-5 bytes of later fields, ignored
 //	then        fields of later versions, ignored
 //
-// This release writes version 1 so that the previous release, which reads
-// only version 1, still understands it; a later release may write version 2
-// once every node runs this release or newer (docs/operations.md,
-// "Upgrading vipd").
+// Version 2's field after the entries: uint32, the restart grace in
+// milliseconds (with the restarting flag).
+//
+// This release writes version 1, and version 2 only while it restarts in
+// place, which it does only when every member says it is restart-aware
+// (so reads version 2). The previous release reads both and ignores the
+// restart flags (docs/operations.md, "Upgrading vipd").
 type NodeMeta struct {
 	// Valid is false for a member whose metadata could not be decoded; such
 	// a member is never eligible.
@@ -71,7 +79,15 @@ type NodeMeta struct {
 	// node out of the election for good: it is eligible when no other node
 	// can be (Elect's tiers).
 	NodeWithdrawn bool
-	VIPs          map[uint32]VIPMeta
+	// RestartAware: the node understands restarts in place (it waits out
+	// a restarting peer's grace). A node restarts in place only when every
+	// known member says so.
+	RestartAware bool
+	// RestartGrace, when not zero: the node is restarting in place and
+	// its next process will be back within this grace (the peers claim
+	// nothing of it meanwhile). At most metaMaxRestartGrace.
+	RestartGrace time.Duration
+	VIPs         map[uint32]VIPMeta
 }
 
 // VIPMeta is a node's state for one VIP.
@@ -91,9 +107,14 @@ const (
 	metaFlagRemoved  = 1 << 3
 	// metaFlagNodeWithdrawn: withdrawn by its Node.
 	metaFlagNodeWithdrawn = 1 << 4
-	vipFlagHealthy        = 1 << 0
-	vipFlagHeld           = 1 << 1
-	vipFlagDown           = 1 << 2
+	// metaFlagAware: the node waits out a peer's restart in place.
+	metaFlagAware = 1 << 5
+	// metaFlagRestart: the node is restarting in place (version 2, with
+	// the grace after the entries).
+	metaFlagRestart = 1 << 6
+	vipFlagHealthy  = 1 << 0
+	vipFlagHeld     = 1 << 1
+	vipFlagDown     = 1 << 2
 	// vipFlagHealthyNodeWithdrawn is healthy on a node its Node withdraws,
 	// written instead of vipFlagHealthy so that releases that do not know
 	// metaFlagNodeWithdrawn see an unhealthy node.
@@ -104,9 +125,16 @@ const (
 // VIP returns the node's state for the VIP with key k.
 func (m NodeMeta) VIP(k uint32) VIPMeta { return m.VIPs[k] }
 
-// Encode returns the wire form, in a stable order.
+// metaMaxRestartGrace is the longest restart grace the metadata carries.
+const metaMaxRestartGrace = time.Duration(math.MaxUint32) * time.Millisecond
+
+// Encode returns the wire form, in a stable order: version 1, or version
+// 2 with the restart grace while restarting.
 func (m NodeMeta) Encode() ([]byte, error) {
-	b := make([]byte, 2, 2+5*len(m.VIPs))
+	if m.RestartGrace < 0 || m.RestartGrace > metaMaxRestartGrace {
+		return nil, fmt.Errorf("restart grace %s out of range", m.RestartGrace)
+	}
+	b := make([]byte, 2, 8+5*len(m.VIPs))
 	b[0] = metaVersion
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
@@ -122,6 +150,18 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	}
 	if m.NodeWithdrawn {
 		b[1] |= metaFlagNodeWithdrawn
+	}
+	if m.RestartAware {
+		b[1] |= metaFlagAware
+	}
+	restarting := m.RestartGrace > 0
+	if restarting {
+		if len(m.VIPs) > 255 {
+			return nil, fmt.Errorf("node metadata: %d VIPs do not fit version 2", len(m.VIPs))
+		}
+		b[0] = 2
+		b[1] |= metaFlagRestart
+		b = append(b, byte(len(m.VIPs)), 5)
 	}
 	keys := make([]uint32, 0, len(m.VIPs))
 	for k := range m.VIPs {
@@ -146,6 +186,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		b = binary.BigEndian.AppendUint32(b, k)
 		b = append(b, f)
 	}
+	if restarting {
+		b = binary.BigEndian.AppendUint32(b, uint32(m.RestartGrace/time.Millisecond))
+	}
 	if len(b) > metaMaxSize {
 		return nil, fmt.Errorf("node metadata is %d bytes, more than memberlist's %d", len(b), metaMaxSize)
 	}
@@ -160,6 +203,7 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		return NodeMeta{}, errors.New("metadata too short")
 	}
 	var entries []byte
+	var grace time.Duration
 	size := 5
 	switch v := b[0]; {
 	case v == 0:
@@ -181,9 +225,16 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 			return NodeMeta{}, fmt.Errorf("metadata version %d: %d entries of %d bytes do not fit in %d bytes", v, n, s, len(b))
 		}
 		entries, size = b[4:4+n*s], s
+		if rest := b[4+n*s:]; b[1]&metaFlagRestart != 0 {
+			if len(rest) < 4 || binary.BigEndian.Uint32(rest) == 0 {
+				return NodeMeta{}, fmt.Errorf("metadata version %d: restarting without a grace", v)
+			}
+			grace = time.Duration(binary.BigEndian.Uint32(rest)) * time.Millisecond
+		}
 	}
 	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0,
-		Removed: b[1]&metaFlagRemoved != 0, NodeWithdrawn: b[1]&metaFlagNodeWithdrawn != 0, VIPs: map[uint32]VIPMeta{}}
+		Removed: b[1]&metaFlagRemoved != 0, NodeWithdrawn: b[1]&metaFlagNodeWithdrawn != 0,
+		RestartAware: b[1]&metaFlagAware != 0, RestartGrace: grace, VIPs: map[uint32]VIPMeta{}}
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]

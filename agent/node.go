@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"os/user"
 	"slices"
 	"strings"
 	"time"
@@ -58,6 +59,11 @@ func (a *Agent) startNodeWatch(ctx context.Context, c *config.Config) {
 	wc := c.Kubernetes.Watch()
 	wc.Logger, wc.Now = a.log, a.now
 	wc.UserAgent = "vipd/" + a.opts.Version
+	// Not root (the packaged unit's User=vipd): a permission error names
+	// the drop-in that lets vipd read the kubelet's credentials.
+	if u, err := user.Current(); err == nil && u.Uid != "0" {
+		wc.AccessHint = config.KubeconfigAccessHint(u.Username)
+	}
 	if a.opts.NodeWatch != nil {
 		wc = a.opts.NodeWatch(wc)
 	}

@@ -22,6 +22,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
 	members := a.forgetRemoved(a.members.snapshot())
+	for _, m := range members {
+		if m.Name != a.self && m.Meta.RestartGrace > 0 {
+			a.lease.MarkRestarting(m.Name, m.Meta.RestartGrace)
+		}
+	}
 	q := hasQuorum(a.self, a.cache.get(), members, a.lease.RecentlyHeard(), c.Cluster.RequireQuorum)
 	addrs := memberAddrs(members)
 	a.lease.SetBase(q.Base, q.Required, addrs, a.st.fence.Driving())
@@ -113,20 +118,23 @@ func (a *Agent) reconcile(ctx context.Context) {
 func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quorum) decideInput {
 	c := a.st.cfg
 	in := decideInput{
-		Now:            a.now(),
-		Self:           a.self,
-		VIP:            v.cfg.Name,
-		AnnounceAll:    v.cfg.Announce == config.AnnounceAll,
-		L2:             v.cfg.Mode == config.ModeL2,
-		Election:       res,
-		View:           view,
-		Quorum:         q.OK,
+		Now:         a.now(),
+		Self:        a.self,
+		VIP:         v.cfg.Name,
+		AnnounceAll: v.cfg.Announce == config.AnnounceAll,
+		L2:          v.cfg.Mode == config.ModeL2,
+		Election:    res,
+		View:        view,
+		// VIPs taken over in a restart in place are kept, with or
+		// without quorum, until the previous process's deadline: the
+		// peers claim nothing before it.
+		Quorum:         q.OK || (v.held && a.st.lease.Adopting()),
 		Alive:          q.Alive,
 		Known:          q.Known,
 		QuorumRegained: a.st.quorumRegained,
 		Planned:        a.st.withdrawn || a.st.shuttingDown || a.st.node.withdrawn(),
 		Fenced:         a.st.fence.Fenced(),
-		AwaitFence:     a.st.lease.Required() && !a.st.lease.CanHold(),
+		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		Held:           v.held,
 		Down:           v.down,
@@ -253,6 +261,7 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 	a.st.lease = ls
 	if a.st.fence.Observe(ls, a.holdsAny(), now) {
 		if a.st.fence.Fenced() {
+			a.st.fencedAt = now
 			age := "never"
 			if !ls.Evidence().IsZero() {
 				age = a.now().Sub(ls.Evidence()).Round(time.Millisecond).String()
@@ -262,17 +271,49 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 		} else {
 			// What this node knows of the others may be stale (it may have
 			// heard nothing for a while, as when only its incoming traffic
-			// was lost): a join of every known peer exchanges the full
-			// state, within the settle period before it may claim.
-			a.rejoinAll()
+			// was lost): a state exchange, within the settle period before
+			// it may claim, brings it up to date. Not after a fence shorter
+			// than Claim: no majority can have taken this node for gone
+			// meanwhile (that takes Claim of silence), and gossip carries
+			// the rest. And with two of the members that just answered,
+			// not every known peer: with 16 nodes fencing one another on a
+			// loaded host, the burst of 15 push-pulls per unfence delayed
+			// answers past Release and fenced them again, for tens of
+			// seconds (docs/design.md, "Cold start").
+			if fencedFor := now.Sub(a.st.fencedAt); fencedFor >= ls.Timers().Claim {
+				a.refreshFrom(a.refreshAddrs())
+			}
 			a.log.Info("fence held again: a majority hears this node")
 			a.events.publish(&apipb.Event{Kind: "fence", Node: a.self, Message: "fence held"})
 		}
+	}
+	began, ended := ls.RestartsSince(old)
+	for _, n := range began {
+		a.log.Info("member restarting in place: its VIPs stay with it until it is back or the grace runs out", "member", n)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "restarting in place"})
+	}
+	for _, n := range ended {
+		a.log.Info("member restart over: back, or its grace ran out", "member", n)
+		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "restart in place over"})
 	}
 	for _, n := range ls.GoneSince(old) {
 		a.log.Info("member gone (lease expired)", "member", n)
 		a.events.publish(&apipb.Event{Kind: "membership", Node: n, Message: "lease expired: gone for the election"})
 	}
+}
+
+// refreshAddrs returns the membership addresses of up to refreshPeers
+// members the lease heard a moment ago (their answers are what lifted the
+// fence), in name order.
+func (a *Agent) refreshAddrs() []string {
+	heard := a.lease.RecentlyHeard()
+	var out []string
+	for _, m := range a.members.snapshot() {
+		if len(out) < refreshPeers && m.Name != a.self && m.Address != "" && slices.Contains(heard, m.Name) {
+			out = append(out, m.Address)
+		}
+	}
+	return out
 }
 
 // forgetRemoved forgets members that were decommissioned (vipctl

@@ -90,6 +90,13 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 			members = nil // every known peer, alive ones included
 		}
 		targets := rejoinTargets(a.self, a.cache.get(), *a.peers.Load(), members)
+		if also := a.rejoinAlso.Swap(nil); also != nil {
+			for _, addr := range *also {
+				if !slices.Contains(targets, addr) {
+					targets = append(targets, addr)
+				}
+			}
+		}
 		if len(targets) == 0 {
 			continue
 		}
@@ -115,6 +122,21 @@ func (a *Agent) rejoinAll() {
 	a.rejoinEvery.Store(true)
 	a.kickRejoin()
 }
+
+// refreshFrom makes the rejoin loop join addrs now, alive members
+// included: the state exchange of a join with a few members brings a view
+// that may be stale up to date (one push-pull carries the whole member
+// table), without the burst of a join with every known peer.
+func (a *Agent) refreshFrom(addrs []string) {
+	if len(addrs) == 0 {
+		return
+	}
+	a.rejoinAlso.Store(&addrs)
+	a.kickRejoin()
+}
+
+// refreshPeers is how many members refreshFrom asks after a fence.
+const refreshPeers = 2
 
 // rejoinTargets returns the addresses to join: the cached and configured
 // peers that are not currently alive members. Cached peers are matched by

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -48,7 +49,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	defer stopBG()
 
-	backends, err := a.opts.Backends(bg, c, a.log)
+	// What the previous process left for this one (a restart in place):
+	// read before the announcers start, so the BGP speaker announces it
+	// before its first session.
+	ad := a.readAdoption(c)
+	backends, err := a.opts.Backends(bg, c, a.log, ad.resumeRoutes(c))
 	if err != nil {
 		return fmt.Errorf("start announcers: %w", err)
 	}
@@ -63,12 +68,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	// a previous run recorded too, in case the configuration changed.
 	if rec, err := loadRecorded(c.StateDir); err != nil {
 		a.log.Warn("recorded VIP addresses", "err", err)
-	} else if len(rec) > 0 && a.opts.RemoveAddresses != nil {
+	} else if rec = slices.DeleteFunc(rec, func(t CleanupTarget) bool { _, kept := ad.vips[t.VIP]; return kept }); len(rec) > 0 && a.opts.RemoveAddresses != nil {
 		if err := a.opts.RemoveAddresses(bg, rec); err != nil {
 			a.log.Warn("remove recorded VIP addresses", "err", err)
 		}
 	}
 	for _, v := range a.st.vips {
+		if _, kept := ad.vips[v.cfg.Name]; kept {
+			continue
+		}
 		if err := a.withdrawAddr(bg, v); err != nil {
 			a.log.Warn("remove leftover VIP address", "vip", v.cfg.Name, "err", err)
 		}
@@ -76,6 +84,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := saveRecorded(c.StateDir, nil); err != nil {
 		a.log.Warn("record VIP addresses for cleanup", "err", err)
 	}
+	a.adopt(bg, ad)
+	a.st.adoptUntil = ad.until
 
 	if c.Cluster.KeyFile != "" {
 		kr, err := loadKeyring(c.Cluster.KeyFile)
@@ -100,6 +110,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.lease = lease.NewRunner(lease.Config{Self: a.self, Timers: leaseTimers(c.Cluster.FailureDetection), Grid: a.grid, Now: a.now,
 		Send: ml.sendHeartbeat, Wake: a.wakeLoop, ValidName: config.ValidNodeName})
 	ml.setOnHeartbeat(a.lease.Receive)
+	// Held on the previous process's word until its deadline: the peers
+	// claim nothing before it.
+	a.lease.HoldUntil(a.st.adoptUntil)
 	a.goroutines.Go(func() { a.lease.Run(bg) })
 	cb, err := a.opts.Conns()
 	if err != nil {
@@ -210,9 +223,14 @@ func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, 
 }
 
 // shutdown hands every held VIP off (make-before-break), then leaves the
-// cluster. It runs on the loop goroutine after the loop ended.
+// cluster; or, when the stop is for a restart in place, leaves the VIPs to
+// the next process (restartInPlace). It runs on the loop goroutine after
+// the loop ended.
 func (a *Agent) shutdown(ctx context.Context) {
 	a.opts.Notify("STOPPING=1")
+	if a.restartInPlace(ctx) {
+		return
+	}
 	a.st.shuttingDown = true
 	c := a.st.cfg
 	limit := c.Cluster.HandoffTimeoutDuration()
@@ -311,7 +329,8 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 func (a *Agent) localMeta() NodeMeta {
 	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
-		Removed: a.st.decommissioned, NodeWithdrawn: a.st.node.withdrawn(), VIPs: map[uint32]VIPMeta{}}
+		Removed: a.st.decommissioned, NodeWithdrawn: a.st.node.withdrawn(), RestartAware: true, RestartGrace: a.st.restartGrace,
+		VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}

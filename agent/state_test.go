@@ -6,10 +6,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/agent/config"
 )
@@ -55,7 +57,7 @@ func TestMetaFitsMaxVIPs(t *testing.T) {
 // metaV2 encodes m the way a later version (2) might: with flag bits and
 // per-VIP fields this release does not know, and trailing fields.
 func metaV2(m NodeMeta) []byte {
-	b := []byte{2, 0xe0, byte(len(m.VIPs)), 8} // unknown node flags 0xe0; 8-byte entries
+	b := []byte{2, 0x80, byte(len(m.VIPs)), 8} // unknown node flag 0x80; 8-byte entries
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
 	}
@@ -155,7 +157,8 @@ func TestDecodeMetaNewerVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decode version 2: %v", err)
 	}
-	if !got.Valid || got.Withdrawn != want.Withdrawn || got.Leaving || !maps.Equal(got.VIPs, want.VIPs) {
+	if !got.Valid || got.Withdrawn != want.Withdrawn || got.Leaving || got.NodeWithdrawn || got.RestartAware || got.RestartGrace != 0 ||
+		!maps.Equal(got.VIPs, want.VIPs) {
 		t.Errorf("decoded %+v, want %+v", got, want)
 	}
 	for name, b := range map[string][]byte{
@@ -166,6 +169,98 @@ func TestDecodeMetaNewerVersion(t *testing.T) {
 	} {
 		if m, err := DecodeMeta(b); err == nil || m.Valid {
 			t.Errorf("%s: DecodeMeta(%x) = %+v, %v; want an error", name, b, m, err)
+		}
+	}
+}
+
+// TestMetaRestart: restart-aware is a flag of version 1; restarting is
+// written as version 2 with the grace after the entries (which the
+// previous release reads, ignoring both); without them the bytes are
+// exactly version 1's, as before.
+func TestMetaRestart(t *testing.T) {
+	vips := map[uint32]VIPMeta{config.VIPKey("a"): {Healthy: true, Held: true}}
+	plain, err := NodeMeta{Valid: true, VIPs: vips}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aware, err := NodeMeta{Valid: true, RestartAware: true, VIPs: vips}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aware[0] != 1 || aware[1] != metaFlagAware || !bytes.Equal(aware[2:], plain[2:]) {
+		t.Errorf("restart-aware metadata %x, want version 1 %x with flag bit 5", aware, plain)
+	}
+	in := NodeMeta{Valid: true, RestartAware: true, RestartGrace: 3 * time.Second, VIPs: vips}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 2 || b[1] != metaFlagAware|metaFlagRestart || b[2] != 1 || b[3] != 5 || binary.BigEndian.Uint32(b[len(b)-4:]) != 3000 {
+		t.Errorf("restarting metadata %x, want version 2: flags, 1 entry of 5 bytes, then 3000 (ms)", b)
+	}
+	out, err := DecodeMeta(b)
+	if err != nil || !reflect.DeepEqual(out, in) {
+		t.Errorf("round trip %+v -> %+v, %v", in, out, err)
+	}
+	// Everything the previous release reads of it (its flags, the entries)
+	// is as before.
+	if out.Withdrawn || out.Leaving || out.Fenced || out.Removed || !maps.Equal(out.VIPs, vips) {
+		t.Errorf("restarting changed the fields every release reads: %+v", out)
+	}
+	for name, bad := range map[string][]byte{
+		"restarting without a grace": b[:len(b)-4],
+		"restarting with grace 0":    append(slices.Clone(b[:len(b)-4]), 0, 0, 0, 0),
+	} {
+		if m, err := DecodeMeta(bad); err == nil || m.Valid {
+			t.Errorf("%s: DecodeMeta(%x) = %+v, %v; want an error", name, bad, m, err)
+		}
+	}
+	m := NodeMeta{Valid: true, RestartGrace: time.Minute, VIPs: map[uint32]VIPMeta{}}
+	for i := 0; i < config.MaxVIPs; i++ {
+		m.VIPs[uint32(i)] = VIPMeta{Healthy: true, Held: true}
+	}
+	if b, err := m.Encode(); err != nil || len(b) > metaMaxSize {
+		t.Errorf("restarting with %d VIPs: %d bytes, %v", config.MaxVIPs, len(b), err)
+	}
+}
+
+// TestMetaFlagBits pins the node flags to their wire bits (the Node
+// watch's withdrawn-by-its-Node is bit 4; restart-aware and restarting came
+// after it, bits 5 and 6) and round-trips every combination of them, so
+// no two fields share a bit.
+func TestMetaFlagBits(t *testing.T) {
+	vips := map[uint32]VIPMeta{config.VIPKey("a"): {Healthy: true, Held: true}}
+	for name, tt := range map[string]struct {
+		m       NodeMeta
+		version byte
+		flags   byte
+	}{
+		"withdrawn":             {NodeMeta{Withdrawn: true}, 1, 1 << 0},
+		"leaving":               {NodeMeta{Leaving: true}, 1, 1 << 1},
+		"fenced":                {NodeMeta{Fenced: true}, 1, 1 << 2},
+		"removed":               {NodeMeta{Removed: true}, 1, 1 << 3},
+		"withdrawn by its Node": {NodeMeta{NodeWithdrawn: true}, 1, 1 << 4},
+		"restart-aware":         {NodeMeta{RestartAware: true}, 1, 1 << 5},
+		"restarting":            {NodeMeta{RestartGrace: time.Second}, 2, 1 << 6},
+	} {
+		tt.m.Valid, tt.m.VIPs = true, vips
+		b, err := tt.m.Encode()
+		if err != nil || b[0] != tt.version || b[1] != tt.flags {
+			t.Errorf("%s: encoded %x (%v), want version %d with flags %#02x", name, b, err, tt.version, tt.flags)
+		}
+	}
+	for i := 0; i < 1<<7; i++ {
+		in := NodeMeta{Valid: true, Withdrawn: i&1 != 0, Leaving: i&2 != 0, Fenced: i&4 != 0, Removed: i&8 != 0,
+			NodeWithdrawn: i&16 != 0, RestartAware: i&32 != 0, VIPs: vips}
+		if i&64 != 0 {
+			in.RestartGrace = 2500 * time.Millisecond
+		}
+		b, err := in.Encode()
+		if err != nil {
+			t.Fatalf("%+v: %v", in, err)
+		}
+		if out, err := DecodeMeta(b); err != nil || !reflect.DeepEqual(out, in) {
+			t.Errorf("round trip %+v -> %x -> %+v, %v", in, b, out, err)
 		}
 	}
 }

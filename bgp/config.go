@@ -30,6 +30,13 @@ const (
 	// DefaultBFDMultiplier is the BFD detect multiplier when BFD.Multiplier
 	// is zero.
 	DefaultBFDMultiplier = 3
+	// MaxRestartTime is the largest GracefulRestart.RestartTime: the
+	// capability carries it in 12 bits of seconds (RFC 4724 section 3).
+	MaxRestartTime = 4095 * time.Second
+	// MaxLongLivedStaleTime is the largest
+	// GracefulRestart.LongLivedStaleTime: 24 bits of seconds (RFC 9494
+	// section 3).
+	MaxLongLivedStaleTime = (1<<24 - 1) * time.Second
 )
 
 // GracefulShutdown is the well-known GRACEFUL_SHUTDOWN community 65535:0
@@ -98,9 +105,69 @@ type Config struct {
 	// sends their host routes (/32, /128), originated here, and nothing
 	// else; everything received is rejected on import.
 	VIPs []netip.Addr
+	// GracefulRestart asks the routers to keep this speaker's routes while
+	// the process restarts. The zero value turns it off.
+	GracefulRestart GracefulRestart
 	// Logger receives the speaker's logs; GoBGP's own logs go to it at debug
 	// level (warnings and errors keep their level). Nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// GracefulRestart configures BGP graceful restart (RFC 4724) and, on top of
+// it, long-lived graceful restart (RFC 9494), as the restarting speaker:
+// the speaker sends the Graceful Restart capability, and a router that
+// sends it too (FRR and BIRD do by default, as helpers) keeps this
+// speaker's routes, marked stale, when the session ends without a
+// NOTIFICATION: the process exited (Detach) or crashed. Stop still ends
+// every session with a CEASE, and routers drop the routes at once.
+//
+// When the session comes back, the router keeps the stale routes until
+// this speaker's End-of-RIB if the new speaker said it kept its
+// forwarding state (the F bit): Resume does, and sends the held routes
+// before that End-of-RIB, so the routes never leave the router's table.
+// Start does not: a speaker started after a crash makes the routers drop
+// the stale routes as soon as its session is up.
+//
+// Routers prefer a stale route like any other (RFC 4724 does not lower
+// it): after a crash, traffic keeps going to this host until the session
+// comes back or RestartTime passes, even when another node announces the
+// VIP meanwhile. Keep RestartTime short. Long-lived stale routes (after
+// RestartTime, for LongLivedStaleTime) carry the LLGR_STALE community and
+// are the least preferred (RFC 9494 section 4.3): any other node's route
+// wins at once, and the stale one serves only when there is none.
+type GracefulRestart struct {
+	// RestartTime is the Restart Time of the capability: how long a router
+	// waits for the session to come back before it drops the stale routes.
+	// Zero turns graceful restart off (no capability is sent). Whole
+	// seconds, at most MaxRestartTime.
+	RestartTime time.Duration
+	// LongLivedStaleTime adds the Long-lived Graceful Restart capability
+	// for every family: a router that supports it keeps the routes this
+	// much longer after RestartTime, least preferred. Zero turns it off;
+	// it needs RestartTime. Whole seconds, at most MaxLongLivedStaleTime.
+	LongLivedStaleTime time.Duration
+}
+
+// Enabled reports whether the speaker sends the Graceful Restart
+// capability.
+func (g GracefulRestart) Enabled() bool { return g.RestartTime > 0 }
+
+// validate reports every problem found in g to add (field, message).
+func (g GracefulRestart) validate(add func(field, format string, args ...any)) {
+	switch {
+	case g.RestartTime < 0 || g.RestartTime%time.Second != 0:
+		add("graceful_restart_time", "graceful_restart_time %s: must be whole non-negative seconds", g.RestartTime)
+	case g.RestartTime > MaxRestartTime:
+		add("graceful_restart_time", "graceful_restart_time %s: must be at most %s (12 bits of seconds)", g.RestartTime, MaxRestartTime)
+	}
+	switch {
+	case g.LongLivedStaleTime < 0 || g.LongLivedStaleTime%time.Second != 0:
+		add("long_lived_stale_time", "long_lived_stale_time %s: must be whole non-negative seconds", g.LongLivedStaleTime)
+	case g.LongLivedStaleTime > MaxLongLivedStaleTime:
+		add("long_lived_stale_time", "long_lived_stale_time %s: must be at most %s (24 bits of seconds)", g.LongLivedStaleTime, MaxLongLivedStaleTime)
+	case g.LongLivedStaleTime > 0 && g.RestartTime <= 0:
+		add("long_lived_stale_time", "long_lived_stale_time %s: needs graceful_restart_time (long-lived graceful restart extends graceful restart)", g.LongLivedStaleTime)
+	}
 }
 
 // MaxPrefixesLimit is the largest Peer.MaxPrefixes allowed.
@@ -111,7 +178,8 @@ const MaxPrefixesLimit = 1000000
 // there.
 type FieldError struct {
 	// Field is the field as vipd's configuration spells it: "asn",
-	// "router_id", "listen_port", "listen_addresses"; "peer.address",
+	// "router_id", "listen_port", "listen_addresses",
+	// "graceful_restart_time", "long_lived_stale_time"; "peer.address",
 	// "peer.asn", "peer.hold_time", "peer.keepalive", "peer.communities",
 	// "peer.max_prefixes", "peer.bfd_min_interval" for a field of a Peer;
 	// "vip" for an address of Config.VIPs.
@@ -212,6 +280,7 @@ func (c Config) Validate() []error {
 			peerErr("bfd_min_interval", "bfd_min_interval %s: must be whole milliseconds", p.BFD.MinInterval)
 		}
 	}
+	c.GracefulRestart.validate(func(field, format string, args ...any) { add(field, -1, format, args...) })
 	vips := make(map[netip.Addr]bool)
 	for i, a := range c.VIPs {
 		if _, err := hostPrefix(a); err != nil {

@@ -54,6 +54,24 @@ func TestValidate(t *testing.T) {
 		{name: "community without colon", modify: func(c *Config) { c.Peers[0].Communities = []string{"65000"} }, want: []string{`community "65000": want asn:value`}},
 		{name: "community part too large", modify: func(c *Config) { c.Peers[0].Communities = []string{"65536:1"} }, want: []string{"asn part must be 0-65535"}},
 		{name: "prefix limit too large", modify: func(c *Config) { c.Peers[0].MaxPrefixes = MaxPrefixesLimit + 1 }, want: []string{"max_prefixes 1000001: must be at most 1000000"}},
+		{name: "graceful restart and long-lived", modify: func(c *Config) {
+			c.GracefulRestart = GracefulRestart{RestartTime: 5 * time.Second, LongLivedStaleTime: time.Hour}
+		}},
+		{name: "graceful restart at its limit", modify: func(c *Config) { c.GracefulRestart.RestartTime = MaxRestartTime }},
+		{name: "graceful restart over 12 bits", modify: func(c *Config) { c.GracefulRestart.RestartTime = MaxRestartTime + time.Second },
+			want: []string{"graceful_restart_time 1h8m16s: must be at most 1h8m15s"}},
+		{name: "graceful restart fractional", modify: func(c *Config) { c.GracefulRestart.RestartTime = 2500 * time.Millisecond },
+			want: []string{"graceful_restart_time 2.5s: must be whole non-negative seconds"}},
+		{name: "graceful restart negative", modify: func(c *Config) { c.GracefulRestart.RestartTime = -time.Second },
+			want: []string{"graceful_restart_time -1s: must be whole"}},
+		{name: "long-lived without graceful restart", modify: func(c *Config) { c.GracefulRestart.LongLivedStaleTime = time.Minute },
+			want: []string{"long_lived_stale_time 1m0s: needs graceful_restart_time"}},
+		{name: "long-lived over 24 bits", modify: func(c *Config) {
+			c.GracefulRestart = GracefulRestart{RestartTime: time.Second, LongLivedStaleTime: MaxLongLivedStaleTime + time.Second}
+		}, want: []string{"long_lived_stale_time 4660h20m16s: must be at most"}},
+		{name: "long-lived fractional", modify: func(c *Config) {
+			c.GracefulRestart = GracefulRestart{RestartTime: time.Second, LongLivedStaleTime: 1500 * time.Millisecond}
+		}, want: []string{"long_lived_stale_time 1.5s: must be whole"}},
 		{name: "every problem reported", modify: func(c *Config) {
 			c.ASN = 0
 			c.RouterID = netip.MustParseAddr("2001:db8::1")
@@ -85,6 +103,7 @@ func TestFieldErrors(t *testing.T) {
 	c.RouterID = netip.Addr{}
 	c.Peers = append(c.Peers, Peer{Address: netip.MustParseAddr("192.0.2.253"), ASN: 65000, HoldTime: 10 * time.Second, Keepalive: 10 * time.Second})
 	c.VIPs = []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("fe80::1")}
+	c.GracefulRestart = GracefulRestart{RestartTime: 1500 * time.Millisecond, LongLivedStaleTime: -time.Second}
 	type field struct {
 		name  string
 		index int
@@ -97,7 +116,7 @@ func TestFieldErrors(t *testing.T) {
 		}
 		got = append(got, field{fe.Field, fe.Index})
 	}
-	want := []field{{"router_id", -1}, {"peer.keepalive", 1}, {"vip", 1}}
+	want := []field{{"router_id", -1}, {"peer.keepalive", 1}, {"graceful_restart_time", -1}, {"long_lived_stale_time", -1}, {"vip", 1}}
 	if !slices.Equal(got, want) {
 		t.Errorf("fields %v, want %v", got, want)
 	}

@@ -26,9 +26,17 @@ import (
 //	announce ADDR | drain ADDR | withdraw ADDR  ->  "ok" or "err MESSAGE"
 //	reconfigure JSON(Config)                    ->  "ok" or "err MESSAGE"
 //	peers                                       ->  "ok JSON([]PeerStatus)"
+//	detach                                      ->  "ok", then the helper exits (Detach: no CEASE)
+//
+// With helperResumeEnv set (comma-separated addresses) the helper starts
+// the speaker with Resume instead of Start. With helperFlushEnv=1 it runs
+// FlushStale instead (no speaker), prints "ok flushed" or "err MESSAGE" and
+// exits.
 const (
 	helperEnv       = "VIPD_BGP_TEST_SPEAKER"
 	helperConfigEnv = "VIPD_BGP_TEST_SPEAKER_CONFIG"
+	helperResumeEnv = "VIPD_BGP_TEST_SPEAKER_RESUME"
+	helperFlushEnv  = "VIPD_BGP_TEST_FLUSH"
 )
 
 func TestMain(m *testing.M) {
@@ -48,16 +56,40 @@ func speakerHelper(in io.Reader, out io.Writer) int {
 	cfg.Logger = log
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
+	if os.Getenv(helperFlushEnv) == "1" {
+		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer fcancel()
+		if err := FlushStale(fctx, cfg); err != nil {
+			fmt.Fprintf(out, "err %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(out, "ok flushed")
+		return 0
+	}
 	s, err := New(cfg)
 	if err != nil {
 		fmt.Fprintf(out, "err %v\n", err)
 		return 2
 	}
-	if err := s.Start(ctx); err != nil {
+	if r, ok := os.LookupEnv(helperResumeEnv); ok {
+		var held []netip.Addr
+		for _, f := range strings.Split(r, ",") {
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				fmt.Fprintf(out, "err resume: %v\n", err)
+				return 2
+			}
+			held = append(held, a)
+		}
+		err = s.Resume(ctx, held)
+	} else {
+		err = s.Start(ctx)
+	}
+	if err != nil {
 		fmt.Fprintf(out, "err %v\n", err)
 		return 2
 	}
-	defer s.Stop()
+	defer s.Stop() // after detach: does nothing
 	fmt.Fprintln(out, "ok started")
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -84,6 +116,10 @@ func speakerHelper(in io.Reader, out io.Writer) int {
 				c.Logger = log
 				err = s.Reconfigure(ctx, c)
 			}
+		case "detach":
+			s.Detach()
+			fmt.Fprintln(out, "ok")
+			return 0
 		case "peers":
 			var ps []PeerStatus
 			if ps, err = s.Peers(ctx); err == nil {
@@ -114,6 +150,24 @@ type speakerProc struct {
 // (at most 10s) for it to report started. It is killed by PID in t.Cleanup.
 func startSpeakerProc(t *testing.T, ns string, cfg Config) *speakerProc {
 	t.Helper()
+	return startSpeakerProcEnv(t, ns, cfg)
+}
+
+// resumeSpeakerProc is startSpeakerProc with the speaker started by
+// Resume(held).
+func resumeSpeakerProc(t *testing.T, ns string, cfg Config, held ...netip.Addr) *speakerProc {
+	t.Helper()
+	var as []string
+	for _, a := range held {
+		as = append(as, a.String())
+	}
+	return startSpeakerProcEnv(t, ns, cfg, helperResumeEnv+"="+strings.Join(as, ","))
+}
+
+// helperCmd returns the command running this test binary as the speaker
+// helper in ns with cfg and env added to the environment.
+func helperCmd(ctx context.Context, t *testing.T, ns string, cfg Config, env ...string) *exec.Cmd {
+	t.Helper()
 	cfg.Logger = nil
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -123,9 +177,16 @@ func startSpeakerProc(t *testing.T, ns string, cfg Config) *speakerProc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b)), env...)
+	return cmd
+}
+
+func startSpeakerProcEnv(t *testing.T, ns string, cfg Config, env ...string) *speakerProc {
+	t.Helper()
+	var err error
 	p := &speakerProc{lines: make(chan string, 16), done: make(chan struct{})}
-	p.cmd = exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(b))
+	p.cmd = helperCmd(context.Background(), t, ns, cfg, env...)
 	p.cmd.Stderr = testWriter{t}
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -190,6 +251,31 @@ func (p *speakerProc) peers(t *testing.T) []PeerStatus {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// flushStaleIn runs FlushStale(cfg) in ns (this test binary, helper role)
+// and fails t unless it reports success.
+func flushStaleIn(t *testing.T, ns string, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := helperCmd(ctx, t, ns, cfg, helperFlushEnv+"=1")
+	cmd.Stderr = testWriter{t}
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "ok flushed" {
+		t.Fatalf("FlushStale in %s: %v: %s", ns, err, out)
+	}
+}
+
+// detach asks the helper to Detach and waits (at most 5s) for it to exit.
+func (p *speakerProc) detach(t *testing.T) {
+	t.Helper()
+	p.do(t, "detach")
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("speaker helper pid %d still running 5s after detach", p.cmd.Process.Pid)
+	}
 }
 
 // kill sends SIGKILL to the helper (by its PID) and waits at most 5s for it.

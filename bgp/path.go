@@ -216,19 +216,39 @@ func importAssignment() *api.SetPolicyAssignmentRequest {
 	}}
 }
 
-// apiPeer converts p to GoBGP's peer configuration; adminDown creates it
-// administratively down (held by BFD).
-func apiPeer(p Peer, adminDown bool) *api.Peer {
+// peerSession is what a peer's GoBGP configuration needs besides the Peer.
+type peerSession struct {
+	// adminDown creates the peer administratively down (held by BFD).
+	adminDown bool
+	// gr is the speaker's graceful restart configuration.
+	gr GracefulRestart
+	// restarting sets the Restart State and Forwarding State bits of the
+	// Graceful Restart capability (Resume): the router keeps the stale
+	// routes until this speaker's End-of-RIB, and GoBGP sends its routes
+	// and End-of-RIB once it has the router's End-of-RIB.
+	restarting bool
+}
+
+// apiPeer converts p to GoBGP's peer configuration.
+func apiPeer(p Peer, s peerSession) *api.Peer {
 	family := familyIPv4
 	if p.Address.Is6() {
 		family = familyIPv6
 	}
-	return &api.Peer{
+	afi := &api.AfiSafi{
+		Config: &api.AfiSafiConfig{Family: family, Enabled: true},
+		PrefixLimits: &api.PrefixLimit{
+			Family:               family,
+			MaxPrefixes:          p.maxPrefixes(),
+			ShutdownThresholdPct: prefixWarnPct,
+		},
+	}
+	peer := &api.Peer{
 		Conf: &api.PeerConf{
 			NeighborAddress: p.Address.String(),
 			PeerAsn:         p.ASN,
 			AuthPassword:    p.Password,
-			AdminDown:       adminDown,
+			AdminDown:       s.adminDown,
 		},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry:           connectRetrySeconds,
@@ -236,15 +256,28 @@ func apiPeer(p Peer, adminDown bool) *api.Peer {
 			KeepaliveInterval:      uint64(p.keepalive() / time.Second),
 			IdleHoldTimeAfterReset: idleHoldSeconds,
 		}},
-		AfiSafis: []*api.AfiSafi{{
-			Config: &api.AfiSafiConfig{Family: family, Enabled: true},
-			PrefixLimits: &api.PrefixLimit{
-				Family:               family,
-				MaxPrefixes:          p.maxPrefixes(),
-				ShutdownThresholdPct: prefixWarnPct,
-			},
-		}},
+		AfiSafis: []*api.AfiSafi{afi},
 	}
+	if g := s.gr; g.Enabled() {
+		restart := uint32(g.RestartTime / time.Second)
+		peer.GracefulRestart = &api.GracefulRestart{
+			Enabled:     true,
+			RestartTime: restart,
+			// How long a resumed speaker waits for the routers'
+			// End-of-RIB before it sends its own routes anyway: the
+			// routers keep the stale ones that long at least.
+			DeferralTime:     restart,
+			LocalRestarting:  s.restarting,
+			LonglivedEnabled: g.LongLivedStaleTime > 0,
+		}
+		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+		if g.LongLivedStaleTime > 0 {
+			afi.LongLivedGracefulRestart = &api.LongLivedGracefulRestart{Config: &api.LongLivedGracefulRestartConfig{
+				Enabled: true, RestartTime: uint32(g.LongLivedStaleTime / time.Second),
+			}}
+		}
+	}
+	return peer
 }
 
 // Session retry timers. GoBGP's defaults (120s connect retry, 30s idle hold)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/apiutil"
@@ -191,7 +192,7 @@ func TestExportPolicy(t *testing.T) {
 }
 
 func TestAPIPeer(t *testing.T) {
-	p := apiPeer(Peer{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Password: "s3cret", HoldTime: 9e9}, false)
+	p := apiPeer(Peer{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Password: "s3cret", HoldTime: 9e9}, peerSession{})
 	if p.Conf.NeighborAddress != "2001:db8::fe" || p.Conf.PeerAsn != 65000 || p.Conf.AuthPassword != "s3cret" || p.Conf.AdminDown {
 		t.Errorf("conf = %v", p.Conf)
 	}
@@ -204,8 +205,47 @@ func TestAPIPeer(t *testing.T) {
 	if l := p.AfiSafis[0].PrefixLimits; l == nil || l.MaxPrefixes != DefaultMaxPrefixes || l.Family.Afi != api.Family_AFI_IP6 {
 		t.Errorf("prefix limit = %v, want %d for ipv6", l, DefaultMaxPrefixes)
 	}
-	held := apiPeer(Peer{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000, MaxPrefixes: 20000}, true)
+	if p.GracefulRestart != nil || p.AfiSafis[0].MpGracefulRestart != nil {
+		t.Errorf("graceful restart off: got %v and %v, want no capability", p.GracefulRestart, p.AfiSafis[0].MpGracefulRestart)
+	}
+	held := apiPeer(Peer{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000, MaxPrefixes: 20000}, peerSession{adminDown: true})
 	if !held.Conf.AdminDown || held.AfiSafis[0].PrefixLimits.MaxPrefixes != 20000 {
 		t.Errorf("held peer = %v, want admin down with limit 20000", held)
+	}
+}
+
+func TestAPIPeerGracefulRestart(t *testing.T) {
+	peer := Peer{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}
+	for _, tt := range []struct {
+		name       string
+		gr         GracefulRestart
+		restarting bool
+	}{
+		{"fresh start after a crash", GracefulRestart{RestartTime: 5 * time.Second}, false},
+		{"resumed after a planned restart", GracefulRestart{RestartTime: 5 * time.Second}, true},
+		{"with long-lived", GracefulRestart{RestartTime: 2 * time.Second, LongLivedStaleTime: time.Hour}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := apiPeer(peer, peerSession{gr: tt.gr, restarting: tt.restarting})
+			g := p.GracefulRestart
+			secs := uint32(tt.gr.RestartTime / time.Second)
+			if g == nil || !g.Enabled || g.RestartTime != secs || g.DeferralTime != secs || g.LocalRestarting != tt.restarting ||
+				g.HelperOnly || g.NotificationEnabled {
+				t.Errorf("graceful restart = %v, want enabled, restart and deferral %ds, restarting %t, not helper-only, no notification support", g, secs, tt.restarting)
+			}
+			// Without NotificationEnabled (RFC 8538), the CEASE of Stop
+			// still makes routers drop the routes at once.
+			if mp := p.AfiSafis[0].MpGracefulRestart; mp == nil || !mp.Config.Enabled {
+				t.Errorf("afi-safi graceful restart = %v, want enabled for the family", mp)
+			}
+			ll := p.AfiSafis[0].LongLivedGracefulRestart
+			if tt.gr.LongLivedStaleTime == 0 {
+				if g.LonglivedEnabled || ll != nil {
+					t.Errorf("long-lived = %t, %v; want off", g.LonglivedEnabled, ll)
+				}
+			} else if !g.LonglivedEnabled || ll == nil || !ll.Config.Enabled || ll.Config.RestartTime != 3600 {
+				t.Errorf("long-lived = %t, %v; want on with 3600s", g.LonglivedEnabled, ll)
+			}
+		})
 	}
 }

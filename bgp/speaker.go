@@ -27,6 +27,7 @@ import (
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/vipd/vipd/bfd"
 )
@@ -126,8 +127,38 @@ func unmapAll(as []netip.Addr) []netip.Addr {
 }
 
 // Start starts the embedded GoBGP server and adds the configured peers. The
-// speaker runs until Stop is called or ctx ends. Start may be called once.
+// speaker runs until Stop or Detach is called or ctx ends. Start (or
+// Resume) may be called once.
+//
+// With graceful restart on, the sessions' Graceful Restart capability
+// says that this speaker kept no forwarding state: a router still holding
+// stale routes of a previous speaker on this host (one that crashed, or
+// Detached and whose successor is not resuming) drops them as soon as the
+// session is up.
 func (s *Speaker) Start(ctx context.Context) error {
+	return s.start(ctx, nil, false)
+}
+
+// Resume starts the speaker like Start, after a planned restart: the
+// previous speaker on this host Detached, and held are the VIPs it
+// announced that this one keeps. Their routes are originated before any
+// session is up. With graceful restart on, each session's capability sets
+// the Restart State and Forwarding State bits, so the router keeps the
+// previous speaker's stale routes until this speaker's End-of-RIB; GoBGP
+// sends the held routes and the End-of-RIB together once it has the
+// router's End-of-RIB (or after RestartTime), and the routes never leave
+// the router's table. Every address in held must be one of Config.VIPs.
+func (s *Speaker) Resume(ctx context.Context, held []netip.Addr) error {
+	return s.start(ctx, held, true)
+}
+
+func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool) error {
+	held = unmapAll(held)
+	for _, a := range held {
+		if !slices.Contains(s.cfg.VIPs, a) {
+			return fmt.Errorf("resume %s: not a configured VIP", a)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -185,8 +216,22 @@ func (s *Speaker) Start(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
+	// Held routes first: a resumed session's first UPDATE must carry them.
+	for _, a := range held {
+		path, err := buildPath(a, nil)
+		if err != nil {
+			s.stopLocked()
+			return fmt.Errorf("resume %s: %w", a, err)
+		}
+		if _, err := srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path}); err != nil {
+			s.stopLocked()
+			return fmt.Errorf("resume %s: %w", a, err)
+		}
+		s.routes[a] = announced
+	}
 	for _, p := range s.cfg.Peers {
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, false)}); err != nil {
+		ps := peerSession{gr: s.cfg.GracefulRestart, restarting: restarting}
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, ps)}); err != nil {
 			s.stopLocked()
 			return fmt.Errorf("add peer %s: %w", p.Address, err)
 		}
@@ -212,7 +257,8 @@ func (s *Speaker) Start(ctx context.Context) error {
 		case <-runCtx.Done():
 		}
 	}()
-	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "router_id", s.cfg.RouterID, "peers", len(s.cfg.Peers))
+	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "router_id", s.cfg.RouterID, "peers", len(s.cfg.Peers),
+		"graceful_restart_time", s.cfg.GracefulRestart.RestartTime, "resumed", restarting, "held", len(held))
 	return nil
 }
 
@@ -235,6 +281,43 @@ func (s *Speaker) Stop() error {
 		s.log.Info("bgp speaker stopped", "reason", "stop called")
 	}
 	return nil
+}
+
+// Detach ends the speaker for a planned restart of the process, without
+// telling the routers that the routes are gone: every BFD session is
+// taken AdminDown (a router does not count that as a failure, RFC 5882
+// section 3.2), and no BGP session gets a NOTIFICATION. The sessions end
+// when the process exits and the kernel closes their sockets; a router
+// that negotiated graceful restart keeps this speaker's routes, stale,
+// until the next speaker's End-of-RIB (Resume) or RestartTime, and one
+// that did not drops them then. The process must exit soon after Detach:
+// until it does, the sessions stay up with their routes, and BFD cannot
+// tell routers about a failure. Afterwards the speaker accepts no calls;
+// Stop does nothing. Detach is safe to call more than once.
+func (s *Speaker) Detach() {
+	s.mu.Lock()
+	if s.stopped || s.server == nil {
+		s.stopped = true
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	done, bfdDone := s.done, s.bfdDone
+	ctx, cancel := context.WithTimeout(context.Background(), bfdShutdownTimeout)
+	s.bfd.Shutdown(ctx)
+	cancel()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if bfdDone != nil {
+		<-bfdDone
+	}
+	s.log.Info("bgp speaker detached for a restart: sessions left to close with the process",
+		"graceful_restart_time", s.cfg.GracefulRestart.RestartTime)
 }
 
 // stopLocked stops the server if it runs and reports whether it did.
@@ -540,6 +623,10 @@ type PeerStatus struct {
 	// HeldByBFD is true while the BGP session is closed because BFD is
 	// down.
 	HeldByBFD bool
+	// GracefulRestart is true when both sides sent the Graceful Restart
+	// capability: the router keeps this speaker's routes across a restart
+	// (Detach, then Resume).
+	GracefulRestart bool
 }
 
 // Peers returns the state of every configured peer, sorted by address.
@@ -625,7 +712,21 @@ func peerStatus(p *api.Peer, now time.Time) (PeerStatus, error) {
 		ps.Received += af.GetState().GetReceived()
 		ps.Advertised += af.GetState().GetAdvertised()
 	}
+	// A helper (FRR's and BIRD's default) sends the capability without
+	// families: it keeps routes without keeping its own.
+	ps.GracefulRestart = hasGRCapability(p.GetState().GetLocalCap()) && hasGRCapability(p.GetState().GetRemoteCap())
 	return ps, nil
+}
+
+// hasGRCapability reports whether caps hold the Graceful Restart
+// capability.
+func hasGRCapability(caps []*anypb.Any) bool {
+	for _, c := range caps {
+		if c.MessageIs(&api.GracefulRestartCapability{}) {
+			return true
+		}
+	}
+	return false
 }
 
 func stateName(st api.PeerState_SessionState) string {
@@ -825,6 +926,11 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 		!slices.Equal(cfg.ListenAddresses, old.ListenAddresses) {
 		return errors.New("reconfigure: asn, router_id and listen settings need a restart")
 	}
+	// The capability is in OPEN: a change means new sessions, which would
+	// withdraw every route a reload must keep.
+	if cfg.GracefulRestart != old.GracefulRestart {
+		return errors.New("reconfigure: graceful restart settings need a restart")
+	}
 	oldPeers := make(map[netip.Addr]Peer, len(old.Peers))
 	for _, p := range old.Peers {
 		oldPeers[p.Address] = p
@@ -880,7 +986,8 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 		if _, ok := current[p.Address]; ok {
 			continue
 		}
-		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, s.heldLocked(p.Address))}); err != nil {
+		ps := peerSession{adminDown: s.heldLocked(p.Address), gr: s.cfg.GracefulRestart}
+		if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, ps)}); err != nil {
 			return fmt.Errorf("reconfigure: add peer %s: %w", p.Address, err)
 		}
 		current[p.Address] = p

@@ -239,6 +239,91 @@ func TestPeersAndReconfigure(t *testing.T) {
 	if err := s.Reconfigure(ctx, bad); err == nil || !strings.Contains(err.Error(), "restart") {
 		t.Errorf("Reconfigure with new ASN: err = %v, want restart needed", err)
 	}
+	bad = cfg
+	bad.GracefulRestart.RestartTime = 5 * time.Second
+	if err := s.Reconfigure(ctx, bad); err == nil || !strings.Contains(err.Error(), "graceful restart settings need a restart") {
+		t.Errorf("Reconfigure turning graceful restart on: err = %v, want restart needed", err)
+	}
+}
+
+// TestResumeOriginatesHeldBeforePeers: a resumed speaker has the held
+// routes in its RIB from the start, and its peers carry the restarting
+// state (the OPEN's Restart State and Forwarding State bits).
+func TestResumeOriginatesHeldBeforePeers(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8:100::10")
+	s, err := New(Config{ASN: 65001, RouterID: netip.MustParseAddr("192.0.2.1"), Peers: []Peer{loopbackPeer(2)}, VIPs: testVIPs,
+		GracefulRestart: GracefulRestart{RestartTime: 5 * time.Second}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Resume(ctx, []netip.Addr{v4, v6}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	if r := globalRoutes(t, s, familyIPv4); len(r) != 1 || r["203.0.113.10/32"].nexthop != "0.0.0.0" {
+		t.Errorf("ipv4 rib after Resume = %+v, want the held route", r)
+	}
+	if r := globalRoutes(t, s, familyIPv6); len(r) != 1 {
+		t.Errorf("ipv6 rib after Resume = %+v, want the held route", r)
+	}
+	for _, a := range []netip.Addr{v4, v6} {
+		if ok, err := s.Announced(ctx, a); err != nil || !ok {
+			t.Errorf("Announced(%s) = %t, %v; want true", a, ok, err)
+		}
+	}
+	var gr *api.GracefulRestart
+	err = s.server.ListPeer(ctx, &api.ListPeerRequest{Address: "127.0.0.2"}, func(p *api.Peer) { gr = p.GracefulRestart })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr == nil || !gr.Enabled || !gr.LocalRestarting || gr.RestartTime != 5 {
+		t.Errorf("peer graceful restart = %v, want enabled, restarting, 5s", gr)
+	}
+	// Withdrawing a held route works like any announced one.
+	if err := s.Withdraw(ctx, v6); err != nil {
+		t.Fatal(err)
+	}
+	if r := globalRoutes(t, s, familyIPv6); len(r) != 0 {
+		t.Errorf("ipv6 rib after withdraw = %+v, want empty", r)
+	}
+}
+
+func TestResumeRejectsUnknownVIP(t *testing.T) {
+	s, err := New(Config{ASN: 65001, RouterID: netip.MustParseAddr("192.0.2.1"), VIPs: testVIPs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Resume(context.Background(), []netip.Addr{netip.MustParseAddr("203.0.113.99")}); err == nil || !strings.Contains(err.Error(), "not a configured VIP") {
+		t.Fatalf("Resume with an unknown VIP: err = %v, want not a configured VIP", err)
+	}
+	// Nothing started: a Start afterwards still works once.
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start after a refused Resume: %v", err)
+	}
+	s.Stop()
+}
+
+// TestDetachEndsCalls: after Detach the speaker refuses calls, and Stop
+// and a second Detach do nothing (no panic, no CEASE: the sessions are
+// left to the process exit).
+func TestDetachEndsCalls(t *testing.T) {
+	s := startSpeaker(t, loopbackPeer(2))
+	// Detach leaves GoBGP to the process exit; this test process goes on,
+	// so stop it here (other tests count GoBGP's goroutines).
+	t.Cleanup(func() { s.server.Stop() })
+	ctx := context.Background()
+	if err := s.Announce(ctx, netip.MustParseAddr("203.0.113.10")); err != nil {
+		t.Fatal(err)
+	}
+	s.Detach()
+	s.Detach()
+	if err := s.Announce(ctx, netip.MustParseAddr("203.0.113.10")); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Errorf("Announce after Detach: err = %v, want stopped", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("Stop after Detach: %v", err)
+	}
 }
 
 // serveGoroutines counts goroutines by whether they run GoBGP's Serve loop.

@@ -36,6 +36,30 @@ type fakeAddrs struct {
 	delErr  error
 	listErr error
 	closed  bool
+	// lifetimes are the lifetimes set on present addresses (0: forever).
+	lifetimes map[netip.Prefix]time.Duration
+}
+
+// setLifetime records the lifetime of a present address and sets it
+// the kernel's way: the attributes at (an existing IPv4 address keeps its
+// scope), permanent only when the lifetime is forever.
+func (f *fakeAddrs) setLifetime(ifi *net.Interface, p netip.Prefix, at addrAttrs, life time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := slices.IndexFunc(f.addrs, func(a ifAddr) bool { return a.prefix == p })
+	if i < 0 {
+		return errors.New("no such address")
+	}
+	if p.Addr().Is4() {
+		at.scope = f.addrs[i].attrs.scope
+	}
+	at.permanent = life == 0
+	f.addrs[i].attrs = at
+	if f.lifetimes == nil {
+		f.lifetimes = map[netip.Prefix]time.Duration{}
+	}
+	f.lifetimes[p] = life
+	return nil
 }
 
 type addCall struct {

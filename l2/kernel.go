@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
@@ -33,6 +34,10 @@ type addrManager interface {
 	add(ifi *net.Interface, p netip.Prefix, at addrAttrs) error
 	// del removes p from ifi. An absent address is not an error.
 	del(ifi *net.Interface, p netip.Prefix) error
+	// setLifetime gives p, configured on ifi with the attributes at, a
+	// valid lifetime of life (whole seconds; 0: forever), keeping at: when
+	// it runs out the kernel removes the address itself.
+	setLifetime(ifi *net.Interface, p netip.Prefix, at addrAttrs, life time.Duration) error
 	close() error
 }
 
@@ -160,6 +165,24 @@ func (n *netlinkAddrs) add(ifi *net.Interface, p netip.Prefix, at addrAttrs) err
 // variable, not a constant: netlink.Addr holds lifetimes in an int, which
 // carries it on the 64-bit platforms vipd is built for.
 var lifetimeForever uint32 = 0xFFFFFFFF
+
+// setLifetime: see addrManager. at is what Announce gave p (vipAttrs):
+// an IPv6 VIP stays deprecated (preferred lifetime 0) and only its valid
+// lifetime changes.
+func (n *netlinkAddrs) setLifetime(ifi *net.Interface, p netip.Prefix, at addrAttrs, life time.Duration) error {
+	valid := int(lifetimeForever)
+	if life > 0 {
+		valid = int(life / time.Second)
+	}
+	a := &netlink.Addr{IPNet: prefixIPNet(p), Scope: int(at.scope), ValidLft: valid, PreferedLft: valid}
+	if at.nodad {
+		a.Flags |= unix.IFA_F_NODAD
+	}
+	if at.deprecated {
+		a.PreferedLft = 0
+	}
+	return n.h.AddrReplace(nlLink(ifi), a)
+}
 
 func (n *netlinkAddrs) del(ifi *net.Interface, p netip.Prefix) error {
 	err := n.h.AddrDel(nlLink(ifi), &netlink.Addr{IPNet: prefixIPNet(p)})

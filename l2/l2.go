@@ -350,6 +350,54 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
+// SetLifetime gives addr's host prefix, which must be on the interface, a
+// kernel lifetime of life, rounded down to whole seconds (at least one;
+// 0: forever again): when it runs out, the kernel removes the address by
+// itself (with up to a second of slack), whatever happens to this process.
+// vipd leaves a VIP this way for the process that succeeds it in a restart
+// in place; the successor makes it forever again. The lifetime is the valid
+// one: the other attributes stay as Announce set them (an IPv6 VIP stays
+// deprecated). While it runs, Verify of an IPv6 VIP reports false (it is
+// not permanent), and Announce would make it forever again.
+func (a *Announcer) SetLifetime(ctx context.Context, addr netip.Addr, life time.Duration) error {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return fmt.Errorf("set lifetime of %s: %w", addr, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("set lifetime of %s: %w", vip, err)
+	}
+	if life < 0 {
+		return fmt.Errorf("set lifetime of %s: negative lifetime %s", vip, life)
+	}
+	if life > 0 && life < time.Second {
+		life = time.Second
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("set lifetime of %s: %w", vip, net.ErrClosed)
+	}
+	ifi, err := a.addrs.link(a.cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("set lifetime of %s: %w", vip, err)
+	}
+	present, err := hasHostPrefix(a.addrs, a.cfg.Interface, vip)
+	if err != nil {
+		return fmt.Errorf("set lifetime of %s: %w", vip, err)
+	}
+	if !present {
+		return fmt.Errorf("set lifetime of %s: %s is not on %s", vip, hostPrefix(vip), a.cfg.Interface)
+	}
+	if err := a.addrs.setLifetime(ifi, hostPrefix(vip), vipAttrs(vip), life.Truncate(time.Second)); err != nil {
+		return fmt.Errorf("set lifetime of %s on %s: %w", vip, a.cfg.Interface, err)
+	}
+	if life > 0 {
+		a.log.Info("vip address lifetime set: the kernel removes it unless it is made forever again", "vip", vip, "lifetime", life.Truncate(time.Second))
+	}
+	return nil
+}
+
 // Verify reports whether addr's host prefix is on the interface as
 // Announce left it: present, and with the attributes that keep the kernel
 // from taking it as a source address (scope host for IPv4; deprecated and

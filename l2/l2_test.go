@@ -863,3 +863,48 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("Verify with a list failure = %v, want errBoom", err)
 	}
 }
+
+// TestSetLifetime: a present host prefix gets the lifetime in whole seconds
+// (at least one), and forever again with 0; an absent one, or the same IP
+// with another prefix only, is an error and changes nothing.
+func TestSetLifetime(t *testing.T) {
+	ctx := context.Background()
+	addrs := newFakeAddrs("192.0.2.10/32 vip", "2001:db8::10/128 vip", "192.0.2.11/24")
+	h := newHarness(t, Config{}, addrs)
+	for _, tt := range []struct {
+		addr netip.Addr
+		life time.Duration
+		want time.Duration
+	}{
+		{vip4, 2500 * time.Millisecond, 2 * time.Second},
+		{vip4, 300 * time.Millisecond, time.Second},
+		{vip6, 2 * time.Second, 2 * time.Second},
+		{vip4, 0, 0},
+	} {
+		if err := h.a.SetLifetime(ctx, tt.addr, tt.life); err != nil {
+			t.Fatalf("SetLifetime(%s, %v): %v", tt.addr, tt.life, err)
+		}
+		host := hostPrefix(tt.addr)
+		addrs.mu.Lock()
+		got, ok := addrs.lifetimes[host]
+		addrs.mu.Unlock()
+		if !ok || got != tt.want {
+			t.Errorf("SetLifetime(%s, %v): kernel lifetime %v (set %t), want %v", tt.addr, tt.life, got, ok, tt.want)
+		}
+		// Only the lifetime changes: the attributes Announce gave it stay
+		// (an IPv6 VIP deprecated), and only forever is permanent.
+		want := vipAttrs(tt.addr)
+		want.permanent = tt.want == 0
+		if at, _ := addrs.attrs(host); at != want {
+			t.Errorf("SetLifetime(%s, %v): attributes %+v, want %+v", tt.addr, tt.life, at, want)
+		}
+	}
+	for _, a := range []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.99")} {
+		if err := h.a.SetLifetime(ctx, a, time.Second); err == nil || !strings.Contains(err.Error(), "is not on test0") {
+			t.Errorf("SetLifetime(%s) of an address without its host prefix: %v, want an error", a, err)
+		}
+	}
+	if err := h.a.SetLifetime(ctx, vip4, -time.Second); err == nil {
+		t.Error("a negative lifetime was accepted")
+	}
+}

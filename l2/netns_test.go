@@ -640,3 +640,60 @@ func waitReturned(t *testing.T, errc <-chan error, what string) {
 		t.Fatalf("%s did not return after cancel", what)
 	}
 }
+
+// TestNetnsSetLifetime: the kernel removes a VIP whose lifetime runs out,
+// IPv4 and IPv6 alike, within a second of slack; a lifetime made forever
+// again keeps it. This is what removes a VIP left for a restart in place
+// when no process takes it over.
+func TestNetnsSetLifetime(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	a := newLabAnnouncer(t, l, Config{GARPCount: 1})
+	ctx := context.Background()
+	kept := netip.MustParseAddr("192.0.2.101")
+	for _, v := range []netip.Addr{labVIP4, labVIP6, kept} {
+		if err := a.Announce(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SetLifetime(ctx, v, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := time.Now()
+	if line, ok := findLine(addrLines(t, l), labVIP4.String()+"/32"); !ok || !strings.Contains(line, "valid_lft 1sec") {
+		t.Errorf("after SetLifetime(1s): %q, want valid_lft 1sec", line)
+	}
+	if line, ok := findLine(addrLines(t, l), labVIP6.String()+"/128"); !ok || !strings.Contains(line, "deprecated") {
+		t.Errorf("IPv6 VIP after SetLifetime(1s): %q, want it still deprecated (never the host's source)", line)
+	}
+	if err := a.SetLifetime(ctx, kept, 0); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := findLine(addrLines(t, l), kept.String()+"/32"); !ok || !strings.Contains(line, "valid_lft forever") {
+		t.Errorf("after SetLifetime(0): %q, want valid_lft forever", line)
+	}
+	if ok, err := a.Verify(ctx, kept); err != nil || !ok {
+		t.Errorf("Verify after SetLifetime(0) = %v, %v; want true (scope host, forever)", ok, err)
+	}
+	deadline := time.Now().Add(probeTimeout)
+	for {
+		lines := addrLines(t, l)
+		_, has4 := findLine(lines, labVIP4.String()+"/32")
+		_, has6 := findLine(lines, labVIP6.String()+"/128")
+		if !has4 && !has6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("addresses with a 1s lifetime still there after %v:\n%s", probeTimeout, strings.Join(lines, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	gone := time.Since(set)
+	if gone > 2500*time.Millisecond {
+		t.Errorf("gone %v after a 1s lifetime, want within a second of slack", gone)
+	}
+	if _, ok := findLine(addrLines(t, l), kept.String()+"/32"); !ok {
+		t.Error("the address made forever again was removed too")
+	}
+	t.Logf("addresses with a 1s lifetime removed by the kernel %v after it was set", gone.Round(10*time.Millisecond))
+}

@@ -43,13 +43,15 @@ lab_stop_pid() {
 	local pid=$1 sig=${2:-TERM} t=${3:-12} i
 	lab_alive "$pid" || return 0
 	kill "-$sig" "$pid" 2>/dev/null || return 0
+	# wait returns the process's status (143 after SIGTERM): never let it
+	# end a caller running under set -e.
 	for ((i = 0; i < t * 20; i++)); do
-		lab_alive "$pid" || { wait "$pid" 2>/dev/null; return 0; }
+		lab_alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
 		sleep 0.05
 	done
 	lab_log "pid $pid did not exit ${t}s after SIG$sig; killing it"
-	kill -KILL "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
 	return 0
 }
 

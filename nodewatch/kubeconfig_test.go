@@ -4,9 +4,12 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vipd/vipd/nodewatch/nodewatchtest"
@@ -244,5 +247,43 @@ func TestFindKubeconfig(t *testing.T) {
 	writeFile(t, b, "x")
 	if got := FindKubeconfig([]string{a, b}); got != b {
 		t.Errorf("got %q, want %q", got, b)
+	}
+}
+
+// TestAccessHint: a kubeconfig, client certificate or token the process
+// may not read fails with the AccessHint added (vipd names its drop-in);
+// other errors, and no hint, stay as they are.
+func TestAccessHint(t *testing.T) {
+	const hint = "user vipd cannot read it: link the drop-in"
+	w := New(Config{AccessHint: hint})
+	denied := &fs.PathError{Op: "open", Path: "/etc/kubernetes/kubelet.conf", Err: syscall.EACCES}
+	if got := w.hint(fmt.Errorf("kubeconfig: %w", denied)).Error(); got != "kubeconfig: open /etc/kubernetes/kubelet.conf: permission denied ("+hint+")" {
+		t.Errorf("permission denied: %q", got)
+	}
+	if got := w.hint(fmt.Errorf("x: %w", syscall.ENOENT)).Error(); strings.Contains(got, hint) {
+		t.Errorf("not a permission error, still hinted: %q", got)
+	}
+	if got := New(Config{}).hint(denied).Error(); got != denied.Error() {
+		t.Errorf("no hint configured: %q", got)
+	}
+
+	// The real files, for a process that cannot read them (as root it can).
+	if os.Geteuid() == 0 {
+		t.Skip("root reads any file: the rest needs a user without CAP_DAC_OVERRIDE (make systemd-test shows it under the packaged unit)")
+	}
+	pki := newPKI(t, "cp-1")
+	conf := kubeletConf(t, pki, "https://192.0.2.10:6443")
+	for _, f := range []string{conf, pki.ClientPEM} {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if err := os.Chmod(f, 0); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Chmod(f, 0o600)
+			w := New(Config{Kubeconfigs: []string{conf}, AccessHint: hint})
+			err := w.connect()
+			if err == nil || !errors.Is(err, fs.ErrPermission) || !strings.HasSuffix(err.Error(), "("+hint+")") || !strings.Contains(err.Error(), f) {
+				t.Errorf("connect with %s unreadable: %v", f, err)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -40,6 +41,10 @@ type Config struct {
 	// (kubeadm's apiserver certificate is valid for "kubernetes", not
 	// for 127.0.0.1). Default: the kubeconfig's.
 	Server, TLSServerName string
+	// AccessHint is added to the error when the kubeconfig, or a file it
+	// names, cannot be read for lack of permission: what lets this process
+	// read it (vipd names its systemd drop-in). Default: none.
+	AccessHint string
 	// UserAgent is sent with every request. Default "vipd".
 	UserAgent string
 	// Logger receives the watcher's logs (the Node's name under the key
@@ -316,7 +321,7 @@ func (w *Watcher) connect() error {
 	}
 	kc, err := LoadKubeconfig(path)
 	if err != nil {
-		return err
+		return w.hint(err)
 	}
 	if w.cfg.Server != "" {
 		if err := checkServer(w.cfg.Server); err != nil {
@@ -331,7 +336,7 @@ func (w *Watcher) connect() error {
 		certs := newCertLoader(kc)
 		tc, err := kc.tlsConfig(certs)
 		if err != nil {
-			return err
+			return w.hint(err)
 		}
 		w.closeConn()
 		w.kc, w.certs = kc, certs
@@ -367,6 +372,14 @@ func (w *Watcher) connect() error {
 	st.Node, st.Kubeconfig, st.Server = node, path, kc.Server
 	w.set(st)
 	return nil
+}
+
+// hint adds the AccessHint to a permission error.
+func (w *Watcher) hint(err error) error {
+	if w.cfg.AccessHint == "" || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, w.cfg.AccessHint)
 }
 
 func (w *Watcher) closeConn() {
@@ -510,7 +523,7 @@ func (w *Watcher) get(ctx context.Context, q url.Values) (*http.Response, error)
 	if w.kc.TokenFile != "" {
 		b, err := os.ReadFile(w.kc.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("token: %w", err)
+			return nil, w.hint(fmt.Errorf("token: %w", err))
 		}
 		token = strings.TrimSpace(string(b))
 	}

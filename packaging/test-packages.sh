@@ -102,6 +102,7 @@ expected=(
 	/usr/share/vipd/prometheus/vipd-alerts.yml
 	/usr/share/vipd/grafana/vipd-dashboard.json
 	/usr/share/vipd/networkd/vipd.conf
+	/usr/share/vipd/systemd/kubelet-credentials.conf
 )
 executables=(/usr/bin/vipd /usr/bin/vipctl /usr/share/vipd/hooks/vipd-drain /usr/share/vipd/hooks/vipd-undrain
 	/usr/share/vipd/hooks/kubeadm-pre-reset /usr/share/vipd/hooks/rke2-upgrade /usr/share/vipd/hooks/capi-pre-drain)
@@ -126,6 +127,7 @@ check "deb: postrm present" dpkg-deb -I "$deb" postrm
 check "deb: zsh completion in vendor-completions" grep -qx -- "-rw-r--r-- /usr/share/zsh/vendor-completions/_vipctl" "$work/deb.list"
 check "deb: man pages are 0644" grep -qx -- "-rw-r--r-- /usr/share/man/man5/vipd.toml.5.gz" "$work/deb.list"
 check "deb: the networkd drop-in is 0644" grep -qx -- "-rw-r--r-- /usr/share/vipd/networkd/vipd.conf" "$work/deb.list"
+check "deb: the kubelet-credentials drop-in is 0644" grep -qx -- "-rw-r--r-- /usr/share/vipd/systemd/kubelet-credentials.conf" "$work/deb.list"
 
 echo "== .rpm contents"
 rpm -qlp "$rpm" 2>/dev/null >"$work/rpm.list"
@@ -171,6 +173,20 @@ check "negative control: verify flags an unknown key" not verify_clean --man=no 
 sed "s#$work/root/usr/bin/vipd #/nonexistent/vipd #" "$unit" >"$work/unit/missing.service"
 check "negative control: verify flags a missing binary" not verify_clean --man=no "$work/unit/missing.service"
 check "systemd-analyze security exposure <= 3.0" systemd-analyze security --offline=true --threshold=30 "$unit"
+# The kubelet-credentials drop-in as packaged: exactly the unit's three
+# capabilities plus CAP_DAC_READ_SEARCH, ambient and bounding, nothing else;
+# verify and security load it from vipd.service.d next to the unit (make
+# systemd-test checks what it lets vipd read).
+dropin=$work/root/usr/share/vipd/systemd/kubelet-credentials.conf
+caps="CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_DAC_READ_SEARCH"
+check "kubelet-credentials drop-in adds CAP_DAC_READ_SEARCH to the unit's capabilities, and nothing else" \
+	sh -c "grep -v '^#' '$dropin' | grep . | tr '\n' '|' | grep -qxF '[Service]|AmbientCapabilities=$caps|CapabilityBoundingSet=$caps|'"
+mkdir -p "$work/unit/vipd.service.d"
+cp "$dropin" "$work/unit/vipd.service.d/"
+check "with the kubelet-credentials drop-in: systemd-analyze verify is clean" verify_clean --man=no "$unit"
+check "with the kubelet-credentials drop-in: systemd-analyze security exposure <= 3.0" systemd-analyze security --offline=true --threshold=30 "$unit"
+echo "info: exposure with the drop-in: $(systemd-analyze security --offline=true "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for vipd.service: //p')"
+rm -r "$work/unit/vipd.service.d"
 for key in Type=notify NotifyAccess=main WatchdogSec=10s Restart=on-failure User=vipd \
 	"ExecStartPre=/usr/bin/vipd --check --config /etc/vipd/vipd.toml" \
 	"ExecStopPost=/usr/bin/vipd cleanup --config /etc/vipd/vipd.toml" \

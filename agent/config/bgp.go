@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/vipd/vipd/bgp"
 )
@@ -43,6 +44,18 @@ func (v *validator) checkBGP(c *Config) {
 		b.gracefulShutdown = 0
 	} else {
 		b.gracefulShutdown, _ = v.duration("bgp.graceful_shutdown", b.GracefulShutdown)
+	}
+	// Zero is off for both; the bgp package checks the rest (whole
+	// seconds, the capability's limits, long-lived needs graceful
+	// restart).
+	for _, k := range []struct {
+		path, s string
+		d       *time.Duration
+	}{{"bgp.graceful_restart_time", b.GracefulRestartTime, &sc.GracefulRestart.RestartTime},
+		{"bgp.long_lived_stale_time", b.LongLivedStaleTime, &sc.GracefulRestart.LongLivedStaleTime}} {
+		if k.s != "0s" && k.s != "0" {
+			*k.d, _ = v.duration(k.path, k.s)
+		}
 	}
 	if len(b.Peers) == 0 {
 		v.at("bgp", "bgp needs at least one [[bgp.peer]]")

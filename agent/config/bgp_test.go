@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -83,5 +84,35 @@ asn = 64512
 	}
 	if errs := bc.Validate(); len(errs) != 0 {
 		t.Errorf("speaker config invalid: %v", errs)
+	}
+}
+
+// TestSpeakerGracefulRestart: graceful_restart_time and
+// long_lived_stale_time reach the speaker; "0s" and leaving them out are
+// off; restart_grace "0s" turns restarts in place off.
+func TestSpeakerGracefulRestart(t *testing.T) {
+	base := "[cluster]\nbind_address = \"192.0.2.11\"\n%s\n[bgp]\nasn = 64513\n%s\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\n" +
+		"[[vip]]\nname = \"a\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n"
+	for _, tt := range []struct {
+		name, cluster, bgpKeys string
+		want                   bgp.GracefulRestart
+		grace                  time.Duration
+	}{
+		{"defaults: off, grace 3s", "", "", bgp.GracefulRestart{}, DefaultRestartGrace},
+		{"on", "restart_grace = \"5s\"", "graceful_restart_time = \"7s\"\nlong_lived_stale_time = \"1h\"", bgp.GracefulRestart{RestartTime: 7 * time.Second, LongLivedStaleTime: time.Hour}, 5 * time.Second},
+		{"zero is off", "restart_grace = \"0s\"", "graceful_restart_time = \"0s\"\nlong_lived_stale_time = \"0\"", bgp.GracefulRestart{}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("gr.toml", []byte(fmt.Sprintf(base, tt.cluster, tt.bgpKeys)))
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if got := c.Speaker().GracefulRestart; got != tt.want {
+				t.Errorf("speaker graceful restart %+v, want %+v", got, tt.want)
+			}
+			if got := c.Cluster.RestartGraceDuration(); got != tt.grace {
+				t.Errorf("restart_grace %s, want %s", got, tt.grace)
+			}
+		})
 	}
 }

@@ -266,6 +266,16 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 	}
 	cl.rejoinInterval = v.durationAtLeast("cluster.rejoin_interval", cl.RejoinInterval, time.Second)
 	cl.handoffTimeout = v.durationAtLeast("cluster.handoff_timeout", cl.HandoffTimeout, 100*time.Millisecond)
+	cl.restartGrace = 0
+	if cl.RestartGrace != "0s" && cl.RestartGrace != "0" {
+		if d, ok := v.duration("cluster.restart_grace", cl.RestartGrace); ok {
+			if d < MinRestartGrace || d > MaxRestartGrace {
+				v.at("cluster.restart_grace", "restart_grace must be 0s (off) or %s-%s, got %q", MinRestartGrace, MaxRestartGrace, cl.RestartGrace)
+			} else {
+				cl.restartGrace = d
+			}
+		}
+	}
 	switch cl.FailureDetection {
 	case FailureDetectionLAN, FailureDetectionFast:
 	default:

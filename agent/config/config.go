@@ -39,6 +39,13 @@ const (
 	DefaultRejoinInterval   = 30 * time.Second
 	DefaultFailureDetection = FailureDetectionFast
 	DefaultHandoffTimeout   = 10 * time.Second
+	DefaultRestartGrace     = 3 * time.Second
+	// MinRestartGrace and MaxRestartGrace bound cluster.restart_grace:
+	// the addresses left for the next process get a kernel lifetime of the
+	// grace less a second, in whole seconds (the kernel's expiry has a
+	// second of slack), so at least a second of it.
+	MinRestartGrace         = 2 * time.Second
+	MaxRestartGrace         = 60 * time.Second
 	DefaultHealthInterval   = 300 * time.Millisecond
 	DefaultHealthTimeout    = 500 * time.Millisecond
 	DefaultHealthRise       = 2
@@ -151,9 +158,16 @@ type ClusterConfig struct {
 	// on withdraw: the VIP is kept until a successor holds it or this
 	// passes. [10s]
 	HandoffTimeout string `toml:"handoff_timeout"`
+	// RestartGrace is how long a restart (systemctl restart, a package
+	// upgrade) may take without moving this node's VIPs: the stopping
+	// process leaves them in place and tells its peers, who wait this
+	// long for the new process before they claim as for a crash. "0s":
+	// every stop hands off make-before-break. 0s or 2s-60s. [3s]
+	RestartGrace string `toml:"restart_grace"`
 
 	rejoinInterval time.Duration
 	handoffTimeout time.Duration
+	restartGrace   time.Duration
 	bindAddr       netip.Addr
 	peerAddrs      []string
 	allowed        []netip.Prefix // parsed allowed_networks
@@ -296,6 +310,18 @@ type BGPConfig struct {
 	// GRACEFUL_SHUTDOWN community (RFC 8326) before it is withdrawn on a
 	// planned drain. [5s]
 	GracefulShutdown string `toml:"graceful_shutdown"`
+	// GracefulRestartTime turns on BGP graceful restart (RFC 4724): the
+	// routers keep this node's routes this long after its session ends
+	// without a NOTIFICATION, so a restart in place (cluster.restart_grace)
+	// keeps the route; needed for that in BGP mode. A crash leaves the
+	// route stale until the next start or this long (vipd cleanup makes
+	// the routers drop it at once). Whole seconds, at most 4095s; "0s"
+	// turns it off. [0s: off]
+	GracefulRestartTime string `toml:"graceful_restart_time"`
+	// LongLivedStaleTime keeps the routes, least preferred, this much
+	// longer (RFC 9494) on routers that support it; needs
+	// graceful_restart_time. [0s: off]
+	LongLivedStaleTime string `toml:"long_lived_stale_time"`
 	// Peers are the routers.
 	Peers []BGPPeerConfig `toml:"peer"`
 
@@ -477,6 +503,7 @@ func (c *Config) applyDefaults() {
 		cc.PokeRate = DefaultPokeRate
 	}
 	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
+	setString(&cl.RestartGrace, DefaultRestartGrace.String())
 	for i := range c.VIPs {
 		vip := &c.VIPs[i]
 		setString(&vip.Mode, ModeL2)
@@ -595,6 +622,10 @@ func (c ClusterConfig) RejoinIntervalDuration() time.Duration { return c.rejoinI
 
 // HandoffTimeoutDuration returns the parsed handoff timeout.
 func (c ClusterConfig) HandoffTimeoutDuration() time.Duration { return c.handoffTimeout }
+
+// RestartGraceDuration returns the parsed restart grace (0: restarts hand
+// off).
+func (c ClusterConfig) RestartGraceDuration() time.Duration { return c.restartGrace }
 
 // GracefulShutdownDuration returns the parsed graceful_shutdown (0: off).
 func (b BGPConfig) GracefulShutdownDuration() time.Duration { return b.gracefulShutdown }

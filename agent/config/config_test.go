@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,6 +53,9 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	}
 	if c.Cluster.FailureDetection != "fast" {
 		t.Errorf("failure_detection = %q, want default fast", c.Cluster.FailureDetection)
+	}
+	if got := c.Cluster.RestartGraceDuration(); got != DefaultRestartGrace {
+		t.Errorf("restart_grace = %s, want default %s", got, DefaultRestartGrace)
 	}
 	v := c.VIPs[0]
 	if v.Mode != ModeL2 || v.Announce != "owner" || v.Preempt {
@@ -223,6 +227,21 @@ func TestParseBadConfigs(t *testing.T) {
 			name: "connections out of range",
 			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[connections]\nports = [6443, 0, 6443]\npoke_rate = -1\npoke_timeout = \"10ms\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
 			want: []string{`4:1: ports[1] must be 1-65535, got 0`, `4:1: ports[2]: 6443 is listed twice`, `5:1: poke_rate must be 1-1000000, got -1`, `6:1: poke_timeout must be at least 100ms, got "10ms"`},
+		},
+		{
+			name: "restart grace out of range",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\nrestart_grace = \"1s\"\n[[vip]]\nname=\"api\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
+			want: []string{`3:1: restart_grace must be 0s (off) or 2s-1m0s, got "1s"`},
+		},
+		{
+			name: "graceful restart times the speaker refuses, at their keys",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\ngraceful_restart_time = \"2500ms\"\nlong_lived_stale_time = \"forever\"\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\n[[vip]]\nname=\"api\"\naddress=\"203.0.113.10\"\nmode = \"bgp\"\n",
+			want: []string{`5:1: bgp: graceful_restart_time 2.5s: must be whole non-negative seconds`, `6:1: invalid duration "forever"`},
+		},
+		{
+			name: "long-lived without graceful restart",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\nlong_lived_stale_time = \"1h\"\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\n[[vip]]\nname=\"api\"\naddress=\"203.0.113.10\"\nmode = \"bgp\"\n",
+			want: []string{`5:1: bgp: long_lived_stale_time 1h0m0s: needs graceful_restart_time`},
 		},
 		{
 			name: "bad mode and failure detection",
@@ -417,5 +436,70 @@ func BenchmarkParseConfig(b *testing.B) {
 		if _, err := Parse("bench.toml", data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKubeconfigAccessHostCheck: --check as root warns when the service
+// user cannot read the kubeconfig, naming the packaged drop-in that fixes
+// it; a vipd.service drop-in granting CAP_DAC_READ_SEARCH silences it, one
+// that does not (or a commented-out grant) does not.
+func TestKubeconfigAccessHostCheck(t *testing.T) {
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("no user nobody to check for:", err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "vipd.toml")
+	if err := os.WriteFile(path, []byte(goodConfig+fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", kubeconfig)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dropin string
+		warn         bool
+	}{
+		{"no drop-in", "", true},
+		{"the packaged drop-in", "", false},
+		{"a drop-in without the capability", "[Service]\nAmbientCapabilities=CAP_NET_ADMIN\n", true},
+		{"the grant commented out", "[Service]\n#AmbientCapabilities=CAP_DAC_READ_SEARCH\n", true},
+		{"the admin's own grant", "[Service]\nAmbientCapabilities = CAP_DAC_READ_SEARCH\nCapabilityBoundingSet=CAP_DAC_READ_SEARCH\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dropins := t.TempDir()
+			text := tc.dropin
+			if tc.name == "the packaged drop-in" {
+				b, err := os.ReadFile("../../packaging/systemd/kubelet-credentials.conf")
+				if err != nil {
+					t.Fatal(err)
+				}
+				text = string(b)
+			}
+			if text != "" {
+				if err := os.WriteFile(filepath.Join(dropins, "x.conf"), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := HostEnv{ServiceUser: "nobody", Interfaces: func() ([]HostInterface, error) { return nil, nil },
+				Euid: func() int { return 0 }, DropInDirs: []string{filepath.Join(dropins, "missing"), dropins}}
+			warnings, _ := CheckHost(c, env)
+			var got []Problem
+			for _, w := range warnings {
+				if strings.Contains(w.Msg, "cannot read it") {
+					got = append(got, w)
+				}
+			}
+			if (len(got) > 0) != tc.warn {
+				t.Fatalf("warned %v, want %v: %v", got, tc.warn, warnings)
+			}
+			if tc.warn && !strings.Contains(got[0].Msg, "link "+KubeletCredentialsDropIn+" into /etc/systemd/system/vipd.service.d/") {
+				t.Errorf("the warning does not name the drop-in: %v", got[0])
+			}
+		})
 	}
 }

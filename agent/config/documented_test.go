@@ -120,6 +120,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"cluster.bind_port":        strconv.Itoa(DefaultBindPort),
 		"cluster.rejoin_interval":  d(DefaultRejoinInterval),
 		"cluster.handoff_timeout":  d(DefaultHandoffTimeout),
+		"cluster.restart_grace":    d(DefaultRestartGrace),
 		"vip.health.interval":      d(DefaultHealthInterval),
 		"vip.health.timeout":       d(DefaultHealthTimeout),
 		"vip.health.rise":          strconv.Itoa(DefaultHealthRise),

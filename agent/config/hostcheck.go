@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,22 @@ type HostEnv struct {
 	// VIP outside every prefix on iface). [none; cmd/vipd passes
 	// l2.CheckHost]
 	CheckL2 func(iface string, addr netip.Addr) ([]string, error)
+	// DropInDirs are vipd.service's drop-in directories: one of their
+	// *.conf files granting CAP_DAC_READ_SEARCH (KubeletCredentialsDropIn,
+	// linked there) lets the service user read the kubelet's credentials.
+	// [/etc/systemd/system/vipd.service.d, /run/systemd/system/vipd.service.d]
+	DropInDirs []string
+}
+
+// KubeletCredentialsDropIn is the packaged opt-in drop-in for vipd.service
+// that adds CAP_DAC_READ_SEARCH, so that the Node watch can read the
+// kubelet's root-only kubeconfig and client certificate.
+const KubeletCredentialsDropIn = "/usr/share/vipd/systemd/kubelet-credentials.conf"
+
+// KubeconfigAccessHint says how to let user (vipd's service user) read the
+// kubelet's credentials: the drop-in, or credentials of its own.
+func KubeconfigAccessHint(user string) string {
+	return fmt.Sprintf("user %s cannot read it: link %s into /etc/systemd/system/vipd.service.d/, then systemctl daemon-reload and restart vipd; or give vipd a kubeconfig of its own (docs/configuration.md, Credentials under systemd)", user, KubeletCredentialsDropIn)
 }
 
 // HostInterface is one interface of the host.
@@ -58,6 +75,9 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 	}
 	if env.Euid == nil {
 		env.Euid = os.Geteuid
+	}
+	if env.DropInDirs == nil {
+		env.DropInDirs = []string{"/etc/systemd/system/vipd.service.d", "/run/systemd/system/vipd.service.d"}
 	}
 	v := &validator{path: c.Path, keys: indexKeys(nil)}
 	if data, err := os.ReadFile(c.Path); err == nil {
@@ -105,7 +125,7 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 	if env.Euid() == 0 {
 		if u, err := user.Lookup(env.ServiceUser); err == nil {
 			checkAccess(v, u, c)
-			if kubeconfig != "" {
+			if kubeconfig != "" && !grantsReadSearch(env.DropInDirs) {
 				checkKubeconfigAccess(v, u, c.Kubernetes, kubeconfig)
 			}
 		}
@@ -128,10 +148,32 @@ func checkKubeconfigAccess(v *validator, u *user.User, k KubernetesConfig, path 
 	}
 	for _, f := range files {
 		if f != "" && !canAccess(f, uid, gids, 4) {
-			v.at(key, "%s: user %s cannot read it, so the Node watch fails (and changes nothing) under systemd (User=%s): give vipd CAP_DAC_READ_SEARCH with a drop-in (systemctl edit vipd: AmbientCapabilities=CAP_DAC_READ_SEARCH and CapabilityBoundingSet=CAP_DAC_READ_SEARCH), or a kubeconfig of its own (docs/configuration.md, [kubernetes])", f, u.Username, u.Username)
+			v.at(key, "%s: the Node watch fails (and changes nothing) under systemd (User=%s): %s", f, u.Username, KubeconfigAccessHint(u.Username))
 			return
 		}
 	}
+}
+
+// grantsReadSearch reports whether a *.conf drop-in in dirs (a link to
+// KubeletCredentialsDropIn, or the admin's own) gives the service
+// CAP_DAC_READ_SEARCH in AmbientCapabilities=.
+func grantsReadSearch(dirs []string) bool {
+	for _, d := range dirs {
+		files, _ := filepath.Glob(filepath.Join(d, "*.conf"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
+				if ok && strings.TrimSpace(k) == "AmbientCapabilities" && slices.Contains(strings.Fields(val), "CAP_DAC_READ_SEARCH") {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // checkAccess warns about files and directories the service user cannot

@@ -75,6 +75,24 @@
 // refused connection is other evidence: X's vipd is not running, so it
 // holds no lease.
 //
+// # Restarts in place
+//
+// A node exiting for a restart in place (AnnounceRestart) says so in every
+// heartbeat, with the grace its next process has to come back, and asks
+// every member to answer: an answer is the member having taken it. Until
+// the grace runs out on its own clock (from when it learnt it, so never
+// before the restarting node's own deadline) a member takes the
+// restarting node for alive and holding: it casts no vote about it, raises
+// no alarm, does not probe it, and takes a refused connection for nothing
+// (the process is expected to be gone). A heartbeat of another epoch (the
+// next process) ends the grace; when it runs out the node is a silent
+// driver like any other, gone on votes or a refused connection. The word
+// can come from the metadata too (MarkRestarting), for a member that
+// joined meanwhile. The next process may hold the VIPs it adopts without
+// evidence until the same deadline (HoldUntil), and from then on only with
+// it: the peers claim nothing before it, and it holds nothing after it
+// without a majority hearing it.
+//
 // docs/design.md ("The lease") has the long form, and what it costs.
 //
 // # Assumptions

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 )
 
 // heartbeat is the lease message.
@@ -21,6 +23,13 @@ import (
 //	byte        number of entries, then each entry:
 //	            name length, name, uint64 epoch and uint64 highest sequence
 //	            heard from it, flags (bit 0: silent vote)
+//	then, with flag bit 3 (restarting): uint32 the restart grace in
+//	            milliseconds
+//
+// A reader ignores flag bits it does not know and bytes after what it
+// reads, so the restart fields are invisible to a release without them
+// (it never sees them: a node restarts in place only when every member
+// says it understands restarts, in its metadata).
 type heartbeat struct {
 	From   string
 	Epoch  uint64
@@ -29,6 +38,11 @@ type heartbeat struct {
 	Reply  bool   // an answer: never answered
 	AskAll bool   // every receiver answers at once
 	Ask    string // this member answers at once
+	// Restart, when not zero: the sender is exiting for a restart in
+	// place and its next process will be back within this grace; until
+	// then the receiver takes it for alive and holding whatever it hears
+	// or does not.
+	Restart time.Duration
 	// Entries are the sender's view of the other members.
 	Entries []heartbeatEntry
 }
@@ -45,9 +59,13 @@ const (
 	heartbeatKind    = 'H'
 	heartbeatVersion = 1
 
-	hbDriver = 1 << 0
-	hbReply  = 1 << 1
-	hbAskAll = 1 << 2
+	hbDriver  = 1 << 0
+	hbReply   = 1 << 1
+	hbAskAll  = 1 << 2
+	hbRestart = 1 << 3
+
+	// maxRestart is the largest restart grace a heartbeat carries.
+	maxRestart = time.Duration(math.MaxUint32) * time.Millisecond
 )
 
 // encode returns the wire form.
@@ -59,7 +77,10 @@ func (h heartbeat) encode() ([]byte, error) {
 	b = append(b, heartbeatKind, heartbeatVersion)
 	b = binary.BigEndian.AppendUint64(b, h.Epoch)
 	b = binary.BigEndian.AppendUint64(b, h.Seq)
-	f := flag(h.Driver, hbDriver) | flag(h.Reply, hbReply) | flag(h.AskAll, hbAskAll)
+	if h.Restart < 0 || h.Restart > maxRestart {
+		return nil, errors.New("heartbeat: restart grace out of range")
+	}
+	f := flag(h.Driver, hbDriver) | flag(h.Reply, hbReply) | flag(h.AskAll, hbAskAll) | flag(h.Restart > 0, hbRestart)
 	b = append(b, f, byte(len(h.From)))
 	b = append(b, h.From...)
 	b = append(b, byte(len(h.Ask)))
@@ -74,6 +95,9 @@ func (h heartbeat) encode() ([]byte, error) {
 		b = binary.BigEndian.AppendUint64(b, e.Epoch)
 		b = binary.BigEndian.AppendUint64(b, e.Seq)
 		b = append(b, flag(e.Silent, 1))
+	}
+	if h.Restart > 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(h.Restart/time.Millisecond))
 	}
 	return b, nil
 }
@@ -143,6 +167,16 @@ func decodeHeartbeat(b []byte, valid func(string) bool) (heartbeat, error) {
 		e.Silent = b[p+16]&1 != 0
 		p += 17
 		h.Entries = append(h.Entries, e)
+	}
+	if f&hbRestart != 0 {
+		if p+4 > len(b) {
+			return heartbeat{}, errors.New("heartbeat: restart grace missing")
+		}
+		ms := binary.BigEndian.Uint32(b[p:])
+		if ms == 0 {
+			return heartbeat{}, errors.New("heartbeat: restarting with no grace")
+		}
+		h.Restart = time.Duration(ms) * time.Millisecond
 	}
 	return h, nil
 }

@@ -62,6 +62,9 @@ type Runner struct {
 	// that arrives before run took it.
 	alarm  Alarm
 	kicked bool
+	// holdUntil: this node may hold VIPs without evidence until then
+	// (HoldUntil).
+	holdUntil time.Time
 	// armed is the deadline the alarm is set for (zero: disarmed, fired
 	// or kicked). A heartbeat that leaves the next deadline where it was
 	// (a driver's next round; most heartbeats, with many members) costs
@@ -123,6 +126,83 @@ func (r *Runner) SetBase(base []string, required bool, addrs map[string]netip.Ad
 	r.mu.Unlock()
 }
 
+// HoldUntil lets this node hold VIPs without evidence until t: it adopted
+// them from its previous process, which told the peers it was restarting
+// in place and its successor would be back by t, so none of them claims
+// before then. After t the fence applies as to any holder.
+func (r *Runner) HoldUntil(t time.Time) {
+	r.mu.Lock()
+	r.holdUntil = t
+	r.mu.Unlock()
+}
+
+// MarkRestarting records that name said, in its metadata, that it is
+// restarting in place with grace: as its heartbeat saying so would, it is
+// taken for alive and holding until its next process is heard or the
+// grace ends. The grace counts from now (this node's clock), and a
+// repeat does not stretch it.
+func (r *Runner) MarkRestarting(name string, grace time.Duration) {
+	now := r.now()
+	r.mu.Lock()
+	r.tr.markRestarting(name, grace, now)
+	changed := r.publishLocked(now)
+	r.resetLocked(r.tr.next(r.base, now), now)
+	r.mu.Unlock()
+	if changed {
+		r.wake()
+	}
+}
+
+// AnnounceRestart tells every member that this node is exiting for a
+// restart in place and its next process will be back within grace: from
+// now on each heartbeat it sends says so, and it asks all to answer,
+// again every announceRetry, until every member in want has answered (an
+// answer to a heartbeat that said so: the member has taken it) or ctx
+// ends. It returns the members of want that did not answer.
+func (r *Runner) AnnounceRestart(ctx context.Context, grace time.Duration, want []string) (missing []string) {
+	t := time.NewTicker(announceRetry)
+	defer t.Stop()
+	var first uint64
+	for {
+		now := r.now()
+		r.mu.Lock()
+		r.tr.restart = grace
+		hb := r.tr.heartbeat(r.base, "", true, false, now)
+		if first == 0 {
+			first = hb.Seq
+		}
+		var targets []netip.AddrPort
+		for _, n := range r.base {
+			if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
+				targets = append(targets, a)
+			}
+		}
+		missing = missing[:0]
+		for _, n := range want {
+			if p := r.tr.peers[n]; n != r.tr.self && (p == nil || p.ackedSeq < first) {
+				missing = append(missing, n)
+			}
+		}
+		r.mu.Unlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		if p, err := hb.encode(); err == nil {
+			for _, a := range targets {
+				r.send(p, a)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return missing
+		case <-t.C:
+		}
+	}
+}
+
+// announceRetry is how often AnnounceRestart asks again.
+const announceRetry = 20 * time.Millisecond
+
 // RecentlyHeard returns the members whose heartbeat arrived less than
 // Claim ago, sorted: direct evidence that they are alive and reach this
 // node (CountQuorum counts them alive whatever membership says). A holder
@@ -143,11 +223,20 @@ func (r *Runner) State() State {
 }
 
 func (r *Runner) stateLocked(now time.Time) State {
-	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{}}
+	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{},
+		restarting: map[string]bool{}}
 	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
 		st.heard[n] = true
 	}
+	for _, n := range r.tr.restartingPeers(now) {
+		st.restarting[n] = true
+	}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
+	if !st.canHold && now.Before(r.holdUntil) {
+		// VIPs adopted from this node's previous process (HoldUntil):
+		// the peers wait for it until then.
+		st.canHold, st.adopting = true, true
+	}
 	if !st.canHold && r.required && now.Sub(r.requiredSince) < r.tr.cfg.Interval {
 		// The fence has just started to apply (a cluster of two grew to
 		// three): a holder has had no reason to collect a majority's

@@ -24,11 +24,23 @@ type State struct {
 	// heartbeat, and only matters when membership changes, which wakes
 	// the loop anyway.
 	heard map[string]bool
+	// adopting: this node may hold only because of Runner.HoldUntil (no
+	// evidence yet): what it took over, not new claims.
+	adopting bool
+	// restarting are the members restarting in place whose grace runs
+	// (Runner.MarkRestarting, or their heartbeat): alive and holding for
+	// the election until their next process is heard or the grace ends.
+	restarting map[string]bool
 }
 
 func (s State) sameAs(o State) bool {
-	if s.canHold != o.canHold || s.required != o.required || len(s.expired) != len(o.expired) {
+	if s.canHold != o.canHold || s.required != o.required || len(s.expired) != len(o.expired) || len(s.restarting) != len(o.restarting) {
 		return false
+	}
+	for n := range s.restarting {
+		if !o.restarting[n] {
+			return false
+		}
 	}
 	for n := range s.expired {
 		if _, ok := o.expired[n]; !ok {
@@ -52,6 +64,33 @@ func (s State) CanHold() bool { return s.canHold }
 // Evidence returns when this node sent the newest heartbeat a majority
 // acked (its own clock; zero: none).
 func (s State) Evidence() time.Time { return s.evidence }
+
+// Adopting reports whether this node may hold VIPs now only by
+// Runner.HoldUntil (it took them over from its previous process and has no
+// evidence yet): it keeps those, and claims nothing new.
+func (s State) Adopting() bool { return s.adopting }
+
+// Restarting reports whether name is restarting in place, its grace
+// running.
+func (s State) Restarting(name string) bool { return s.restarting[name] }
+
+// RestartsSince returns the members whose restart grace began, and whose
+// ended (they are back, or it ran out), since prev, sorted.
+func (s State) RestartsSince(prev State) (began, ended []string) {
+	for n := range s.restarting {
+		if !prev.restarting[n] {
+			began = append(began, n)
+		}
+	}
+	for n := range prev.restarting {
+		if !s.restarting[n] {
+			ended = append(ended, n)
+		}
+	}
+	sort.Strings(began)
+	sort.Strings(ended)
+	return began, ended
+}
 
 // GoneSince returns the members gone now, on positive evidence, that were
 // not gone in prev, sorted: the ones to tell the operator about.
@@ -100,6 +139,9 @@ type Verdict struct {
 //     current metadata arrives. Believing it would make the node that took
 //     over release to it ("the highest ranked holder wins") and leave the
 //     VIP dark until it claims again, after a heal;
+//   - restarting in place, its grace running: alive (suspect), whatever
+//     membership says (its process exited without a leave, so membership
+//     soon calls it dead), and holding what it said it holds;
 //   - dead for membership but heard less than Claim ago: alive (suspect).
 //     A node back from a partition gossips the deaths it concluded while
 //     cut off, and a holder whose incarnation did not change in the
@@ -113,6 +155,9 @@ func (s State) View(m Member) Verdict {
 	var v Verdict
 	at, gone := s.expired[m.Name]
 	switch {
+	case s.restarting[m.Name]:
+		v.Alive = true
+		return v
 	case m.Dead && s.heard[m.Name] && !gone:
 		v.Alive = true
 	case gone && m.Alive && !m.Since.After(at):

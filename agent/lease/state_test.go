@@ -62,3 +62,14 @@ func TestStateGoneSince(t *testing.T) {
 		t.Errorf("nobody newly gone: %v", got)
 	}
 }
+
+// TestStateRestartsSince: the members whose restart grace began and ended
+// between two states, sorted.
+func TestStateRestartsSince(t *testing.T) {
+	prev := State{restarting: map[string]bool{"b": true, "c": true}}
+	now := State{restarting: map[string]bool{"c": true, "e": true, "d": true}}
+	began, ended := now.RestartsSince(prev)
+	if len(began) != 2 || began[0] != "d" || began[1] != "e" || len(ended) != 1 || ended[0] != "b" {
+		t.Errorf("RestartsSince = %v, %v; want [d e], [b]", began, ended)
+	}
+}

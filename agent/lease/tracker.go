@@ -30,6 +30,27 @@ type peerState struct {
 	refused     time.Time // its membership port refused a connection
 	gone        bool      // taken for gone; cleared when heard again
 	goneAt      time.Time // when it was taken for gone
+	// restartUntil: it said it is restarting in place (its heartbeat or
+	// its metadata), and its next process is due back by then (this
+	// node's clock, from when it learnt it). Until then it is neither
+	// silent nor gone, whatever this node hears or does not; restartEpoch
+	// is the epoch of the process that said so: a heartbeat of another
+	// epoch is the next process, back.
+	restartUntil time.Time
+	restartEpoch uint64
+	// backEpoch is the epoch of the next process heard back after a
+	// restart in place (back is false until one was). Metadata that still
+	// says restarting when this process is the one heard is its
+	// predecessor's, not yet replaced in the gossip: markRestarting
+	// ignores it (this process announces its own restart by heartbeat).
+	backEpoch uint64
+	back      bool
+}
+
+// restarting reports whether p said it restarts in place and its grace
+// has not run out at now.
+func (p *peerState) restarting(now time.Time) bool {
+	return p != nil && !p.restartUntil.IsZero() && now.Before(p.restartUntil)
 }
 
 // tracker holds the lease state of one node.
@@ -44,8 +65,11 @@ type tracker struct {
 	sent  []sentHB // recent heartbeats, oldest first
 	peers map[string]*peerState
 
-	grid       Grid      // rounds fall on its beats of Interval
-	driver     bool      // this node drives rounds (set by the loop)
+	grid   Grid // rounds fall on its beats of Interval
+	driver bool // this node drives rounds (set by the loop)
+	// restart, when not zero: this node is exiting for a restart in place
+	// with this grace, and every heartbeat it sends says so.
+	restart    time.Duration
 	resign     bool      // it stopped: the next tick says so
 	hello      bool      // just started: the first tick says so to all
 	alarmSince time.Time // zero: no alarm
@@ -113,12 +137,14 @@ func (l *tracker) heartbeat(base []string, ask string, askAll, reply bool, now t
 	for len(l.sent) > 1 && now.Sub(l.sent[0].at) > l.cfg.Release+l.cfg.Claim {
 		l.sent = l.sent[1:]
 	}
-	hb := heartbeat{From: l.self, Epoch: l.epoch, Seq: l.seq, Driver: l.driver, AskAll: askAll, Reply: reply, Ask: ask}
+	hb := heartbeat{From: l.self, Epoch: l.epoch, Seq: l.seq, Driver: l.driver, AskAll: askAll, Reply: reply, Ask: ask, Restart: l.restart}
 	for _, n := range base {
 		if n == l.self {
 			continue
 		}
-		e := heartbeatEntry{Name: n, Silent: l.silentFor(n, now) >= l.cfg.Claim}
+		// No vote against a member restarting in place: its silence is
+		// announced.
+		e := heartbeatEntry{Name: n, Silent: l.silentFor(n, now) >= l.cfg.Claim && !l.peers[n].restarting(now)}
 		if p := l.peers[n]; p != nil {
 			e.Epoch, e.Seq = p.epoch, p.seq
 		}
@@ -148,7 +174,7 @@ func (l *tracker) tick(base []string, now time.Time) ([]outgoing, time.Time) {
 	// silent and not yet gone.
 	alarm := false
 	for _, n := range peers {
-		if p := l.peers[n]; p != nil && p.driver && !p.gone && l.silentFor(n, now) >= 2*l.cfg.Interval {
+		if p := l.peers[n]; p != nil && p.driver && !p.gone && !p.restarting(now) && l.silentFor(n, now) >= 2*l.cfg.Interval {
 			alarm = true
 		}
 	}
@@ -248,6 +274,11 @@ func (l *tracker) watchDeadline(now time.Time) time.Time {
 			since = p.heard
 		}
 		d := since.Add(2 * l.cfg.Interval)
+		if p.restarting(now) {
+			// Silent by announcement: nothing to do before its grace
+			// runs out, when it is a silent driver like any other.
+			d = p.restartUntil
+		}
 		if !l.alarmSince.IsZero() && !d.After(now) {
 			continue
 		}
@@ -294,6 +325,20 @@ func (l *tracker) receive(hb heartbeat, base []string, now time.Time) (heartbeat
 	// A new epoch is the peer restarted: its numbering starts again.
 	p.heard, p.epoch, p.seq = now, hb.Epoch, hb.Seq
 	p.refused, p.gone = time.Time{}, false
+	switch {
+	case hb.Restart > 0 && (p.restartUntil.IsZero() || p.restartEpoch != hb.Epoch):
+		// The first word of this process's restart starts the grace;
+		// repeats do not stretch it.
+		p.restartUntil, p.restartEpoch = now.Add(hb.Restart), hb.Epoch
+	case hb.Restart == 0 && !p.restartUntil.IsZero() && hb.Epoch != p.restartEpoch:
+		p.restartUntil = time.Time{} // its next process: back
+		p.backEpoch, p.back = hb.Epoch, true
+	case hb.Restart == 0 && !p.restartUntil.IsZero() && !now.Before(p.restartUntil):
+		// The grace ran out and the same process says it is not
+		// restarting: over, so that a later restart of it starts a new
+		// grace (its announcement would otherwise be taken for a repeat).
+		p.restartUntil = time.Time{}
+	}
 	switch {
 	case hb.Driver && !p.driver:
 		p.driver = true
@@ -344,9 +389,25 @@ func (l *tracker) heardWithin(d time.Duration, now time.Time) []string {
 }
 
 // refused records that name's membership port refused a connection: its
-// vipd is gone, so it holds no lease.
+// vipd is gone, so it holds no lease. A member restarting in place is
+// expected to refuse until its next process listens: no evidence then.
 func (l *tracker) refused(name string, now time.Time) {
-	l.peer(name).refused = now
+	if p := l.peer(name); !p.restarting(now) {
+		p.refused = now
+	}
+}
+
+// markRestarting records that name said (in its metadata) it restarts in
+// place with grace, as a heartbeat saying so would: the word of the
+// process this node last heard from it.
+func (l *tracker) markRestarting(name string, grace time.Duration, now time.Time) {
+	p := l.peer(name)
+	if p.back && p.backEpoch == p.epoch {
+		return // the successor heard: the word is its predecessor's
+	}
+	if p.restartUntil.IsZero() || p.restartEpoch != p.epoch {
+		p.restartUntil, p.restartEpoch = now.Add(grace), p.epoch
+	}
 }
 
 // fence reports whether this node may hold VIPs now: without required
@@ -391,6 +452,9 @@ func (l *tracker) expired(name string, base []string, required bool, now time.Ti
 	if p.gone {
 		return true
 	}
+	if p.restarting(now) {
+		return false
+	}
 	if !p.refused.IsZero() && p.refused.After(p.heard) {
 		p.gone, p.goneAt = true, now
 		return true
@@ -422,9 +486,21 @@ func (l *tracker) expired(name string, base []string, required bool, now time.Ti
 func (l *tracker) silent(base []string, now time.Time) []string {
 	var out []string
 	for _, n := range base {
-		if n != l.self && l.silentFor(n, now) >= 2*l.cfg.Interval {
+		if n != l.self && l.silentFor(n, now) >= 2*l.cfg.Interval && !l.peers[n].restarting(now) {
 			out = append(out, n)
 		}
 	}
+	return out
+}
+
+// restartingPeers returns the members whose restart grace runs at now.
+func (l *tracker) restartingPeers(now time.Time) []string {
+	var out []string
+	for n, p := range l.peers {
+		if p.restarting(now) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/apipb"
@@ -26,16 +27,23 @@ type realBackends struct {
 }
 
 // newBackends starts the real announcers for c: the BGP speaker when a
-// [bgp] section exists; L2 announcers are created on first use. It is the
-// agent's Options.Backends.
-func newBackends(ctx context.Context, c *config.Config, lg *slog.Logger) (agent.Backends, error) {
+// [bgp] section exists (resumed with the routes of resume, the BGP VIPs
+// taken over from the previous process in a restart in place); L2
+// announcers are created on first use. It is the agent's
+// Options.Backends.
+func newBackends(ctx context.Context, c *config.Config, lg *slog.Logger, resume []netip.Addr) (agent.Backends, error) {
 	b := &realBackends{lg: lg, l2: map[string]*l2.Announcer{}}
 	if c.BGP != nil {
 		sp, err := bgp.New(speakerConfig(c, lg))
 		if err != nil {
 			return nil, fmt.Errorf("bgp: %w", err)
 		}
-		if err := sp.Start(ctx); err != nil {
+		if len(resume) > 0 {
+			err = sp.Resume(ctx, resume)
+		} else {
+			err = sp.Start(ctx)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("bgp: %w", err)
 		}
 		b.speaker = sp
@@ -126,6 +134,36 @@ func (b *realBackends) BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus {
 	return out
 }
 
+var _ agent.Restarter = (*realBackends)(nil)
+
+// RestartReady implements agent.Restarter: L2 addresses stay in the
+// kernel by themselves; BGP routes stay only with routers that negotiated
+// graceful restart, so every established session must have.
+func (b *realBackends) RestartReady(ctx context.Context) (bool, string) {
+	if b.speaker == nil {
+		return true, ""
+	}
+	peers, err := b.speaker.Peers(ctx)
+	if err != nil {
+		return false, fmt.Sprintf("bgp: %v", err)
+	}
+	for _, p := range peers {
+		if p.State == "established" && !p.GracefulRestart {
+			return false, fmt.Sprintf("bgp peer %s did not negotiate graceful restart (bgp.graceful_restart_time): the routers would drop the routes", p.Address)
+		}
+	}
+	return true, ""
+}
+
+// Detach implements agent.Restarter: the speaker leaves its sessions to the
+// process exit (no CEASE), so routers keep the routes as stale for the
+// next process; the L2 announcers keep their addresses anyway.
+func (b *realBackends) Detach() {
+	if b.speaker != nil {
+		b.speaker.Detach()
+	}
+}
+
 // Close implements Backends.
 func (b *realBackends) Close() error {
 	var errs []error
@@ -156,6 +194,7 @@ type routedVIP struct {
 type binder interface {
 	agent.Announcer
 	agent.Verifier
+	agent.Lifetimer
 }
 
 // router is the BGP half of a routed VIP (bgp.Speaker).
@@ -185,6 +224,15 @@ func (r *routedVIP) Verify(ctx context.Context, addr netip.Addr) (bool, error) {
 	}
 	ok, err := r.route.Announced(ctx, addr)
 	return ok && err == nil, err
+}
+
+var _ agent.Lifetimer = (*routedVIP)(nil)
+
+// SetLifetime implements agent.Lifetimer on the local address: after a
+// restart in place that no process took over, the address goes by itself
+// (the routers drop the route at their restart time).
+func (r *routedVIP) SetLifetime(ctx context.Context, addr netip.Addr, life time.Duration) error {
+	return r.bind.SetLifetime(ctx, addr, life)
 }
 
 func (r *routedVIP) Drain(ctx context.Context, addr netip.Addr) error {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
@@ -26,6 +27,7 @@ type fakeHalf struct {
 	present   bool
 	err       error
 	announces int
+	life      time.Duration // the lifetime SetLifetime set
 }
 
 func (f *fakeHalf) Announce(context.Context, netip.Addr) error {
@@ -37,6 +39,10 @@ func (f *fakeHalf) Withdraw(context.Context, netip.Addr) error { f.present = fal
 func (f *fakeHalf) Drain(context.Context, netip.Addr) error    { return nil }
 func (f *fakeHalf) Verify(context.Context, netip.Addr) (bool, error) {
 	return f.present, f.err
+}
+func (f *fakeHalf) SetLifetime(_ context.Context, _ netip.Addr, life time.Duration) error {
+	f.life = life
+	return nil
 }
 func (f *fakeHalf) Announced(context.Context, netip.Addr) (bool, error) {
 	return f.present, f.err

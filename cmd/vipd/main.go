@@ -39,9 +39,14 @@ Usage:
   vipd --version
 
 Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
-bounded by cluster.handoff_timeout), leave the cluster and exit.
-SIGHUP reloads the configuration; an invalid file keeps the running one and
-logs every problem.
+bounded by cluster.handoff_timeout), leave the cluster and exit; under
+systemd, a SIGTERM that is part of a restart (systemctl restart or
+try-restart, as the package scripts run) keeps them in place instead, for
+the next process to take over within cluster.restart_grace (peers claim as
+for a crash if it is not back by then). SIGUSR2 restarts in place for a
+supervisor other than systemd: exit, leaving the VIPs for the vipd it starts
+next. SIGHUP reloads the configuration; an invalid file keeps the running
+one and logs every problem.
 
 Environment: GOMAXPROCS (default 1 for vipd: its goroutines wake on timers
 and packets, and one scheduler thread keeps an idle node's CPU use down).
@@ -70,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", config.DefaultConfigPath, "configuration file")
 	check := fs.Bool("check", false, "validate the configuration: print \"configuration OK\" and exit 0, or list every problem as PATH:LINE:COL: message and exit 1")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	restartProtocol := fs.Bool("restart-protocol", false, "print the version of the restart record this vipd takes over (restarts in place) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,6 +88,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, "vipd", version)
+		return 0
+	}
+	if *restartProtocol {
+		fmt.Fprintln(stdout, agent.RestartProtocol)
 		return 0
 	}
 	if cmd == "cleanup" {
@@ -125,10 +135,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	kinds := &stopKinds{lg: lg, systemdJob: systemdJob}
+	ctx, restart := context.WithCancel(ctx)
+	defer restart()
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-usr2:
+			lg.Info("SIGUSR2: stopping for a restart in place")
+			kinds.usr2.Store(true)
+			restart()
+		}
+	}()
 	a, err := agent.New(cfg, agent.Options{
 		Logger: lg, LogLevel: level, Version: version,
 		Backends: newBackends, RemoveAddresses: removeAddresses(lg),
 		LinkUp: l2.LinkUp, LinkEvents: watchInterfaces,
+		StopKind: kinds.kind, NextAdopts: nextAdopts(lg),
 	})
 	if err != nil {
 		lg.Error("vipd", "err", err)

@@ -194,12 +194,15 @@ func TestTargets(t *testing.T) {
 	got := map[string]Target{}
 	r := sample()
 	r.Failover = append(r.Failover, Trial{System: "vipd", Scenario: "health", Run: 1, From: "n1", To: "n2",
-		Gap: 1200 * time.Millisecond, Takeover: 1210 * time.Millisecond, Failed: 60})
+		Gap: 1200 * time.Millisecond, Takeover: 1210 * time.Millisecond, Failed: 60},
+		Trial{System: "vipd", Scenario: "restart", Run: 1, From: "n1", To: "n1"},
+		Trial{System: "keepalived", Scenario: "restart", Run: 1, From: "n1", To: "n2", Gap: 40 * time.Millisecond, Failed: 2})
 	for _, tg := range r.Targets() {
 		got[tg.Goal] = tg
 	}
 	for goal, want := range map[string]struct{ met, unknown bool }{
 		"planned handoff: zero failed probes (vipd)":                                                     {false, false}, // run 2 lost 2 probes
+		"agent restart on the owner: zero failed probes, the VIP stays (vipd)":                           {true, false},
 		"owner link down: median client gap under 0.5 s (vipd, fast)":                                    {false, false}, // 1.2 s
 		"owner cut off at the bridge: median client gap under 0.5 s (vipd, fast)":                        {false, true},
 		"owner's health endpoint failing: median client gap under 1.5 s (vipd, default health settings)": {true, false}, // 1.2 s
@@ -246,7 +249,7 @@ func TestMarkdown(t *testing.T) {
 	md := Markdown(sample(), Machine{NProc: 2, CPU: "Test CPU", Kernel: "Linux 6", Go: "go1.26"},
 		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1},
 			{Pkg: ConnsPkg, Name: "BenchmarkDelta/ipv4/conns=20000-2", N: 5, NsPerOp: 700000, Other: "1901 B/delta"}}, "RUNS=2 make bench", "benchmarks.svg")
-	for _, want := range []string{
+	reportHas(t, md,
 		"| CPU | Test CPU |",
 		"RUNS=2 make bench",
 		"![client-observed gap and takeover per scenario, min/median/max](benchmarks.svg)",
@@ -262,11 +265,7 @@ func TestMarkdown(t *testing.T) {
 		"| addrdel | vipd | 2 | 0 / 20 / 40 | - | 1 |",
 		"| ifrecreate | vipd | 1 | 1500 / 1500 / 1500 | 1500 / 1500 / 1500 | 75 |",
 		"| addrdel | keepalived | 0 (+1 failed) | - |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	if strings.Contains(md, "Not from the run above") {
 		t.Errorf("the report's own scale numbers are said to come from elsewhere")
 	}
@@ -370,18 +369,127 @@ func TestBGPReport(t *testing.T) {
 		{Scenario: "partition-all-bfd", Run: 3, Err: "lab not steady"},
 	}}
 	md := Markdown(r, Machine{NProc: 2, BIRD: "BIRD 2.0.12"}, nil, "PARTS=bgp make bench", "benchmarks.svg")
-	for _, want := range []string{
+	reportHas(t, md,
 		"| `all`: node in use cut off (hold timer) | 1 | 2600 / 2600 / 2600 | 2600 / 2600 / 2600 | 2580 / 2580 / 2580 | 129 |",
 		"| `all`: node in use cut off, BFD | 2 (+1 failed) | 300 / 320 / 340 | 300 / 320 / 340 | 280 / 300 / 320 | 15 |",
 		"- failed: partition-all-bfd run 3: lab not steady",
 		"| BGP cable cut with BFD: median client gap under 0.5 s (announce all, one path at the router) | median 300 ms over 2 runs | yes |",
-	} {
+	)
+	if strings.Contains(md, "owner vipd SIGKILL") {
+		t.Errorf("report has a row for a scenario without trials:\n%s", md)
+	}
+}
+
+// TestColdStartAndScaleRuns: the cold-start section and the targets of
+// cold start and the scale runs.
+func TestColdStartAndScaleRuns(t *testing.T) {
+	d := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	r := sample()
+	r.ColdStart = []ColdTrial{
+		{Nodes: 3, Delay: 0, Run: 1, First: "n1", Answered: d(1500)},
+		{Nodes: 3, Delay: 0, Run: 2, First: "n2", Answered: d(1700)},
+		{Nodes: 3, Delay: 5 * time.Second, Run: 1, First: "n2", Bootstrap: "n1", Answered: d(1900)},
+		{Nodes: 5, Delay: 5 * time.Second, Run: 1, Err: "bootstrap holder: none"},
+	}
+	r.Scale = &Scale{Nodes: 16, VIPs: 100, Start: d(6800), Starts: []time.Duration{d(6800), d(7100), d(42700)},
+		Leaves: []time.Duration{d(700)}, Leave: d(700), Moved: 12}
+	r.ColdStartSource = "`PARTS=coldstart make bench` on vipd 0960034"
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	reportHas(t, md,
+		"## Cold start",
+		"Not from the run above: `PARTS=coldstart make bench` on vipd 0960034.",
+		"| 3 | with the vipds | 2 | 1500 / 1600 / 1700 | 1500, 1700 |",
+		"| 3 | 5s after, a bootstrap holder elected | 1 | 1900 / 1900 / 1900 | 1900 |",
+		"| 5 | 5s after, a bootstrap holder elected | 0 (+1 failed) | - |",
+		"- failed: 5 nodes, ready after 5s, run 1: bootstrap holder: none",
+		"3 runs, each in a new lab",
+		"| start of every vipd to settled | 6800 / 7100 / 42700 (6800, 7100, 42700) |",
+	)
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		got[tg.Goal] = tg
+	}
+	cold := got["cold start: VIP answered by the first ready apiserver within 2s of it turning ready, every run ([3 5] nodes)"]
+	if cold.Met || cold.Unknown || !strings.Contains(cold.Measured, "max 1900 ms over 3 runs, 1 run(s) failed") {
+		t.Errorf("cold-start target with a failed run = %+v, want not met, saying so", cold)
+	}
+	sc := got["16 nodes, 100 VIPs: settled within 10s of starting every vipd, every run"]
+	if sc.Met || sc.Unknown || !strings.Contains(sc.Measured, "max 42700 ms over 3 runs") {
+		t.Errorf("scale target with a 42.7 s run = %+v, want not met", sc)
+	}
+	r.ColdStart = r.ColdStart[:3]
+	r.Scale.Starts = r.Scale.Starts[:2]
+	for _, tg := range r.Targets() {
+		if strings.HasPrefix(tg.Goal, "cold start") || strings.HasPrefix(tg.Goal, "16 nodes") {
+			if !tg.Met {
+				t.Errorf("%s = %+v, want met", tg.Goal, tg)
+			}
+		}
+	}
+}
+
+func TestServedFrom(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ps []netlab.Probe
+	add := func(ms int, ok bool, server string) {
+		ps = append(ps, netlab.Probe{Start: t0.Add(time.Duration(ms) * time.Millisecond), OK: ok, Server: server})
+	}
+	add(-20, true, "n1") // before since: ignored
+	add(0, true, "n2")
+	add(20, false, "")
+	for i := 0; i < servedRun; i++ {
+		add(40+20*i, true, "n1")
+	}
+	if got := servedFrom(ps, "n1", t0); got != 40*time.Millisecond {
+		t.Errorf("servedFrom = %v, want 40ms (the run after the failure)", got)
+	}
+	if got := servedFrom(ps[:len(ps)-1], "n1", t0); got != 0 {
+		t.Errorf("servedFrom with a run one short = %v, want 0", got)
+	}
+}
+
+// reportHas fails t for each of wants that md does not contain.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(md, "owner vipd SIGKILL") {
-		t.Errorf("report has a row for a scenario without trials:\n%s", md)
+}
+
+// TestMarkdownScenarioSource: a failover scenario spliced in from another
+// run says where it comes from.
+func TestMarkdownScenarioSource(t *testing.T) {
+	r := sample()
+	r.ScenarioSources = map[string]string{"restart": "`SCENARIOS=restart make bench` on vipd 0960034"}
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	reportHas(t, md, "a restart in place, then the next vipd", "Not from the run above: `SCENARIOS=restart make bench` on vipd 0960034.")
+	if strings.Count(md, "Not from the run above") != 1 {
+		t.Error("the source note is on more than the restart scenario")
+	}
+}
+
+// TestRestartTarget: a restart that moved the VIP, or lost a probe, misses
+// the restart target.
+func TestRestartTarget(t *testing.T) {
+	goal := "agent restart on the owner: zero failed probes, the VIP stays (vipd)"
+	for _, tt := range []struct {
+		name string
+		tr   Trial
+		met  bool
+	}{
+		{"stayed, nothing lost", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n1"}, true},
+		{"moved", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n2"}, false},
+		{"a probe lost", Trial{System: "vipd", Scenario: "restart", From: "n1", To: "n1", Failed: 1, Gap: 20 * time.Millisecond}, false},
+		{"failed run", Trial{System: "vipd", Scenario: "restart", Err: "lab not steady"}, false},
+	} {
+		r := &Results{Failover: []Trial{tt.tr}}
+		for _, tg := range r.Targets() {
+			if tg.Goal == goal && (tg.Met != tt.met || tg.Unknown) {
+				t.Errorf("%s: %+v, want met %t", tt.name, tg, tt.met)
+			}
+		}
 	}
 }
 

@@ -13,11 +13,12 @@ import (
 )
 
 // Scenarios are the L2 failover scenarios, in report order.
-var Scenarios = []string{"handoff", "crash", "linkdown", "partition", "health", "addrdel", "ifrecreate"}
+var Scenarios = []string{"handoff", "restart", "crash", "linkdown", "partition", "health", "addrdel", "ifrecreate"}
 
 // ScenarioTitle describes each scenario for the report.
 var ScenarioTitle = map[string]string{
 	"handoff":    "planned handoff (vipd: vipctl withdraw --wait; keepalived: SIGTERM, priority 0)",
+	"restart":    "restart of the owner's agent (vipd: SIGUSR2, a restart in place, then the next vipd; keepalived: SIGTERM, then start: what systemctl restart does); the VIP may stay on the owner",
 	"crash":      "owner agent SIGKILL",
 	"linkdown":   "owner link down",
 	"partition":  "owner cut off at the bridge",
@@ -29,7 +30,7 @@ var ScenarioTitle = map[string]string{
 // inPlace are the scenarios after which the VIP may come back on the same
 // node: the trial waits for the client to be answered again by any node,
 // not by another one.
-var inPlace = map[string]bool{"addrdel": true, "ifrecreate": true}
+var inPlace = map[string]bool{"addrdel": true, "ifrecreate": true, "restart": true}
 
 // Systems are the systems compared, in report order.
 var Systems = []string{"vipd", "keepalived"}
@@ -63,6 +64,8 @@ type system interface {
 	unhandoff(h *netlab.Host) error
 	// crash kills h's agent with SIGKILL; start brings it back.
 	crash(h *netlab.Host) error
+	// restart stops h's agent as a restart does and starts it again.
+	restart(h *netlab.Host) error
 	// membership are the nft matches of the agent's membership traffic
 	// (what the cut scenarios drop).
 	membership() []string
@@ -163,6 +166,9 @@ func trial(l *netlab.Lab, sys system, scenario string, run int) (tr Trial) {
 	case "handoff":
 		err = sys.handoff(owner)
 		heal = func() error { return sys.unhandoff(owner) }
+	case "restart":
+		err = sys.restart(owner)
+		heal = func() error { return nil }
 	case "crash":
 		err = sys.crash(owner)
 		heal = func() error { return sys.start(owner) }

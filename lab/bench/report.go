@@ -260,6 +260,22 @@ func (r *Results) Targets() []Target {
 	} else {
 		add("planned handoff: zero failed probes (vipd)", "not measured", false, true)
 	}
+	if rs, failed := r.trials("vipd", "restart"); len(rs) > 0 || failed > 0 {
+		worst, moved := 0, 0
+		for _, t := range rs {
+			worst = max(worst, t.Failed)
+			if t.To != "" && t.To != t.From {
+				moved++
+			}
+		}
+		measured := fmt.Sprintf("at most %d failed probe(s) in a run, the VIP moved in %d of %d runs", worst, moved, len(rs))
+		if failed > 0 {
+			measured += fmt.Sprintf(", %d run(s) failed", failed)
+		}
+		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", measured, worst == 0 && moved == 0 && failed == 0, false)
+	} else {
+		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", "not measured", false, true)
+	}
 	if c, _ := r.trials("vipd", "crash"); len(c) > 0 {
 		s := stat(c, takeoverOf)
 		add("agent crash: new owner answers, median under 0.5 s (vipd, fast)",
@@ -336,6 +352,7 @@ func (r *Results) Targets() []Target {
 		add("idle RSS under 40 MiB (vipd, 1 VIP)", "not measured", false, true)
 		add("idle CPU under 1% of a core (vipd, 1 VIP)", "not measured", false, true)
 	}
+	ts = append(ts, r.coldTargets()...)
 	if fp != nil && len(fp.Ready) > 0 {
 		s := Summarize(fp.Ready)
 		add("READY under 1 s after start, peers reachable", fmt.Sprintf("max %s ms over %d starts", ms(s.Max), s.N), s.Max < time.Second, false)
@@ -395,7 +412,11 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		}
 		p("\nScenarios:\n\n")
 		for _, sc := range Scenarios {
-			p("- `%s`: %s.\n", sc, ScenarioTitle[sc])
+			p("- `%s`: %s.", sc, ScenarioTitle[sc])
+			if src := r.ScenarioSources[sc]; src != "" {
+				p(" Not from the run above: %s.", src)
+			}
+			p("\n")
 		}
 		writeBreakdown(p, r)
 		p("\nvipd: `failure_detection = \"fast\"`, `rejoin_interval = \"2s\"`, `preempt = false`, health check GET %s with the default settings (every %v, timeout %v, rise %d, fall %d). ",
@@ -511,15 +532,23 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 
 	if sc := r.Scale; sc != nil {
 		p("## Scale\n\n")
-		p("%d node namespaces, %d L2 VIPs (no health check), one run. Settled: every VIP on exactly one node, holding for %v (the time is when it was first reached).\n\n", sc.Nodes, sc.VIPs, stableFor)
+		runs := "one run"
+		if n := max(len(sc.Starts), len(sc.Leaves)); n > 1 {
+			runs = fmt.Sprintf("%d runs, each in a new lab (min / median / max, then every run in order)", n)
+		}
+		p("%d node namespaces, %d L2 VIPs (no health check), %s. Settled: every VIP on exactly one node, holding for %v (the time is when it was first reached).\n\n", sc.Nodes, sc.VIPs, runs, stableFor)
 		if sc.Source != "" {
 			p("Not from the run above: %s.\n\n", sc.Source)
 		}
 		p("| | ms |\n|---|---|\n")
-		if sc.Start > 0 {
+		if len(sc.Starts) > 0 {
+			p("| start of every vipd to settled | %s (%s) |\n", mmm(Summarize(sc.Starts)), msList(sc.Starts))
+		} else if sc.Start > 0 {
 			p("| start of every vipd to settled | %s |\n", ms(sc.Start))
 		}
-		if sc.Leave > 0 {
+		if len(sc.Leaves) > 0 {
+			p("| SIGTERM to the node holding most VIPs (%d in the first run) to settled on the others | %s (%s) |\n", sc.Moved, mmm(Summarize(sc.Leaves)), msList(sc.Leaves))
+		} else if sc.Leave > 0 {
 			p("| SIGTERM to the node holding most VIPs (%d) to settled on the others | %s |\n", sc.Moved, ms(sc.Leave))
 		}
 		p("\n")
@@ -529,6 +558,10 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		if len(sc.Errors) > 0 {
 			p("\n")
 		}
+	}
+
+	if len(r.ColdStart) > 0 {
+		writeColdStart(p, r)
 	}
 
 	if kc := r.KubeClient; kc != nil {
@@ -571,6 +604,100 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		p("\n")
 	}
 	return b.String()
+}
+
+// msList formats ds as "6812, 7109, 42713" (ms).
+func msList(ds []time.Duration) string {
+	var parts []string
+	for _, d := range ds {
+		parts = append(parts, ms(d))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// coldTargets checks the cold-start trials and the scale runs against
+// their goals.
+func (r *Results) coldTargets() []Target {
+	var ts []Target
+	goal := fmt.Sprintf("cold start: VIP answered by the first ready apiserver within %v of it turning ready, every run (%v nodes)", coldTarget, ColdSizes)
+	if len(r.ColdStart) == 0 {
+		ts = append(ts, Target{Goal: goal, Measured: "not measured", Unknown: true})
+	} else {
+		var ok []time.Duration
+		failed := 0
+		for _, t := range r.ColdStart {
+			if t.Err != "" {
+				failed++
+				continue
+			}
+			ok = append(ok, t.Answered)
+		}
+		s := Summarize(ok)
+		measured := fmt.Sprintf("max %s ms over %d runs", ms(s.Max), s.N)
+		if failed > 0 {
+			measured += fmt.Sprintf(", %d run(s) failed", failed)
+		}
+		ts = append(ts, Target{Goal: goal, Measured: measured, Met: failed == 0 && s.N > 0 && s.Max <= coldTarget})
+	}
+	goal = fmt.Sprintf("%d nodes, %d VIPs: settled within %v of starting every vipd, every run", scaleNodes, scaleVIPs, scaleTarget)
+	switch sc := r.Scale; {
+	case sc == nil || (len(sc.Starts) == 0 && len(sc.Errors) == 0):
+		ts = append(ts, Target{Goal: goal, Measured: "not measured", Unknown: true})
+	default:
+		s := Summarize(sc.Starts)
+		measured := fmt.Sprintf("max %s ms over %d runs", ms(s.Max), s.N)
+		if len(sc.Errors) > 0 {
+			measured += fmt.Sprintf(", %d run(s) failed", len(sc.Errors))
+		}
+		ts = append(ts, Target{Goal: goal, Measured: measured, Met: len(sc.Errors) == 0 && s.N > 0 && s.Max <= scaleTarget})
+	}
+	return ts
+}
+
+// writeColdStart renders the cold-start section.
+func writeColdStart(p func(string, ...any), r *Results) {
+	p("## Cold start\n\n")
+	p("Every vipd of a cluster started at once (power restored), every apiserver unready (the lab HTTP server's `/readyz` answering 503, health check at the defaults), then one apiserver turning ready: at once, or %v after the start, once the bootstrap fallback has given the VIP to a node (then the first ready apiserver is another node's). Measured: from the apiserver turning ready to the first of %d probes in a row (every %v through the VIP, from the client) answered by its node. Target: %v.\n\n",
+		ColdDelays[len(ColdDelays)-1], servedRun, probeInterval, coldTarget)
+	if r.ColdStartSource != "" {
+		p("Not from the run above: %s.\n\n", r.ColdStartSource)
+	}
+	p("| nodes | first apiserver ready | runs | answered (ms, min / median / max) | every run (ms) |\n|---|---|---|---|---|\n")
+	for _, n := range ColdSizes {
+		for _, d := range ColdDelays {
+			var ok []time.Duration
+			failed := 0
+			for _, t := range r.ColdStart {
+				if t.Nodes != n || t.Delay != d {
+					continue
+				}
+				if t.Err != "" {
+					failed++
+					continue
+				}
+				ok = append(ok, t.Answered)
+			}
+			if len(ok) == 0 && failed == 0 {
+				continue
+			}
+			when := "with the vipds"
+			if d > 0 {
+				when = fmt.Sprintf("%v after, a bootstrap holder elected", d)
+			}
+			runs := strconv.Itoa(len(ok))
+			if failed > 0 {
+				runs += fmt.Sprintf(" (+%d failed)", failed)
+			}
+			p("| %d | %s | %s | %s | %s |\n", n, when, runs, mmm(Summarize(ok)), msList(ok))
+		}
+	}
+	p("\n")
+	for _, t := range r.ColdStart {
+		if t.Err != "" {
+			p("- failed: %d nodes, ready after %v, run %d: %s\n", t.Nodes, t.Delay, t.Run, t.Err)
+		}
+	}
+	p("\n")
 }
 
 func orUnknown(s string) string {

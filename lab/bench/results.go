@@ -39,8 +39,16 @@ type Results struct {
 	BGP []BGPTrial
 	// Footprint of vipd (nil when not measured).
 	Footprint *Footprint
-	// Scale of the 16-node run (nil when not measured).
+	// Scale of the 16-node runs (nil when not measured).
 	Scale *Scale
+	// ColdStart trials (cold start of a whole cluster).
+	ColdStart []ColdTrial `json:",omitempty"`
+	// ColdStartSource names the run the cold-start trials come from when
+	// it is not the report's own (as Scale.Source).
+	ColdStartSource string `json:",omitempty"`
+	// ScenarioSources names, for a failover scenario whose trials come
+	// from another run than the report's own, that run.
+	ScenarioSources map[string]string `json:",omitempty"`
 	// K8s holds one entry per Kubernetes clients trial (lab/k8slab).
 	K8s []k8slab.Trial `json:",omitempty"`
 	// K8sSource names the run the Kubernetes clients trials come from
@@ -150,12 +158,16 @@ type Scale struct {
 	// Nodes and VIPs of the lab.
 	Nodes, VIPs int
 	// Start is from starting every vipd to every VIP being on exactly one
-	// node.
+	// node, in the first run (the only one of older results).
 	Start time.Duration
+	// Starts is Start of every run, in run order.
+	Starts []time.Duration `json:",omitempty"`
 	// Leave is from SIGTERM to the node holding most VIPs to every VIP
-	// being on exactly one of the remaining nodes.
+	// being on exactly one of the remaining nodes, in the first run.
 	Leave time.Duration
-	// Moved is the number of VIPs the leaving node held.
+	// Leaves is Leave of every run.
+	Leaves []time.Duration `json:",omitempty"`
+	// Moved is the number of VIPs the leaving node held, in the first run.
 	Moved int
 	// Errors of parts that did not complete.
 	Errors []string `json:",omitempty"`

@@ -37,7 +37,7 @@ type Config struct {
 }
 
 // Parts are the parts of a run, in order.
-var Parts = []string{"failover", "bgp", "footprint", "scale", "k8s"}
+var Parts = []string{"failover", "bgp", "footprint", "scale", "coldstart", "k8s"}
 
 func has(list []string, s string) bool {
 	for _, x := range list {
@@ -109,13 +109,31 @@ func Run(ctx context.Context, c Config) *Results {
 		r.Footprint = fp
 	}
 	if has(c.Parts, "scale") && ctx.Err() == nil {
-		logf("scale: 16 nodes, 100 VIPs")
-		sc := &Scale{}
-		err := Do(ctx, "scale", c.Log, func(t *T) { scale(t, sc, c.Log, c.LogDir) })
-		if err != nil {
-			sc.Errors = append(sc.Errors, err.Error())
+		logf("scale: 16 nodes, 100 VIPs, %d runs", c.Runs)
+		sc := &Scale{Nodes: scaleNodes, VIPs: scaleVIPs}
+		for run := 1; run <= c.Runs && ctx.Err() == nil; run++ {
+			err := Do(ctx, fmt.Sprintf("scale-%d", run), c.Log, func(t *T) { scale(t, sc, run, c.Log, c.LogDir) })
+			if err != nil {
+				sc.Errors = append(sc.Errors, fmt.Sprintf("run %d: %v", run, err))
+			}
 		}
 		r.Scale = sc
+	}
+	if has(c.Parts, "coldstart") && ctx.Err() == nil {
+		logf("coldstart: %v nodes, first apiserver ready %v after the start, %d runs each", ColdSizes, ColdDelays, c.Runs)
+		for _, n := range ColdSizes {
+			if ctx.Err() != nil {
+				break
+			}
+			// One lab per size, each under a name of its own (the name
+			// makes the lab's namespace prefix).
+			err := Do(ctx, fmt.Sprintf("coldstart-%d", n), c.Log, func(t *T) {
+				r.ColdStart = append(r.ColdStart, coldStart(t, n, c.Runs, c.Log, c.LogDir)...)
+			})
+			if err != nil {
+				r.Errors = append(r.Errors, err.Error())
+			}
+		}
 	}
 	if has(c.Parts, "k8s") && ctx.Err() == nil {
 		k8sBench(ctx, c, r, logf)

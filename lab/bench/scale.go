@@ -17,6 +17,8 @@ const (
 	// stableFor: a placement counts as settled once it held this long; the
 	// time reported is when it was first reached.
 	stableFor = 3 * time.Second
+	// scaleTarget is the goal: every run settled within it.
+	scaleTarget = 10 * time.Second
 )
 
 // placement returns, per node name, the VIPs of vips on its interface.
@@ -89,11 +91,11 @@ func settleTime(l *netlab.Lab, vips []netlab.VIP, exclude *netlab.Host, t0 time.
 	return first.Sub(t0), nil
 }
 
-func scale(t *T, sc *Scale, log io.Writer, logDir string) {
-	sc.Nodes, sc.VIPs = scaleNodes, scaleVIPs
+// scale measures one run in a new lab and appends it to sc.
+func scale(t *T, sc *Scale, run int, log io.Writer, logDir string) {
 	no := false
 	l := netlab.New(t, netlab.Options{Nodes: scaleNodes, Client: &no})
-	keepLogs(t, l, logDir, "scale")
+	keepLogs(t, l, logDir, fmt.Sprintf("scale-%d", run))
 	o := netlab.VipdOptions{VIPs: manyVIPs(scaleVIPs, false), RejoinInterval: "5s", FailureDetection: "fast", LogLevel: "info"}
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -106,8 +108,11 @@ func scale(t *T, sc *Scale, log io.Writer, logDir string) {
 	if err != nil {
 		t.Fatalf("after start: %v", err)
 	}
-	sc.Start = d
-	fmt.Fprintf(log, "    scale: %d VIPs settled on %d nodes %v after start\n", scaleVIPs, scaleNodes, d)
+	if len(sc.Starts) == 0 {
+		sc.Start = d
+	}
+	sc.Starts = append(sc.Starts, d)
+	fmt.Fprintf(log, "    scale run %d: %d VIPs settled on %d nodes %v after start\n", run, scaleVIPs, scaleNodes, d)
 
 	pl, err := placement(l, o.VIPs)
 	if err != nil {
@@ -119,7 +124,7 @@ func scale(t *T, sc *Scale, log io.Writer, logDir string) {
 			leaver = n
 		}
 	}
-	sc.Moved = len(pl[leaver.Name])
+	moved := len(pl[leaver.Name])
 	t0 = time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- l.StopVipd(leaver, syscall.SIGTERM, time.Minute) }()
@@ -127,8 +132,11 @@ func scale(t *T, sc *Scale, log io.Writer, logDir string) {
 	if err != nil {
 		t.Fatalf("after %s left: %v", leaver.Name, err)
 	}
-	sc.Leave = d
-	fmt.Fprintf(log, "    scale: %d VIPs of %s moved %v after SIGTERM\n", sc.Moved, leaver.Name, d)
+	if len(sc.Leaves) == 0 {
+		sc.Leave, sc.Moved = d, moved
+	}
+	sc.Leaves = append(sc.Leaves, d)
+	fmt.Fprintf(log, "    scale run %d: %d VIPs of %s moved %v after SIGTERM\n", run, moved, leaver.Name, d)
 	if err := <-stopped; err != nil {
 		t.Errorf("stop vipd on %s: %v", leaver.Name, err)
 	}

@@ -59,6 +59,15 @@ func (s *vipdSystem) unhandoff(h *netlab.Host) error {
 	return err
 }
 
+// restart stops h's vipd with SIGUSR2 (a restart in place) and starts the
+// next one at once, as systemd's restart job does.
+func (s *vipdSystem) restart(h *netlab.Host) error {
+	if err := s.l.StopVipd(h, syscall.SIGUSR2, 10*time.Second); err != nil {
+		return err
+	}
+	return s.start(h)
+}
+
 func (s *vipdSystem) crash(h *netlab.Host) error {
 	v := s.l.Vipd(h)
 	if v == nil {
@@ -236,6 +245,15 @@ func (s *keepalivedSystem) handoff(h *netlab.Host) error {
 }
 
 func (s *keepalivedSystem) unhandoff(h *netlab.Host) error { return s.start(h) }
+
+// restart is systemctl restart of keepalived: SIGTERM (the master
+// releases with priority 0), then start.
+func (s *keepalivedSystem) restart(h *netlab.Host) error {
+	if err := s.handoff(h); err != nil {
+		return err
+	}
+	return s.start(h)
+}
 
 // crash SIGKILLs the VRRP child first (so it cannot react to its parent's
 // death), then the parent, which was started with --dont-respawn. Both

@@ -76,48 +76,48 @@ exit
 func TestBIRD(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
 	l := newLab(t, "b")
-	b := routers.StartBIRD(t, l.routerNS, birdConf)
-	l.setRouter(router{
-		Router: b,
-		kind:   "bird",
-		established: func(n *node) (bool, string) {
-			return b.Established(n.name)
-		},
-		lastError: func(n *node) string {
-			out, _ := b.Cmd("show protocols all " + n.name)
-			return out
-		},
-		dump: func() string {
-			p, _ := b.Cmd("show protocols all")
-			r, _ := b.Cmd("show route all")
-			return p + "\n" + r
-		},
-	})
+	l.setRouter(birdRouter(routers.StartBIRD(t, l.routerNS, birdConf)))
 	runScenario(t, l)
 }
 
 func TestFRR(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	l := newLab(t, "f")
-	f := routers.StartFRR(t, l.routerNS, frrConf)
-	l.setRouter(router{
-		Router: f,
-		kind:   "frr",
-		established: func(n *node) (bool, string) {
-			return f.Established(n.ip)
+	l.setRouter(frrRouter(routers.StartFRR(t, l.routerNS, frrConf)))
+	runScenario(t, l, step{"owner-fence", ownerFence})
+}
+
+// birdRouter is the lab's view of BIRD b: sessions named after the nodes,
+// the protocols and the routes for the dump.
+func birdRouter(b *routers.BIRD) router {
+	return router{
+		Router:      b,
+		kind:        "bird",
+		established: func(n *node) (bool, string) { return b.Established(n.name) },
+		lastError:   func(n *node) string { out, _ := b.Cmd("show protocols all " + n.name); return out },
+		dump: func() string {
+			p, _ := b.Cmd("show protocols all")
+			r, _ := b.Cmd("show route all")
+			return p + "\n" + r
 		},
-		lastError: func(n *node) string {
-			out, _ := f.Cmd("show bgp neighbors " + n.ip.String() + " json")
-			return out
-		},
+	}
+}
+
+// frrRouter is the lab's view of FRR f: neighbors by address, the summary,
+// the VIP's BGP paths and its kernel route for the dump.
+func frrRouter(f *routers.FRR) router {
+	return router{
+		Router:      f,
+		kind:        "frr",
+		established: func(n *node) (bool, string) { return f.Established(n.ip) },
+		lastError:   func(n *node) string { out, _ := f.Cmd("show bgp neighbors " + n.ip.String() + " json"); return out },
 		dump: func() string {
 			s, _ := f.Cmd("show bgp summary")
 			r, _ := f.Cmd("show bgp ipv4 unicast " + vipPrefix.String())
 			z, _ := f.Cmd("show ip route " + vipPrefix.String())
 			return s + "\n" + r + "\n" + z
 		},
-	})
-	runScenario(t, l, step{"owner-fence", ownerFence})
+	}
 }
 
 // step is an extra announce=owner subtest of runScenario.

@@ -190,6 +190,8 @@ type lab struct {
 	router   router
 	// bfd adds BFD (100ms x 3) to every node's [[bgp.peer]].
 	bfd bool
+	// gracefulRestart is bgp.graceful_restart_time ("": left out, off).
+	gracefulRestart string
 }
 
 // newLab creates the namespaces and links: a bridge br0 (192.0.2.1/24) in
@@ -295,7 +297,7 @@ interface = "lo"
 asn = %d
 router_id = %q
 graceful_shutdown = %q
-
+%s
 [[bgp.peer]]
 address = %q
 asn = %d
@@ -303,7 +305,15 @@ password_file = %q
 hold_time = "3s"
 keepalive = "1s"
 %s`, n.name, filepath.Join(n.dir, "state"), n.socket(), n.ip, strings.Join(peers, ", "),
-		vipName, vip, announce, nodeASN, n.ip, drainDelay.String(), routerIP, routerASN, pw, l.bfdKeys())
+		vipName, vip, announce, nodeASN, n.ip, drainDelay.String(), l.grKeys(), routerIP, routerASN, pw, l.bfdKeys())
+}
+
+// grKeys returns the [bgp] graceful restart key when the lab sets it.
+func (l *lab) grKeys() string {
+	if l.gracefulRestart == "" {
+		return ""
+	}
+	return fmt.Sprintf("graceful_restart_time = %q\n", l.gracefulRestart)
 }
 
 // bfdKeys returns the [[bgp.peer]] BFD keys when the lab runs BFD.

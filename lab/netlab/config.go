@@ -27,7 +27,22 @@ func (l *Lab) StartVipdConfig(h *Host, config string) *Vipd {
 // stopping the test, for callers that record it and go on (a benchmark
 // trial).
 func (l *Lab) TryStartVipdConfig(h *Host, config string) (*Vipd, error) {
-	v, err := l.StartVipdNoWait(h, config)
+	return l.tryStartVipd(h, l.Tools.Vipd, config)
+}
+
+// StartVipdWith is StartVipdConfig running the vipd binary at bin instead
+// of Tools.Vipd: another release's, for a lab that mixes versions.
+func (l *Lab) StartVipdWith(h *Host, bin, config string) *Vipd {
+	l.t.Helper()
+	v, err := l.tryStartVipd(h, bin, config)
+	if err != nil {
+		l.t.Fatalf("netlab: %v", err)
+	}
+	return v
+}
+
+func (l *Lab) tryStartVipd(h *Host, bin, config string) (*Vipd, error) {
+	v, err := l.startVipd(h, bin, config)
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +70,15 @@ func (l *Lab) TryStartVipdConfig(h *Host, config string) (*Vipd, error) {
 // returns at once: for tests of what vipd does before its API answers (a
 // bind address not configured yet). It becomes h's vipd (Lab.Vipd).
 func (l *Lab) StartVipdNoWait(h *Host, config string, env ...string) (*Vipd, error) {
+	return l.startVipd(h, l.Tools.Vipd, config, env...)
+}
+
+func (l *Lab) startVipd(h *Host, bin, config string, env ...string) (*Vipd, error) {
 	path := filepath.Join(h.Dir, "vipd.toml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	argv := []string{l.Tools.Vipd, "--config", path}
+	argv := []string{bin, "--config", path}
 	if len(env) > 0 {
 		argv = append(append([]string{"env"}, env...), argv...)
 	}

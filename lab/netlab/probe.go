@@ -238,6 +238,10 @@ type ProbeOptions struct {
 	Timeout time.Duration
 	// Duration bounds the whole run. [60s]
 	Duration time.Duration
+	// Hold sends every probe on one held keep-alive connection, as a
+	// kubelet's watch (a new one after it breaks): a reset shows as a
+	// failed probe. [a new connection per probe]
+	Hold bool
 }
 
 // Prober runs the lab prober in the client namespace and collects its
@@ -279,9 +283,12 @@ func (l *Lab) StartProber(o ProbeOptions) *Prober {
 		l.t.Fatalf("netlab: %v", err)
 	}
 	pr := &Prober{Options: o, log: f}
-	p, err := l.Start(l.Client, "probe", filepath.Join(l.Client.Dir, "probe.log"), pr, l.Tools.Probe,
-		"-target", o.Target.String(), "-interval", o.Interval.String(), "-timeout", o.Timeout.String(),
-		"-duration", o.Duration.String())
+	argv := []string{l.Tools.Probe, "-target", o.Target.String(), "-interval", o.Interval.String(), "-timeout", o.Timeout.String(),
+		"-duration", o.Duration.String()}
+	if o.Hold {
+		argv = append(argv, "-hold")
+	}
+	p, err := l.Start(l.Client, "probe", filepath.Join(l.Client.Dir, "probe.log"), pr, argv...)
 	if err != nil {
 		f.Close()
 		l.t.Fatalf("netlab: %v", err)

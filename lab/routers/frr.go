@@ -205,6 +205,7 @@ func parseFRRRoutes(prefix netip.Prefix, out string) ([]Route, error) {
 			Nexthops []struct {
 				IP string `json:"ip"`
 			} `json:"nexthops"`
+			Stale bool `json:"stale"`
 		} `json:"paths"`
 	}
 	if strings.TrimSpace(out) == "{}" || strings.TrimSpace(out) == "" {
@@ -215,7 +216,7 @@ func parseFRRRoutes(prefix netip.Prefix, out string) ([]Route, error) {
 	}
 	var routes []Route
 	for _, p := range v.Paths {
-		r := Route{Prefix: prefix, Best: p.Bestpath != nil && p.Bestpath.Overall}
+		r := Route{Prefix: prefix, Best: p.Bestpath != nil && p.Bestpath.Overall, Stale: p.Stale}
 		for _, nh := range p.Nexthops {
 			if a, err := netip.ParseAddr(nh.IP); err == nil {
 				r.NextHops = append(r.NextHops, a)

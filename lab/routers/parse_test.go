@@ -43,13 +43,13 @@ func TestParseFRRRoutes(t *testing.T) {
 	out := `{"prefix":"203.0.113.10/32","paths":[
 	 {"community":{"string":"65000:100 graceful-shutdown","list":["65000:100","gracefulShutdown"]},
 	  "nexthops":[{"ip":"192.0.2.2","afi":"ipv4","used":true}],"bestpath":{"overall":true}},
-	 {"nexthops":[{"ip":"192.0.2.3"}]}]}`
+	 {"nexthops":[{"ip":"192.0.2.3"}],"stale":true}]}`
 	rs, err := parseFRRRoutes(p, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2 || !rs[0].Best || rs[1].Best {
-		t.Fatalf("routes = %+v, want 2 with the first best", rs)
+	if len(rs) != 2 || !rs[0].Best || rs[1].Best || rs[0].Stale || !rs[1].Stale {
+		t.Fatalf("routes = %+v, want 2 with the first best and the second stale", rs)
 	}
 	if !rs[0].HasCommunity("65535:0") || !rs[0].HasCommunity("65000:100") || rs[0].NextHops[0] != netip.MustParseAddr("192.0.2.2") {
 		t.Errorf("first route = %+v", rs[0])

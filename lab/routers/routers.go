@@ -26,6 +26,9 @@ type Route struct {
 	Communities []string
 	// Best is true for the path the router selected.
 	Best bool
+	// Stale is true for a path kept while its speaker restarts (BGP
+	// graceful restart, RFC 4724).
+	Stale bool
 }
 
 // HasCommunity reports whether r carries community c ("asn:value").

@@ -1,8 +1,12 @@
 #!/bin/sh
-# vipd package: after install or upgrade (deb postinst "configure", rpm %post).
-# Creates the vipd system group (owner of the API socket) and user (runs the
-# daemon), makes the config readable by it, and reloads systemd. It does not
-# enable or start vipd: edit /etc/vipd/vipd.toml first (docs/install.md).
+# vipd package: after install or upgrade (deb postinst "configure
+# [OLD-VERSION]", rpm %post with 1 on install, 2 on upgrade). Creates the vipd
+# system group (owner of the API socket) and user (runs the daemon), makes the
+# config readable by it, and reloads systemd. A first install does not enable
+# or start vipd: edit /etc/vipd/vipd.toml first (docs/install.md). An upgrade
+# restarts a running vipd with `systemctl try-restart`: a restart job, which
+# vipd keeps its VIPs through (restart in place, cluster.restart_grace) when
+# the new binary and every peer support it, and hands them off otherwise.
 set -e
 
 if ! getent group vipd >/dev/null; then
@@ -24,10 +28,17 @@ if [ -f "$conf" ] && [ "$(stat -c %G "$conf")" = root ]; then
 	chmod 0640 "$conf"
 fi
 
+upgrade=
+case "$1" in
+configure) [ -z "$2" ] || upgrade=1 ;;
+[2-9]) upgrade=1 ;;
+esac
+
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
-	if systemctl is-active --quiet vipd; then
-		echo "vipd: the running daemon still uses the old binary; restart it node by node (systemctl restart vipd hands the VIP off first)"
+	if [ -n "$upgrade" ] && systemctl is-active --quiet vipd; then
+		echo "vipd: restarting vipd on the new binary (in place: its VIPs stay when the peers support it)"
+		systemctl try-restart vipd.service || echo "vipd: restart failed; see journalctl -u vipd (its peers take its VIPs over)" >&2
 	fi
 fi
 exit 0

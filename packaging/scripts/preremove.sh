@@ -1,8 +1,9 @@
 #!/bin/sh
 # vipd package: before removal (deb prerm, rpm %preun). On a real removal
-# (deb "remove", rpm count 0) stop and disable the unit; stopping hands the
-# VIP to another node and ExecStopPost removes the addresses. Upgrades keep
-# the daemon running.
+# (deb "remove", rpm count 0) stop and disable the unit; stopping (a stop job,
+# not a restart) hands the VIP to another node and ExecStopPost removes the
+# addresses. Upgrades keep the daemon running: the new package's postinstall
+# restarts it in place.
 set -e
 
 case "$1" in

@@ -20,11 +20,22 @@
 #      reload after an edit and a restart of systemd-networkd; without the
 #      packaged drop-in the VIPs (IPv4 and IPv6) are back within 1 s; with
 #      it (/usr/share/vipd/networkd/vipd.conf) they are never removed
+#   k  a root:root 0600 kubelet kubeconfig and client certificate as
+#      kubernetes.kubeconfig: without the packaged kubelet-credentials drop-in
+#      the Node watch fails with permission denied (vipctl status, --check
+#      name the drop-in); linked as docs/install.md says, the watch reads
+#      them and reaches the network (connection refused: nothing serves)
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
 #      fix it, a crash still gets its VIP removed
 #   h  three containers on one bridge: systemctl stop vipd on the owner hands
-#      the VIP off with no failed probe from a client namespace
+#      the VIP off with no failed probe from a client namespace;
+#      systemctl restart vipd and a package upgrade (dpkg -i of a newer
+#      version: postinst try-restart) on the owner keep the VIP there
+#      (sampled every 50 ms), with no failed probe and no reset of a
+#      connection held open across them; a restart whose new process fails
+#      to start: the peers take over within the restart grace + 1.5 s, never
+#      two holders
 #
 # Steps waiting for a daemon change are listed in ST_XFAIL_REASON below; see
 # st_step in lib.sh for how XFAIL and XPASS are reported (selftest.sh checks
@@ -61,7 +72,8 @@ PEER_IP=192.0.2.12
 T_START=$(st_now)
 
 # The reporter first: a broken one could turn failures into passes.
-if ! selftest=$(packaging/systemd-test/selftest.sh 2>&1); then
+# (without the trace: the reporter's expected output has none)
+if ! selftest=$(env -u VIPD_SYSTEMD_TEST_TRACE packaging/systemd-test/selftest.sh 2>&1); then
 	echo "$selftest"
 	echo "systemd-test: the step reporter's self-test failed"
 	exit 1
@@ -88,6 +100,13 @@ DEB=$PKG_DEB
 mkdir -p "$LAB_DIR/bin"
 CGO_ENABLED=0 go build -trimpath -o "$LAB_DIR/bin/" ./lab/netlab/cmd/httpd ./lab/netlab/cmd/probe
 echo "package: $DEB"
+# The upgrade of step h4: the same package with a higher version.
+rm -rf "$LAB_DIR/deb-up"
+dpkg-deb -R "$DEB" "$LAB_DIR/deb-up"
+sed -i 's/^Version: .*/&+up1/' "$LAB_DIR/deb-up/DEBIAN/control"
+DEB_UP=$LAB_DIR/vipd-up.deb
+dpkg-deb -b "$LAB_DIR/deb-up" "$DEB_UP" >/dev/null
+echo "upgrade package: $DEB_UP ($(dpkg-deb -f "$DEB_UP" Version))"
 
 echo "== rootfs"
 mapfile -t deps < <(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/[[:space:]]//g' | grep .)
@@ -617,6 +636,102 @@ step_n6() {
 	st_wait 10 c1_has_vip || fail "the VIP is not back on eth0"
 }
 
+# --- k: the kubelet's credentials and the kubelet-credentials drop-in -------
+
+KC_CONF=/etc/kubernetes/kubelet.conf
+KC_PEM=/var/lib/kubelet/pki/kubelet-client-current.pem
+KC_LINK=/etc/systemd/system/vipd.service.d/kubelet-credentials.conf
+# kc_line: the kubernetes line of vipctl status.
+kc_line() { ct c1 vipctl status | grep '^kubernetes: ' || true; }
+kc_says() { kc_line | grep -q -- "$1"; }
+# kc_capamb: vipd's ambient capabilities (hex, /proc/PID/status).
+kc_capamb() { ct c1 awk '/^CapAmb:/ { print $2 }' "/proc/$(prop c1 MainPID)/status"; }
+# kc_has_dac CAPAMB: CAP_DAC_READ_SEARCH (bit 2) is in the mask.
+kc_has_dac() { [ $((0x$1 & 4)) != 0 ]; }
+step_k1() {
+	# kubeadm's layout: the kubeconfig names the rotating certificate file
+	# (certificate and key in one), both root:root 0600; the server is a
+	# port of c1's own address where nothing listens.
+	local d=$LAB_DIR/kc
+	command -v openssl >/dev/null || fail "openssl not found (apt-get install openssl)"
+	mkdir -p "$d"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=kubernetes \
+		-keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=system:nodes/CN=system:node:c1" \
+		-keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+	openssl x509 -req -in "$d/client.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 -out "$d/client.crt" 2>/dev/null
+	cat "$d/client.crt" "$d/client.key" >"$d/client.pem"
+	cat >"$d/kubelet.conf" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- cluster:
+		    certificate-authority-data: $(base64 -w0 <"$d/ca.crt")
+		    server: https://$C1_IP:6443
+		  name: kubernetes
+		contexts:
+		- context:
+		    cluster: kubernetes
+		    user: system:node:c1
+		  name: system:node:c1@kubernetes
+		current-context: system:node:c1@kubernetes
+		users:
+		- name: system:node:c1
+		  user:
+		    client-certificate: $KC_PEM
+		    client-key: $KC_PEM
+	EOF
+	ct c1 sh -c "mkdir -p -m 0755 /etc/kubernetes && mkdir -p -m 0700 /var/lib/kubelet && mkdir -p -m 0755 $(dirname $KC_PEM)"
+	ct c1 sh -c "umask 077 && cat > $KC_CONF" <"$d/kubelet.conf"
+	ct c1 sh -c "umask 077 && cat > $KC_PEM" <"$d/client.pem"
+	ct c1 chown root:root "$KC_CONF" "$KC_PEM"
+	ct c1 ls -l "$KC_CONF" "$KC_PEM"
+	[ "$(ct c1 stat -c '%U:%G %a' "$KC_CONF" "$KC_PEM" | sort -u)" = "root:root 600" ] || fail "the kubeconfig and certificate are not root:root 0600"
+	! ct c1 test -e "$KC_LINK" || fail "$KC_LINK exists before the step links it"
+	c1_config "" "$(printf '\n[kubernetes]\nenabled = true\nkubeconfig = "%s"' "$KC_CONF")"
+	ct c1 systemctl restart vipd.service
+	running_with_vip
+	st_wait 10 kc_says 'permission denied' || fail "vipctl status does not show the Node watch failing with permission denied: '$(kc_line)'"
+	echo "info: $(kc_line)"
+	kc_says "$KC_CONF" || fail "the status line does not name $KC_CONF"
+	kc_says /usr/share/vipd/systemd/kubelet-credentials.conf || fail "the status line does not name the drop-in"
+	c1_has_vip || fail "the failing watch changed something: the VIP is gone"
+	! kc_has_dac "$(kc_capamb)" || fail "vipd has CAP_DAC_READ_SEARCH without the drop-in (CapAmb $(kc_capamb))"
+	ct c1 vipd --check --config /etc/vipd/vipd.toml >"$LAB_DIR/k1.check" 2>&1 || true
+	grep -F "$KC_CONF" "$LAB_DIR/k1.check" | grep -q /usr/share/vipd/systemd/kubelet-credentials.conf ||
+		{ cat "$LAB_DIR/k1.check"; fail "vipd --check as root does not warn naming the drop-in"; }
+}
+# The drop-in linked exactly as docs/install.md says (the one command line).
+step_k2() {
+	local cmd
+	cmd=$(grep -m1 -E '^ *mkdir -p /etc/systemd/system/vipd.service.d && ln -s /usr/share/vipd/systemd/kubelet-credentials.conf ' docs/install.md | sed 's/^ *//')
+	[ -n "$cmd" ] || fail "docs/install.md has no command line linking the kubelet-credentials drop-in"
+	echo "from docs/install.md: $cmd"
+	ct c1 sh -ec "$cmd"
+	ct c1 test -L "$KC_LINK" || fail "$KC_LINK is not a link after the documented command"
+	running_with_vip
+	kc_has_dac "$(kc_capamb)" || fail "vipd lacks CAP_DAC_READ_SEARCH with the drop-in (CapAmb $(kc_capamb))"
+	# No longer permission denied: the watch read the kubeconfig and the
+	# certificate (the line names the Node from the certificate) and failed
+	# on the network.
+	reached() { kc_says 'kubernetes: node c1 ' && kc_says 'connection refused'; }
+	st_wait 10 reached || fail "with the drop-in the watch does not reach the network: '$(kc_line)'"
+	echo "info: $(kc_line)"
+	! kc_says 'permission denied' || fail "still permission denied with the drop-in"
+	ct c1 vipd --check --config /etc/vipd/vipd.toml >"$LAB_DIR/k2.check" 2>&1 || true
+	! grep -F "$KC_CONF" "$LAB_DIR/k2.check" || fail "vipd --check still warns although the drop-in is linked"
+}
+step_k3() {
+	ct c1 rm -f "$KC_LINK"
+	ct c1 rm -rf /etc/kubernetes /var/lib/kubelet
+	c1_config
+	ct c1 systemctl daemon-reload
+	ct c1 systemctl restart vipd.service
+	running_with_vip
+	! kc_has_dac "$(kc_capamb)" || fail "vipd keeps CAP_DAC_READ_SEARCH after the link is removed (CapAmb $(kc_capamb))"
+	st_wait 10 kc_says 'waiting for a kubelet kubeconfig' || fail "the Node watch does not wait for a kubeconfig again: '$(kc_line)'"
+}
+
 # --- 7: stop, purge ---------------------------------------------------------
 
 step_7a() {
@@ -763,6 +878,119 @@ step_h2() {
 	[ "$fails" = 0 ] || { grep ' fail ' "$LAB_DIR/h2.probe" | head -5; fail "$fails probes failed during the handoff"; }
 }
 
+# restart_watch NAME: starts, from the client namespace, a prober (a new
+# connection every 20 ms), a prober holding one keep-alive connection (a
+# request on it every 20 ms) and a sampler of the VIP's holders (every 50
+# ms), into $LAB_DIR/NAME.{probe,held,holders}.
+restart_watch() {
+	local name=$1
+	ip netns exec "$LAB_PREFIX-client" "$LAB_DIR/bin/probe" -target "$VIP:6443" -interval 20ms -timeout 300ms -duration 90s \
+		>"$LAB_DIR/$name.probe" 2>&1 </dev/null &
+	echo $! >"$LAB_DIR/$name.pids"
+	ip netns exec "$LAB_PREFIX-client" "$LAB_DIR/bin/probe" -hold -target "$VIP:6443" -interval 20ms -timeout 300ms -duration 90s \
+		>"$LAB_DIR/$name.held" 2>&1 </dev/null &
+	echo $! >>"$LAB_DIR/$name.pids"
+	(
+		end=$(($(st_now) + 90000))
+		while [ "$(st_now)" -lt "$end" ]; do
+			echo "$(st_now) $(owner_of | paste -sd, -)"
+			sleep 0.05
+		done
+	) >"$LAB_DIR/$name.holders" 2>/dev/null </dev/null &
+	echo $! >>"$LAB_DIR/$name.pids"
+}
+restart_unwatch() {
+	local p
+	[ -f "$LAB_DIR/$1.pids" ] || return 0
+	while read -r p; do lab_stop_pid "$p" TERM 5; done <"$LAB_DIR/$1.pids"
+	rm -f "$LAB_DIR/$1.pids"
+}
+# restart_in_place NAME CT CMD...: runs CMD in CT (the owner) under
+# restart_watch and checks the VIP never left it, no probe failed and the
+# held connection never broke.
+restart_in_place() {
+	local name=$1 owner=$2 pid0 pid1 t0 took total fails held hfails others
+	shift 2
+	trap "restart_unwatch $name" EXIT
+	[ "$(owner_of)" = "$owner" ] || fail "VIP holders: '$(owner_of | paste -sd' ')', want $owner alone"
+	pid0=$(prop "$owner" MainPID)
+	restart_watch "$name"
+	oks() { [ "$(grep -c " ok $owner " "$LAB_DIR/$name.$1")" -ge 25 ]; }
+	st_wait 10 oks probe || { tail -5 "$LAB_DIR/$name.probe"; fail "the client does not reach $owner through the VIP"; }
+	st_wait 10 oks held || { tail -5 "$LAB_DIR/$name.held"; fail "the held connection does not reach $owner"; }
+	journal_mark_ct "$owner" "$LAB_DIR/$name.cursor"
+	t0=$(st_now)
+	ct "$owner" "$@"
+	took=$(($(st_now) - t0))
+	pid1=$(prop "$owner" MainPID)
+	[ "$pid1" != "$pid0" ] && [ "$pid1" != 0 ] || fail "vipd was not restarted (MainPID $pid0 -> $pid1)"
+	# Past the grace: the new process holds on its own evidence.
+	sleep 4
+	restart_unwatch "$name"
+	trap - EXIT
+	journal_since_ct "$owner" "$LAB_DIR/$name.cursor" >"$LAB_DIR/$name.journal"
+	grep 'stopped for a restart in place' "$LAB_DIR/$name.journal" >/dev/null ||
+		{ grep -E 'restart|stopping|handing' "$LAB_DIR/$name.journal" | tail -8; fail "vipd did not stop for a restart in place"; }
+	grep 'taken over from the previous process' "$LAB_DIR/$name.journal" >/dev/null || fail "the new vipd did not take the VIP over"
+	others=$(awk -v o="$owner" '$2 != o { print }' "$LAB_DIR/$name.holders" | head -3)
+	[ -z "$others" ] || fail "the VIP left $owner: $(echo "$others" | paste -sd';' -)"
+	total=$(grep -cE ' (ok|fail) ' "$LAB_DIR/$name.probe" || true)
+	fails=$(grep -c ' fail ' "$LAB_DIR/$name.probe" || true)
+	held=$(grep -cE ' (ok|fail) ' "$LAB_DIR/$name.held" || true)
+	hfails=$(grep -vc " ok $owner " "$LAB_DIR/$name.held" || true)
+	echo "info: '$*' on $owner took $(st_secs "$took")s (MainPID $pid0 -> $pid1); $(wc -l <"$LAB_DIR/$name.holders") holder samples all $owner; $total probes, $fails failed; $held requests on one held connection, $hfails failed"
+	[ "$fails" = 0 ] || { grep ' fail ' "$LAB_DIR/$name.probe" | head -5; fail "$fails probes failed"; }
+	[ "$hfails" = 0 ] || { grep -v " ok $owner " "$LAB_DIR/$name.held" | head -5; fail "the held connection broke or left $owner"; }
+}
+journal_mark_ct() {
+	ct "$1" journalctl -n 0 --show-cursor --no-pager >"$2.raw"
+	sed -n 's/^-- cursor: //p' "$2.raw" >"$2"
+	[ -s "$2" ] || fail "no journal cursor in $1"
+}
+journal_since_ct() { ct "$1" journalctl -u vipd.service --after-cursor="$(cat "$2")" --no-pager -o short-precise; }
+three_alive_again() {
+	local n
+	for n in n1 n2 n3; do [ "$(ct "$n" vipctl status 2>/dev/null | grep -c ' alive ')" = 3 ] || return 1; done
+}
+step_h3() {
+	local owner
+	[ "$(prop n1 ActiveState)" = active ] || ct n1 systemctl start vipd.service
+	st_wait 20 three_alive_again || fail "the three nodes do not all see three alive members"
+	owner=$(owner_of)
+	restart_in_place h3 "$owner" systemctl restart vipd.service
+}
+step_h4() {
+	local owner v
+	owner=$(owner_of)
+	cp "$DEB_UP" "${ST_ROOT[$owner]}/root/vipd-up.deb"
+	restart_in_place h4 "$owner" dpkg -i /root/vipd-up.deb
+	v=$(ct "$owner" dpkg-query -W -f '${Version}' vipd)
+	case $v in *+up1) ;; *) fail "vipd $v installed on $owner after the upgrade" ;; esac
+}
+step_h5() {
+	local owner t0 took next fails two grace=3
+	owner=$(owner_of)
+	trap "restart_unwatch h5; ct $owner rm -f /etc/systemd/system/vipd.service.d/fail.conf; ct $owner systemctl daemon-reload; ct $owner systemctl reset-failed vipd.service 2>/dev/null; ct $owner systemctl start vipd.service" EXIT
+	ct "$owner" mkdir -p /etc/systemd/system/vipd.service.d
+	printf '[Service]\nExecStartPre=/bin/false\n' | ct "$owner" sh -c 'cat > /etc/systemd/system/vipd.service.d/fail.conf'
+	ct "$owner" systemctl daemon-reload
+	restart_watch h5
+	served() { grep -c " ok $owner " "$LAB_DIR/h5.probe" >/dev/null; }
+	st_wait 10 served || fail "the client does not reach $owner"
+	t0=$(st_now)
+	! ct "$owner" systemctl restart vipd.service 2>/dev/null || fail "the restart succeeded although ExecStartPre fails"
+	moved() { next=$(owner_of); [ -n "$next" ] && [ "$next" != "$owner" ] && [ "$(grep -c " ok $next " "$LAB_DIR/h5.probe")" -ge 1 ]; }
+	st_wait 10 moved || fail "no other node took the VIP over: holders '$(owner_of | paste -sd' ')'"
+	took=$(($(st_now) - t0))
+	sleep 1
+	restart_unwatch h5
+	two=$(awk '$2 ~ /,/ { print }' "$LAB_DIR/h5.holders" | head -3)
+	[ -z "$two" ] || fail "two holders at once: $(echo "$two" | paste -sd';' -)"
+	fails=$(grep -c ' fail ' "$LAB_DIR/h5.probe" || true)
+	echo "info: the new vipd on $owner failed to start; $next served the client $(st_secs "$took")s after systemctl restart (grace ${grace}s); $fails probes failed meanwhile"
+	[ "$took" -le $(((grace + 2) * 1000)) ] || fail "$next took over $(st_secs "$took")s after the restart, want within the grace (${grace}s) + 1.5s and the probe's answer"
+}
+
 # --- run --------------------------------------------------------------------
 
 echo "== single node (c1 $C1_IP, VIP $VIP)"
@@ -793,6 +1021,9 @@ st_step n3 "networkctl reload after an edit of the .network: the VIPs are back w
 st_step n4 "systemctl restart systemd-networkd: the VIPs are back within 1 s" step_n4
 st_step n5 "with the packaged networkd drop-in, none of the three removes a VIP" step_n5
 st_step n6 "networkd off again, one VIP" step_n6
+st_step k1 "a root-only kubelet kubeconfig: the Node watch fails with permission denied, status and --check name the drop-in" step_k1
+st_step k2 "with the kubelet-credentials drop-in linked as documented, the watch reaches the network" step_k2
+st_step k3 "the drop-in unlinked and the watch off again" step_k3
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
 st_step 7c "dpkg -P keeps the vipd user and group (docs/install.md)" step_7c
@@ -823,6 +1054,9 @@ else
 		st_step h1 "three containers run the packaged unit as one cluster, n1 holds the VIP" step_h1
 		ST_JOURNAL_CT=n1
 		st_step h2 "systemctl stop vipd on the owner hands off with 0 failed probes" step_h2
+		st_step h3 "systemctl restart vipd on the owner keeps the VIP: 0 failed probes, a held connection unbroken" step_h3
+		st_step h4 "a package upgrade on the owner (postinst try-restart) keeps the VIP: 0 failed probes, a held connection unbroken" step_h4
+		st_step h5 "a restart whose new process fails to start: a peer takes over within the grace + 1.5s, never two holders" step_h5
 	else
 		ST_FAIL=$((ST_FAIL + 1))
 		echo "FAIL h: the three containers did not boot"

@@ -332,6 +332,10 @@ func TestStatusShowsKubernetes(t *testing.T) {
 			[]string{`(?m)^kubernetes: node cp-1 cordoned, excluded from external load balancers → withdrawn \(`, `(?m)^warning: the Node withdraws this node \(node cordoned\) but no other node can take the VIP$`}, nil},
 		{"enabled, no kubeconfig", &apipb.StatusResponse{Node: "cp-1", Kubernetes: &apipb.KubernetesStatus{Enabled: true, Explicit: true, Error: "no kubeconfig found (looked for /k)"}},
 			[]string{`(?m)^kubernetes: enabled, but no kubeconfig is found; a cordoned or deleted Node does not withdraw this node \(no kubeconfig found \(looked for /k\)\)$`}, nil},
+		{"kubeconfig not readable", &apipb.StatusResponse{Node: "cp-1", Kubernetes: &apipb.KubernetesStatus{Enabled: true, Explicit: true,
+			Error: "open /etc/kubernetes/kubelet.conf: permission denied (user vipd cannot read it: link /usr/share/vipd/systemd/kubelet-credentials.conf ...)"}},
+			[]string{`(?m)^kubernetes: the kubeconfig cannot be used, so a cordoned or deleted Node does not withdraw this node: open /etc/kubernetes/kubelet\.conf: permission denied \(user vipd cannot read it: link /usr/share/vipd/systemd/kubelet-credentials\.conf \.\.\.\)$`},
+			[]string{"no kubeconfig is found", "waiting for"}},
 		{"off", &apipb.StatusResponse{Node: "cp-1"}, nil, []string{"kubernetes", "warning"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -167,6 +167,11 @@ func (p printer) kubernetesLine(st *apipb.StatusResponse) string {
 		return ""
 	}
 	if k.GetKubeconfig() == "" {
+		// A kubeconfig found but not read (no permission, broken): the
+		// error says which and why.
+		if e := k.GetError(); e != "" && !strings.HasPrefix(e, "no kubeconfig found") {
+			return "kubernetes: the kubeconfig cannot be used, so a cordoned or deleted Node does not withdraw this node: " + e
+		}
 		line := "kubernetes: waiting for a kubelet kubeconfig"
 		if k.GetExplicit() {
 			line = "kubernetes: enabled, but no kubeconfig is found; a cordoned or deleted Node does not withdraw this node"

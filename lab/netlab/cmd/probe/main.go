@@ -6,6 +6,11 @@
 // and duration and stops early on SIGTERM/SIGINT after finishing the probes
 // in flight.
 //
+// With -hold it holds one HTTP/1.1 keep-alive connection instead, as a
+// kubelet holds its watch: every interval one request on it, in turn; a
+// connection that breaks (reset, closed, no answer within the timeout) is
+// a fail line, and the next probe opens a new one.
+//
 // With -report it instead reads such output and an events file
 // ("UNIX_MS LABEL" lines) and prints the per-event timeline of
 // netlab.Analyze.
@@ -37,6 +42,7 @@ func main() {
 	count := flag.Int("count", 0, "bound on the number of probes [duration/interval]")
 	report := flag.String("report", "", "print the timeline of this probe output file instead of probing")
 	events := flag.String("events", "", "with -report: the events file")
+	hold := flag.Bool("hold", false, "hold one keep-alive connection and send every probe on it (a new one after it breaks)")
 	flag.Parse()
 	if *report != "" {
 		if err := printReport(os.Stdout, *report, *events, *interval); err != nil {
@@ -57,7 +63,80 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *hold {
+		runHold(ctx, os.Stdout, *target, *interval, *timeout, *duration, *count)
+		return
+	}
 	run(ctx, os.Stdout, *target, *interval, *timeout, *duration, *count)
+}
+
+// runHold probes on one held connection, one request at a time.
+func runHold(ctx context.Context, out io.Writer, target string, interval, timeout, duration time.Duration, count int) {
+	w := bufio.NewWriter(out)
+	defer w.Flush()
+	var conn net.Conn
+	var r *bufio.Reader
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	deadline := time.Now().Add(duration)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for i := 0; i < count && time.Now().Before(deadline); i++ {
+		start := time.Now()
+		if conn == nil {
+			c, err := net.DialTimeout("tcp", target, timeout)
+			if err != nil {
+				fmt.Fprintf(w, "%d fail - connect: %s\n", start.UnixMilli(), oneLine(err.Error()))
+			} else {
+				conn, r = c, bufio.NewReader(c)
+			}
+		}
+		if conn != nil {
+			server, err := holdRequest(conn, r, timeout)
+			if err != nil {
+				fmt.Fprintf(w, "%d fail - held connection: %s\n", start.UnixMilli(), oneLine(err.Error()))
+				conn.Close()
+				conn = nil
+			} else {
+				fmt.Fprintf(w, "%d ok %s %s\n", start.UnixMilli(), server, time.Since(start).Round(time.Microsecond))
+			}
+		}
+		w.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// holdRequest sends one GET on conn and returns the first word of the
+// answer.
+func holdRequest(conn net.Conn, r *bufio.Reader, timeout time.Duration) (string, error) {
+	conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: vip\r\nConnection: keep-alive\r\n\r\n"); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s", resp.Status)
+	}
+	f := strings.Fields(string(body))
+	if len(f) == 0 {
+		return "", fmt.Errorf("empty answer")
+	}
+	return f[0], nil
 }
 
 func run(ctx context.Context, out io.Writer, target string, interval, timeout, duration time.Duration, count int) {

@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+)
+
+// holderSamples samples the wire's holders of c's VIP every 20 ms until
+// stopped.
+func holderSamples(c *testCluster) (stop func() [][]string) {
+	done, out := make(chan struct{}), make(chan [][]string, 1)
+	go func() {
+		var ss [][]string
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			ss = append(ss, c.w.holdersOf(c.vip))
+			select {
+			case <-done:
+				out <- ss
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() [][]string { close(done); return <-out }
+}
+
+// stopOwnerForRestart starts c steady and stops its owner for a restart in
+// place, sampling the holders from before the stop: the owner, the claims
+// so far, the samples' stop and when the stop began.
+func (c *testCluster) stopOwnerForRestart() (owner string, claims0 int, samples func() [][]string, stopped time.Time) {
+	owner = c.startSteady()
+	claims0 = c.w.claimCount()
+	samples = holderSamples(c)
+	c.nodes[owner].restart.Store(true)
+	stopped = time.Now()
+	c.stop(owner)
+	return owner, claims0, samples, stopped
+}
+
+// TestClusterRestartInPlace: the owner stops for a restart and its next
+// process starts a second later: the VIP never leaves it (every 20 ms
+// sample: exactly the owner), no node claims it, every node names the
+// owner all along, and the new process holds it and its lifetime is
+// forever again.
+func TestClusterRestartInPlace(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, c0, samples, _ := c.stopOwnerForRestart()
+	if _, left, err := loadRestart(c.nodes[owner].cfg.StateDir); err != nil || left <= 0 {
+		t.Fatalf("no restart record left: %v, %v", left, err)
+	}
+	time.Sleep(time.Second)
+	for n := range c.nodes {
+		if n != owner {
+			c.waitOwner(n, owner)
+		}
+	}
+	c.start(owner)
+	c.waitStatus(owner, func(st *apipb.StatusResponse) bool { return len(st.Vips) == 1 && st.Vips[0].Held }, "held by the new process")
+	// Past the grace: the new process holds on its own evidence now.
+	time.Sleep(config.DefaultRestartGrace)
+	ss := samples()
+	for i, s := range ss {
+		if !slices.Equal(s, []string{owner}) {
+			t.Fatalf("sample %d of %d: holders %v, want [%s] throughout the restart", i, len(ss), s, owner)
+		}
+	}
+	if claims := c.w.claimsSince(c0); len(claims) > 0 {
+		t.Errorf("claims during the restart: %v (the VIP was never released)", claims)
+	}
+	c.w.mu.Lock()
+	_, expiring := c.w.expires[c.vip][owner]
+	c.w.mu.Unlock()
+	if expiring {
+		t.Error("the adopted address still has a lifetime")
+	}
+	for n := range c.nodes {
+		c.waitOwner(n, owner)
+	}
+	if _, left, err := loadRestart(c.nodes[owner].cfg.StateDir); err != nil || left > 0 {
+		t.Error("the restart record is still there after the new process took it over")
+	}
+	t.Logf("%d samples over the restart: the owner %s held the VIP in every one", len(ss), owner)
+}
+
+// TestClusterRestartGraceRunsOut: the owner stops for a restart and no
+// process comes back. Its address goes with its lifetime (before the
+// grace ends), and the peers claim as for a crash once the grace has run
+// out, not before: never two holders.
+func TestClusterRestartGraceRunsOut(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, c0, samples, stopped := c.stopOwnerForRestart()
+	grace := config.DefaultRestartGrace
+	h := c.waitHolders(grace+5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "a peer holding after the grace")
+	claimed := time.Since(stopped)
+	ss := samples()
+	for i, s := range ss {
+		if len(s) > 1 {
+			t.Fatalf("sample %d: two holders %v", i, s)
+		}
+	}
+	claims := c.w.claimsSince(c0)
+	if len(claims) != 1 || claims[0] != h[0] {
+		t.Errorf("claims %v, want one by %s", claims, h[0])
+	}
+	if claimed < grace {
+		t.Errorf("a peer claimed %v after the owner stopped, before the grace (%v) ran out", claimed, grace)
+	}
+	t.Logf("no process came back: %s claimed %v after %s stopped (grace %v)", h[0], claimed.Round(10*time.Millisecond), owner, grace)
+}
+
+// TestClusterRestartNeedsAwarePeers: a member that does not say it
+// understands restarts in place (the previous release) would take the
+// owner's exit for a crash and claim at once: the owner hands off instead,
+// and leaves no record.
+func TestClusterRestartNeedsAwarePeers(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	old := ""
+	c.beforeRun = func(name string, a *Agent) {
+		if old == "" {
+			old = name
+			a.encodeMeta = func(m NodeMeta) ([]byte, error) {
+				m.RestartAware = false
+				return m.Encode()
+			}
+		}
+	}
+	owner := c.startSteady()
+	if owner == old {
+		// Let the old release's node be a follower: hand the VIP on.
+		if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{Wait: true, TimeoutMs: 10000}); err != nil {
+			t.Fatal(err)
+		}
+		owner = c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != old }, "moved off the old node")[0]
+	}
+	c.nodes[owner].restart.Store(true)
+	c.stop(owner)
+	h := c.waitHolders(10*time.Second, exactlyOne, "after the owner stopped")
+	if h[0] == owner {
+		t.Fatalf("the owner kept the VIP with %s unaware of restarts", old)
+	}
+	if _, left, _ := loadRestart(c.nodes[owner].cfg.StateDir); left > 0 {
+		t.Error("a restart record was left")
+	}
+	if c.log.count("member "+old+" runs a release without restarts in place") == 0 {
+		t.Error("the log does not say why the owner handed off")
+	}
+}
+
+// TestRestartRecord: the record is good only for this boot and before its
+// deadline, and RestartLeft drops it when asked (cleanup after a failure).
+func TestRestartRecord(t *testing.T) {
+	dir := t.TempDir()
+	id, now, err := bootClock()
+	if err != nil {
+		t.Skipf("no boot clock here: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		rec  restartRecord
+		good bool
+	}{
+		{"this boot, due", restartRecord{Version: 1, BootID: id, DeadlineNs: int64(now + time.Minute)}, true},
+		{"past its deadline", restartRecord{Version: 1, BootID: id, DeadlineNs: int64(now - time.Second)}, false},
+		{"another boot", restartRecord{Version: 1, BootID: "0d0a", DeadlineNs: int64(now + time.Minute)}, false},
+		{"a newer protocol", restartRecord{Version: RestartProtocol + 1, BootID: id, DeadlineNs: int64(now + time.Minute)}, false},
+	} {
+		if err := saveRestart(dir, tt.rec); err != nil {
+			t.Fatal(err)
+		}
+		left, err := RestartLeft(dir, false)
+		if err != nil || (left > 0) != tt.good {
+			t.Errorf("%s: left %v, %v; want good %t", tt.name, left, err, tt.good)
+		}
+	}
+	if _, err := RestartLeft(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := RestartLeft(dir, false); left != 0 || err != nil {
+		t.Errorf("after a drop: left %v, %v; want no record", left, err)
+	}
+}
+
+// TestRestartLifetime: an address left for a restart goes by the end of
+// the grace (whole seconds, less the kernel's second of slack).
+func TestRestartLifetime(t *testing.T) {
+	for grace, want := range map[time.Duration]time.Duration{
+		2 * time.Second: time.Second, 3 * time.Second: 2 * time.Second, 3500 * time.Millisecond: 2 * time.Second, time.Minute: 59 * time.Second,
+	} {
+		if got := restartLifetime(grace); got != want {
+			t.Errorf("restartLifetime(%v) = %v, want %v", grace, got, want)
+		}
+	}
+}
