@@ -40,7 +40,7 @@ endif
 # and already ran above). ./lab/... includes lab/vm, which runs the labs
 # this kernel cannot (lab/bondvlan needs bonding and 802.1Q) in a QEMU VM
 # booted with Debian's kernel; see lab/vm's doc.
-NETNS_PKGS := ./l2/... ./bgp/... ./cmd/... ./lab/...
+NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./cmd/... ./lab/...
 netns-test: build k8s-bin
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 25m -p 1 $(NETNS_PKGS)
 
@@ -77,6 +77,10 @@ fuzz:
 	done
 	@echo "fuzz FuzzUnmarshal ($(FUZZTIME))"
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime $(FUZZTIME) ./bfd
+	@for f in FuzzDecodeSet FuzzDecodeDelta; do \
+		echo "fuzz $$f ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./conns || exit 1; \
+	done
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }

@@ -15,6 +15,9 @@
 //	reload.go     SIGHUP
 //	rejoin.go     the peer cache and the rejoin loop
 //	conflicts.go  another host answering for a held VIP
+//	clients.go    the VIPs' client connections: publish them, reset the
+//	              previous holder's after a takeover, close this node's on
+//	              a planned handoff (package conns does the work)
 //	withdraw.go   withdraw, restore, forget
 //	status.go     the status snapshot the API serves
 //	api.go        the gRPC server on the unix socket
@@ -136,6 +139,11 @@ type Options struct {
 	// loop then reads the world at once instead of at its next tick. [none:
 	// the world is read at every tick only]
 	LinkEvents func(ctx context.Context, changed func(iface string)) error
+	// Conns opens what lists, closes and resets the VIPs' client
+	// connections ([connections] in the configuration). When it fails,
+	// vipd runs without it (and says so). [the kernel's: conns.Open and
+	// conns.NewPoker in vipd's network namespace]
+	Conns func() (ConnsBackend, error)
 	// NodeWatch, when set, adjusts the configuration of the Kubernetes
 	// Node watch before it starts (tests shorten its timers). [none]
 	NodeWatch func(nodewatch.Config) nodewatch.Config
@@ -173,6 +181,7 @@ type Agent struct {
 	backends Backends
 	keyring  *memberlist.Keyring // nil without encryption
 	lease    *lease.Runner
+	clients  *clients // the VIPs' client connections (clients.go)
 
 	// Shared with the goroutines around the loop.
 	cache      peerCache
@@ -282,6 +291,11 @@ type vipState struct {
 
 	// stopWatch ends the conflict watcher while the VIP is held.
 	stopWatch context.CancelFunc
+
+	// lastHolder is the other member last seen holding the VIP; takeover
+	// is set when this node claimed it from one (clients.go).
+	lastHolder string
+	takeover   *takeover
 }
 
 // conflict is another MAC answering for a VIP this node holds.
@@ -316,6 +330,9 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 	}
 	if opts.LinkUp == nil {
 		opts.LinkUp = func(string) bool { return true }
+	}
+	if opts.Conns == nil {
+		opts.Conns = openKernelConns
 	}
 	a := &Agent{
 		opts:       opts,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/conns"
 )
 
 // wire is a fake network shared by in-process agents: it records which
@@ -40,6 +42,9 @@ type wire struct {
 	// claims lists, in order, every node that put an address on the wire
 	// when it did not have it.
 	claims []string
+	// stuck nodes cannot take their addresses off the wire (Withdraw
+	// fails), as with a wedged netlink socket.
+	stuck map[string]bool
 }
 
 // claimCount is how many claims the wire has seen.
@@ -65,7 +70,7 @@ func (w *wire) remove(node string, a netip.Addr) {
 }
 
 func newWire() *wire {
-	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}}
+	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}, stuck: map[string]bool{}}
 }
 
 // expireLocked drops the addresses whose lifetime has run out.
@@ -130,6 +135,9 @@ func (f *fakeAnnouncer) Verify(_ context.Context, a netip.Addr) (bool, error) {
 func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
+	if f.w.stuck[f.node] {
+		return errors.New("withdraw stuck (test)")
+	}
 	delete(f.w.holders[a], f.node)
 	delete(f.w.expires[a], f.node)
 	return nil
@@ -155,12 +163,81 @@ func (f *fakeAnnouncer) SetLifetime(_ context.Context, a netip.Addr, life time.D
 	return nil
 }
 
+// setStuck makes node's withdraws fail, or work again.
+func (w *wire) setStuck(node string, stuck bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stuck[node] = stuck
+}
+
 func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	f.w.drains[f.node]++
 	return nil
 }
+
+// fakeConns is one node's view of its client connections: what List
+// returns for the VIPs it is asked about, and every reset and close.
+type fakeConns struct {
+	mu     sync.Mutex
+	has    []conns.Conn // the node's connections, on any VIP
+	pokes  []conns.Conn
+	closed int
+	// onPoke, when set, runs at each Poke (with f's lock held).
+	onPoke func()
+}
+
+func (f *fakeConns) set(cs ...conns.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.has = cs
+}
+
+func (f *fakeConns) poked() []conns.Conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.pokes)
+}
+
+func (f *fakeConns) List(flt conns.Filter) (conns.Set, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []conns.Conn
+	for _, c := range f.has {
+		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) {
+			out = append(out, c)
+		}
+	}
+	return conns.NewSet(out...), nil
+}
+
+func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keep, n := f.has[:0:0], 0
+	for _, c := range f.has {
+		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) {
+			n++
+			continue
+		}
+		keep = append(keep, c)
+	}
+	f.has, f.closed = keep, f.closed+n
+	return n, nil
+}
+
+func (f *fakeConns) Poke(_ context.Context, cs []conns.Conn, _ conns.PokeConfig) (conns.PokeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.onPoke != nil {
+		f.onPoke()
+	}
+	f.pokes = append(f.pokes, cs...)
+	return conns.PokeResult{Sent: len(cs)}, nil
+}
+
+func (f *fakeConns) Close() error { return nil }
 
 type fakeBackends struct{ ann *fakeAnnouncer }
 
@@ -190,6 +267,8 @@ type testNode struct {
 	idleTick time.Duration
 	// linkChanged is the agent's Options.LinkEvents callback while it runs.
 	linkChanged atomic.Pointer[func(string)]
+	// conns are the node's client connections (Options.Conns).
+	conns fakeConns
 	// restart makes the next stop a restart in place (Options.StopKind),
 	// with a successor that adopts (Options.NextAdopts).
 	restart atomic.Bool
@@ -304,6 +383,7 @@ func (c *testCluster) start(name string) {
 			return nil
 		},
 		IdleTick: n.idleTick,
+		Conns:    func() (ConnsBackend, error) { return &n.conns, nil },
 		StopKind: func() StopKind {
 			if n.restart.Load() {
 				return StopRestart

@@ -122,6 +122,10 @@ type decision struct {
 	// WantsFence: this node is about to claim the VIP (or waits to): its
 	// lease must drive rounds so a fresh majority evidence is there.
 	WantsFence bool
+	// CloseClients: the release completes a handoff (the successor holds
+	// the VIP): close this node's client connections on it first, so the
+	// clients reconnect to the successor at once.
+	CloseClients bool
 	// Settling: this node waits out a settle period before claiming.
 	Settling      bool
 	SettleStarted time.Time
@@ -289,7 +293,9 @@ func (d decision) handoff(in decideInput) decision {
 	case res.Owner == "":
 		return d.release("no eligible node")
 	case successorHolds:
-		return d.release("successor " + res.Owner + " holds it")
+		d = d.release("successor " + res.Owner + " holds it")
+		d.CloseClients = true
+		return d
 	case in.Now.Sub(d.HandoffStarted) >= in.HandoffTimeout:
 		return d.release("handoff timeout; successor " + orNone(res.Owner) + " did not confirm")
 	}

@@ -262,6 +262,7 @@ func TestDecide(t *testing.T) {
 			},
 			do:     actRelease,
 			reason: "successor b holds it",
+			check:  closesClients(true),
 		},
 		{
 			name: "handoff: timeout passes, release",
@@ -272,6 +273,8 @@ func TestDecide(t *testing.T) {
 			},
 			do:     actRelease,
 			reason: "handoff timeout",
+			// Nobody took over: the clients would reconnect to nothing.
+			check: closesClients(false),
 		},
 		{
 			name: "no eligible node at all: release at once",
@@ -282,6 +285,7 @@ func TestDecide(t *testing.T) {
 			},
 			do:     actRelease,
 			reason: "no eligible node",
+			check:  closesClients(false),
 		},
 		{
 			name: "planned BGP departure: drain first",
@@ -344,6 +348,7 @@ func TestDecide(t *testing.T) {
 			},
 			do:     actRelease,
 			reason: "successor a holds it",
+			check:  closesClients(true),
 		},
 		{
 			name: "contest ended in self's favour: re-announce (L2)",
@@ -384,6 +389,16 @@ func TestDecide(t *testing.T) {
 				tt.check(t, d)
 			}
 		})
+	}
+}
+
+// closesClients checks that a release closes this node's client
+// connections on the VIP (a handoff the successor completed) or not.
+func closesClients(want bool) func(*testing.T, decision) {
+	return func(t *testing.T, d decision) {
+		if d.CloseClients != want {
+			t.Errorf("CloseClients = %v, want %v", d.CloseClients, want)
+		}
 	}
 }
 

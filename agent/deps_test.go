@@ -7,15 +7,16 @@ import (
 )
 
 // TestDeps turns the layering into a test: the backends (l2, bgp, bfd) and
-// the agent's own packages never import the agent, the lease imports
-// nothing of vipd's, and the agent reaches the backends only through the
+// the agent's own packages never import the agent, the lease and conns
+// import nothing of vipd's, and the agent reaches the backends only through the
 // Announcer interface (cmd/vipd builds them; agent/config uses their
 // validation).
 func TestDeps(t *testing.T) {
 	backend := map[string]string{"github.com/vipd/vipd/agent/...": "a backend knows nothing of the agent: the agent calls it through Announcer"}
 	part := map[string]string{"github.com/vipd/vipd/agent": "a part of the agent with its own API: the agent uses it, not the other way round"}
 	bottom := map[string]string{"github.com/vipd/vipd/...": "the lease is the safety argument: it stands on nothing else of vipd's, so it can be read alone"}
-	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "./config": part, "./lease": bottom} {
+	leaf := map[string]string{"github.com/vipd/vipd/...": "conns (the clients' connections) is a leaf: the agent uses it, and it is tested alone"}
+	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "../conns": leaf, "./config": part, "./lease": bottom} {
 		t.Run(pkg, func(t *testing.T) {
 			deptest.DepChecker{Pkg: pkg, BadDeps: bad}.Check(t)
 		})

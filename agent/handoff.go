@@ -19,6 +19,9 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 	switch d.Do {
 	case actClaim:
 		a.claim(ctx, v, d.Reason)
+		if v.held {
+			a.startTakeover(v)
+		}
 	case actReassert:
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		actx, cancel := withTimeout(ctx)
@@ -35,6 +38,10 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			}
 		}
 	case actRelease:
+		if d.CloseClients {
+			// Before the address goes: the resets leave from it.
+			a.closeClients(v)
+		}
 		a.release(ctx, v, d.Reason)
 	}
 }

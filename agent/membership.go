@@ -61,6 +61,8 @@ type membership struct {
 	// rejected counts members refused admission, by reason.
 	rejected  func(reason string)
 	transport *transport
+	// onMsg takes memberlist user messages (NotifyMsg).
+	onMsg atomic.Pointer[func([]byte)]
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
@@ -394,9 +396,31 @@ func (m *membership) NodeMeta(limit int) []byte {
 	return append([]byte(nil), m.meta...)
 }
 
-// NotifyMsg implements memberlist.Delegate. vipd sends no user messages
-// through memberlist (the lease's heartbeats go through the transport).
-func (m *membership) NotifyMsg([]byte) {}
+// NotifyMsg implements memberlist.Delegate: the user messages vipd sends
+// through memberlist are the lists of client connections (clients.go); the
+// lease's heartbeats go through the transport.
+func (m *membership) NotifyMsg(b []byte) {
+	if f := m.onMsg.Load(); f != nil {
+		(*f)(b)
+	}
+}
+
+// setOnMsg sets the handler of memberlist user messages.
+func (m *membership) setOnMsg(f func([]byte)) { m.onMsg.Store(&f) }
+
+// sendReliable sends msg to a member over memberlist's reliable channel
+// (a TCP stream, encrypted under the cluster key when key_file is set).
+func (m *membership) sendReliable(to memberInfo, msg []byte) error {
+	ap, err := netip.ParseAddrPort(to.Address)
+	if err != nil {
+		return fmt.Errorf("member %s: address %q: %w", to.Name, to.Address, err)
+	}
+	n := &memberlist.Node{Name: to.Name, Addr: ap.Addr().AsSlice(), Port: ap.Port()}
+	if err := m.list.SendReliable(n, msg); err != nil {
+		return fmt.Errorf("send to %s: %w", to.Name, err)
+	}
+	return nil
+}
 
 // setOnHeartbeat sets the handler of the lease's heartbeats.
 func (m *membership) setOnHeartbeat(f func(payload []byte, from netip.AddrPort)) {

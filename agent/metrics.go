@@ -45,6 +45,13 @@ type metrics struct {
 	vipHolders     *prometheus.GaugeVec
 	vipInfo        *prometheus.GaugeVec
 	withdrawnSince prometheus.Gauge
+	// The VIPs' client connections (clients.go).
+	clientConns        *prometheus.GaugeVec
+	clientConnsKnown   *prometheus.GaugeVec
+	clientPublishBytes prometheus.Counter
+	clientResets       *prometheus.CounterVec
+	clientsClosed      *prometheus.CounterVec
+	clientReconnects   *prometheus.CounterVec
 	// nodeWithdrawn and kubeUp are the Node watch's (nodewatch).
 	nodeWithdrawn *prometheus.GaugeVec
 	kubeUp        *prometheus.GaugeVec
@@ -94,6 +101,18 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "Always 1: a configured VIP with its address, mode and announce setting."}, []string{"vip", "address", "mode", "announce"}),
 		withdrawnSince: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vipd_withdrawn_since_timestamp_seconds",
 			Help: "Unix time this node was withdrawn (the withdraw flag's time); 0 when not withdrawn."}),
+		clientConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_client_connections",
+			Help: "Established client connections this node has on the VIP, as last published to its peers (0 when it does not hold the VIP)."}, []string{"vip"}),
+		clientConnsKnown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_client_connections_known",
+			Help: "Client connections in this node's copy of a peer's list (what it resets if it takes that peer's VIPs over), by peer."}, []string{"node"}),
+		clientPublishBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_client_publish_bytes_total",
+			Help: "Bytes of client connection lists sent to peers."}),
+		clientResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_client_resets_total",
+			Help: "Client connections of the VIP's previous holder this node reset after taking it over, by result (sent, failed, unsent)."}, []string{"vip", "result"}),
+		clientsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_client_connections_closed_total",
+			Help: "Client connections this node closed when it handed the VIP over on purpose."}, []string{"vip"}),
+		clientReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_client_reconnects_total",
+			Help: "Clients (addresses) this node reset that were connected to it again within a minute."}, []string{"vip"}),
 		nodeWithdrawn: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_node_withdrawn",
 			Help: "1 when this node's Kubernetes Node withdraws it for the reason (node cordoned, node deleted...); a series per reason."}, []string{"reason"}),
 		kubeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_kubernetes_api_up",
@@ -102,6 +121,7 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
 		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince, m.nodeWithdrawn, m.kubeUp,
+		m.clientConns, m.clientConnsKnown, m.clientPublishBytes, m.clientResets, m.clientsClosed, m.clientReconnects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})
@@ -241,6 +261,7 @@ func (a *Agent) setVIPInfo() {
 			a.metrics.owner.DeleteLabelValues(name)
 			a.metrics.healthUp.DeleteLabelValues(name)
 			a.metrics.vipHolders.DeleteLabelValues(name)
+			a.metrics.clientConns.DeleteLabelValues(name)
 		}
 	}
 	a.metrics.knownVIPs = a.vipNames()

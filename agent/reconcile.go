@@ -66,8 +66,12 @@ func (a *Agent) reconcile(ctx context.Context) {
 			v.owner = res.Owner
 		}
 		v.reason = res.Reason
+		if h := lastHolder(a.self, view, config.VIPKey(name)); h != "" {
+			v.lastHolder = h
+		}
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
+		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {
 			wantDrive = true
@@ -102,6 +106,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	} else {
 		a.log.Error("encode metadata", "err", err)
 	}
+	a.setPublishSpec()
 	a.updateMetrics(members, view, q.OK)
 	a.updateCache(members)
 	a.checkWaiters(view, now)

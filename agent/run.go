@@ -41,7 +41,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// handoff (the handoff still needs membership, the announcers and the
 	// API after ctx ended).
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer a.goroutines.Wait()
+	defer func() {
+		a.goroutines.Wait()
+		if a.clients != nil && a.clients.backend != nil {
+			a.clients.backend.Close()
+		}
+	}()
 	defer stopBG()
 
 	// What the previous process left for this one (a restart in place):
@@ -109,6 +114,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	// claim nothing before it.
 	a.lease.HoldUntil(a.st.adoptUntil)
 	a.goroutines.Go(func() { a.lease.Run(bg) })
+	cb, err := a.opts.Conns()
+	if err != nil {
+		a.log.Warn("cannot read this host's TCP connections: the VIPs' clients are not reset or closed when a VIP moves", "err", err)
+		cb = nil
+	}
+	a.clients = newClients(a, cb)
+	ml.setOnMsg(a.clients.receive)
+	a.goroutines.Go(func() { a.clients.run(bg) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()
 	q := hasQuorum(a.self, a.cache.get(), members, nil, c.Cluster.RequireQuorum)

@@ -7,7 +7,7 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale,coldstart,k8s (gobench: the agent Go benchmarks;
+#   PARTS=all       failover,bgp,footprint,scale,coldstart,k8s (gobench: the agent and conns Go benchmarks;
 #                   kubeclient: lab/kubeclient.sh, vipd with and without a Kubernetes client)
 #   K8S_RUNS=3      trials per Kubernetes clients scenario (part k8s: real kube-apiserver, etcd, client-go)
 #   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
@@ -57,6 +57,9 @@ CGO_ENABLED=0 go build -o "$WORK/vipbench" ./lab/bench/cmd/vipbench
 if [[ $PARTS == all || ,$PARTS, == *,gobench,* ]]; then
 	echo "bench: go test -run '^\$' -bench . -benchmem ./agent/" >&2
 	go test -run '^$' -bench . -benchmem ./agent/ | tee "$WORK/gobench.txt" >&2
+	# conns lists, destroys and pokes real connections in namespaces of its own.
+	echo "bench: VIPD_NETNS_TESTS=1 go test -run '^\$' -bench . -benchmem ./conns/" >&2
+	VIPD_NETNS_TESTS=1 go test -run '^$' -bench . -benchmem ./conns/ | tee -a "$WORK/gobench.txt" >&2
 fi
 KUBECLIENT=()
 if [[ $PARTS == all || ,$PARTS, == *,kubeclient,* ]]; then

@@ -221,6 +221,7 @@ func (v *validator) check(c *Config) {
 		}
 	}
 	v.checkCluster(&c.Cluster)
+	v.checkConnections(&c.Connections)
 	v.checkVIPs(c)
 	if c.BGP != nil {
 		v.checkBGP(c)
@@ -287,6 +288,23 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 			v.at("cluster.key_file", "%v", err)
 		}
 	}
+}
+
+func (v *validator) checkConnections(cc *ConnectionsConfig) {
+	seen := map[int]bool{}
+	for i, p := range cc.Ports {
+		switch {
+		case p < 1 || p > 65535:
+			v.at("connections.ports", "ports[%d] must be 1-65535, got %d", i, p)
+		case seen[p]:
+			v.at("connections.ports", "ports[%d]: %d is listed twice", i, p)
+		}
+		seen[p] = true
+	}
+	if cc.PokeRate < 1 || cc.PokeRate > 1000000 {
+		v.at("connections.poke_rate", "poke_rate must be 1-1000000, got %d", cc.PokeRate)
+	}
+	cc.pokeTimeout = v.durationAtLeast("connections.poke_timeout", cc.PokeTimeout, 100*time.Millisecond)
 }
 
 // parseNetwork reads "192.0.2.0/24" or a single address ("192.0.2.11",

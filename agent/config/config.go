@@ -18,6 +18,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/conns"
 	"github.com/vipd/vipd/nodewatch"
 )
 
@@ -51,6 +52,8 @@ const (
 	DefaultHealthFall       = 3
 	DefaultGracefulShutdown = 5 * time.Second
 	DefaultBGPListenPort    = bgp.DefaultListenPort
+	DefaultPokeRate         = conns.DefaultPokeRate
+	DefaultPokeTimeout      = conns.DefaultPokeTimeout
 
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
@@ -89,6 +92,9 @@ type Config struct {
 
 	API     APIConfig     `toml:"api"`
 	Cluster ClusterConfig `toml:"cluster"`
+	// Connections: what vipd does for the clients of its VIPs at a
+	// failover.
+	Connections ConnectionsConfig `toml:"connections"`
 	// BGP configures the embedded BGP speaker; required when a VIP has
 	// mode = "bgp".
 	BGP *BGPConfig `toml:"bgp"`
@@ -166,6 +172,46 @@ type ClusterConfig struct {
 	peerAddrs      []string
 	allowed        []netip.Prefix // parsed allowed_networks
 }
+
+// ConnectionsConfig is what vipd does for the TCP clients of its VIPs
+// when a VIP moves (package conns, docs/design.md "Client connections at a
+// failover"): every holder tells its peers, once a second, which
+// connections it has on its VIPs; a node that takes a VIP over from a
+// holder that was lost (crash, link down, partition) resets them, and a
+// holder that hands a VIP over on purpose closes them once the new holder
+// has it, so the clients reconnect at once instead of after their own
+// timeout.
+type ConnectionsConfig struct {
+	// Reset turns it on. [true]
+	Reset *bool `toml:"reset"`
+	// Ports are the VIPs' ports whose connections count (6443 for an
+	// apiserver). [every port]
+	Ports []int `toml:"ports"`
+	// PokeRate is the most resets a new holder sends per second: each is
+	// one small packet, answered by the client and by the holder's kernel.
+	// 1 to 1000000. [10000]
+	PokeRate int `toml:"poke_rate"`
+	// PokeTimeout bounds one round of resets after a takeover: what is not
+	// sent by then is not sent. At least 100ms. [5s]
+	PokeTimeout string `toml:"poke_timeout"`
+
+	pokeTimeout time.Duration
+}
+
+// Enabled reports whether reset is on.
+func (c ConnectionsConfig) Enabled() bool { return c.Reset == nil || *c.Reset }
+
+// PortList returns the ports as the conns package takes them.
+func (c ConnectionsConfig) PortList() []uint16 {
+	out := make([]uint16, 0, len(c.Ports))
+	for _, p := range c.Ports {
+		out = append(out, uint16(p))
+	}
+	return out
+}
+
+// PokeTimeoutDuration returns the parsed poke_timeout.
+func (c ConnectionsConfig) PokeTimeoutDuration() time.Duration { return c.pokeTimeout }
 
 // KubernetesConfig configures the watch of this host's own Node object
 // (nodewatch): a Node that is cordoned, labelled
@@ -448,6 +494,15 @@ func (c *Config) applyDefaults() {
 	setString(&cl.RejoinInterval, DefaultRejoinInterval.String())
 	setString(&cl.FailureDetection, DefaultFailureDetection)
 	setString(&cl.HandoffTimeout, DefaultHandoffTimeout.String())
+	cc := &c.Connections
+	if cc.Reset == nil {
+		on := true
+		cc.Reset = &on
+	}
+	if cc.PokeRate == 0 {
+		cc.PokeRate = DefaultPokeRate
+	}
+	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
 	setString(&cl.RestartGrace, DefaultRestartGrace.String())
 	for i := range c.VIPs {
 		vip := &c.VIPs[i]

@@ -68,6 +68,17 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	if !c.VIPs[1].Addr().Is6() {
 		t.Errorf("second VIP address %v is not IPv6", c.VIPs[1].Addr())
 	}
+	cc := c.Connections
+	if !cc.Enabled() || len(cc.PortList()) != 0 || cc.PokeRate != DefaultPokeRate || cc.PokeTimeoutDuration() != DefaultPokeTimeout {
+		t.Errorf("connections = reset %v ports %v poke_rate %d poke_timeout %s, want the defaults", cc.Enabled(), cc.PortList(), cc.PokeRate, cc.PokeTimeoutDuration())
+	}
+	off, err := Parse("off.toml", []byte(goodConfig+"[connections]\nreset = false\nports = [6443, 443]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Connections.Enabled() || fmt.Sprint(off.Connections.PortList()) != "[6443 443]" {
+		t.Errorf("connections.reset = false, ports = [6443, 443]: enabled %v, ports %v", off.Connections.Enabled(), off.Connections.PortList())
+	}
 }
 
 // TestKubernetesDefaults: without a [kubernetes] section the Node watch is
@@ -211,6 +222,11 @@ func TestParseBadConfigs(t *testing.T) {
 			name: "missing bind address and no vip",
 			toml: "[cluster]\nbind_port = 70000\n",
 			want: []string{`1:1: cluster.bind_address is required`, `2:1: bind_port must be 1-65535`, `no [[vip]] configured`},
+		},
+		{
+			name: "connections out of range",
+			toml: "[cluster]\nbind_address = \"192.0.2.11\"\n[connections]\nports = [6443, 0, 6443]\npoke_rate = -1\npoke_timeout = \"10ms\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n",
+			want: []string{`4:1: ports[1] must be 1-65535, got 0`, `4:1: ports[2]: 6443 is listed twice`, `5:1: poke_rate must be 1-1000000, got -1`, `6:1: poke_timeout must be at least 100ms, got "10ms"`},
 		},
 		{
 			name: "restart grace out of range",

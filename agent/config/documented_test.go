@@ -117,17 +117,20 @@ func TestDocumentedDefaults(t *testing.T) {
 		return v.String()
 	}
 	defaults := map[string]string{
-		"cluster.bind_port":       strconv.Itoa(DefaultBindPort),
-		"cluster.rejoin_interval": d(DefaultRejoinInterval),
-		"cluster.handoff_timeout": d(DefaultHandoffTimeout),
-		"cluster.restart_grace":   d(DefaultRestartGrace),
-		"vip.health.interval":     d(DefaultHealthInterval),
-		"vip.health.timeout":      d(DefaultHealthTimeout),
-		"vip.health.rise":         strconv.Itoa(DefaultHealthRise),
-		"vip.health.fall":         strconv.Itoa(DefaultHealthFall),
-		"bgp.graceful_shutdown":   d(DefaultGracefulShutdown),
-		"bgp.peer.hold_time":      d(bgp.DefaultHoldTime),
-		"bgp.listen_port":         strconv.Itoa(DefaultBGPListenPort),
+		"cluster.bind_port":        strconv.Itoa(DefaultBindPort),
+		"cluster.rejoin_interval":  d(DefaultRejoinInterval),
+		"cluster.handoff_timeout":  d(DefaultHandoffTimeout),
+		"cluster.restart_grace":    d(DefaultRestartGrace),
+		"vip.health.interval":      d(DefaultHealthInterval),
+		"vip.health.timeout":       d(DefaultHealthTimeout),
+		"vip.health.rise":          strconv.Itoa(DefaultHealthRise),
+		"vip.health.fall":          strconv.Itoa(DefaultHealthFall),
+		"bgp.graceful_shutdown":    d(DefaultGracefulShutdown),
+		"bgp.peer.hold_time":       d(bgp.DefaultHoldTime),
+		"bgp.listen_port":          strconv.Itoa(DefaultBGPListenPort),
+		"connections.reset":        "true",
+		"connections.poke_rate":    strconv.Itoa(DefaultPokeRate),
+		"connections.poke_timeout": d(DefaultPokeTimeout),
 	}
 	bracketed := exampleDefaults(string(example))
 	for key, want := range defaults {

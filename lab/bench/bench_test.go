@@ -99,11 +99,15 @@ BenchmarkParseConfig-2   	   20000	     61234.5 ns/op
 BenchmarkBroken-2   	 x	  1 ns/op
 PASS
 ok  	github.com/vipd/vipd/agent	3.1s
+pkg: github.com/vipd/vipd/conns
+BenchmarkEncodeSet/ipv4/conns=20000-2      	    2473	    651838 ns/op	         3.470 B/conn	     69393 B/set	       0 B/op	       0 allocs/op
+PASS
 `
 	got := ParseGoBench(out)
 	want := []GoBench{
-		{Name: "BenchmarkElect-2", N: 812345, NsPerOp: 1456, BytesPerOp: 320, AllocsPer: 4},
-		{Name: "BenchmarkParseConfig-2", N: 20000, NsPerOp: 61234.5, BytesPerOp: -1, AllocsPer: -1},
+		{Pkg: "github.com/vipd/vipd/agent", Name: "BenchmarkElect-2", N: 812345, NsPerOp: 1456, BytesPerOp: 320, AllocsPer: 4},
+		{Pkg: "github.com/vipd/vipd/agent", Name: "BenchmarkParseConfig-2", N: 20000, NsPerOp: 61234.5, BytesPerOp: -1, AllocsPer: -1},
+		{Pkg: ConnsPkg, Name: "BenchmarkEncodeSet/ipv4/conns=20000-2", N: 2473, NsPerOp: 651838, BytesPerOp: 0, AllocsPer: 0, Other: "3.470 B/conn, 69393 B/set"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("ParseGoBench: got %+v, want %+v", got, want)
@@ -243,7 +247,8 @@ func TestTargetsInPlaceNotAnsweredAgain(t *testing.T) {
 
 func TestMarkdown(t *testing.T) {
 	md := Markdown(sample(), Machine{NProc: 2, CPU: "Test CPU", Kernel: "Linux 6", Go: "go1.26"},
-		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1}}, "RUNS=2 make bench", "benchmarks.svg")
+		[]GoBench{{Name: "BenchmarkElect-2", N: 10, NsPerOp: 99, BytesPerOp: 1, AllocsPer: 1},
+			{Pkg: ConnsPkg, Name: "BenchmarkDelta/ipv4/conns=20000-2", N: 5, NsPerOp: 700000, Other: "1901 B/delta"}}, "RUNS=2 make bench", "benchmarks.svg")
 	reportHas(t, md,
 		"| CPU | Test CPU |",
 		"RUNS=2 make bench",
@@ -252,6 +257,8 @@ func TestMarkdown(t *testing.T) {
 		"| linkdown | keepalived | 0 (+1 failed) | - |",
 		"- keepalived linkdown run 1: lab not steady",
 		"| BenchmarkElect-2 | 10 | 99 | 1 | 1 |",
+		"## Client connections (conns)",
+		"| BenchmarkDelta/ipv4/conns=20000-2 | 5 | 700000 | 0 | 0 | 1901 B/delta |",
 		"| 1 VIP, idle | 30.0 | 0.40 |",
 		"- run 2 (n1 to n3): 2 probe(s), read: connection reset by peer",
 		// No takeover when the VIP stayed on its node.
@@ -490,7 +497,7 @@ func TestK8sReport(t *testing.T) {
 	s := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	tr := func(agent, sc string, run, failed int, stall time.Duration, moves int, err string) k8slab.Trial {
 		return k8slab.Trial{Agent: agent, Scenario: sc, Run: run, From: "n1", To: "n2", Moves: moves, Err: err,
-			Clients: k8slab.ClientStats{Watches: 20, Requests: 500, Failed: failed, Stall: stall, Back: stall, LongestRequest: s(1000), Relists: 1}}
+			Clients: k8slab.ClientStats{Watches: 20, Requests: 500, Failed: failed, Stall: stall, Back: stall, Delivering: stall / 2, LongestRequest: s(1000), Relists: 1}}
 	}
 	r := &Results{K8s: []k8slab.Trial{
 		tr("vipd", "handoff", 1, 0, s(200), 1, ""),
@@ -505,11 +512,14 @@ func TestK8sReport(t *testing.T) {
 	md := Markdown(r, Machine{NProc: 2}, nil, "PARTS=k8s make bench", "benchmarks.svg")
 	for _, want := range []string{
 		"## Kubernetes clients: vipd vs keepalived",
-		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
+		"| handoff | vipd | 2 | 0 / 0 / 1 | 200 / 15000 / 29800 | 0 / 0 / 0 | 100 / 7500 / 14900 | 200 / 15000 / 29800 | 1000 / 1000 / 1000 | 1 / 1 / 1 | 1 / 1 / 1 |",
 		"| partition | keepalived | 1 (+1 failed) | 20 / 20 / 20 |",
+		"Runs per scenario and system: 1 to 2 (the runs column).",
 		"- handoff run 2 (map[write:1]): write: connection reset by peer",
 		"- keepalived partition run 2: lab not steady",
-		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, 2 runs | no |",
+		"| Kubernetes clients, handoff: 0 failed requests, every watch delivering again within 1 s (vipd) | at most 1 failed, longest stall 29800 ms, every watch delivering after at most 14900 ms, 2 runs | no |",
+		"| Kubernetes clients, partition: every watch delivering events again within 2 s of the event, median (vipd, [connections] default) | median 14500 ms, max 14500 ms, 1 runs; keepalived median 15500 ms | no |",
+		"| Kubernetes clients, linkdown: every watch delivering events again within 2 s of the event, median (vipd, [connections] default) | not measured | not measured |",
 		"| Kubernetes clients, partition: median watch stall below keepalived's | vipd 29000 ms, keepalived 31000 ms | yes |",
 		"| Kubernetes clients, sigterm: 0 failed requests, every watch delivering again within 1 s (vipd) | not measured | not measured |",
 	} {

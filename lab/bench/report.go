@@ -62,6 +62,8 @@ func cpuModel(cpuinfo string) string {
 
 // GoBench is one result line of `go test -bench -benchmem`.
 type GoBench struct {
+	// Pkg is the package, from the "pkg:" line before it.
+	Pkg string
 	// Name as printed, GOMAXPROCS suffix included.
 	Name string
 	// Iterations run.
@@ -69,13 +71,24 @@ type GoBench struct {
 	// NsPerOp, BytesPerOp and AllocsPerOp (-1 when not printed).
 	NsPerOp               float64
 	BytesPerOp, AllocsPer int64
+	// Other are the benchmark's own metrics (b.ReportMetric), as printed:
+	// "3.47 B/conn, 69393 B/set".
+	Other string
 }
+
+// ConnsPkg is the package whose benchmarks get a section of their own.
+const ConnsPkg = "github.com/vipd/vipd/conns"
 
 // ParseGoBench reads `go test -bench` output and returns its result lines.
 func ParseGoBench(out string) []GoBench {
 	var bs []GoBench
+	pkg := ""
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "pkg: "); ok {
+			pkg = strings.TrimSpace(p)
+			continue
+		}
 		f := strings.Fields(sc.Text())
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || f[3] != "ns/op" {
 			continue
@@ -85,19 +98,20 @@ func ParseGoBench(out string) []GoBench {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		b := GoBench{Name: f[0], N: n, NsPerOp: ns, BytesPerOp: -1, AllocsPer: -1}
+		b := GoBench{Pkg: pkg, Name: f[0], N: n, NsPerOp: ns, BytesPerOp: -1, AllocsPer: -1}
+		var other []string
 		for i := 4; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseInt(f[i], 10, 64)
-			if err != nil {
-				continue
-			}
-			switch f[i+1] {
-			case "B/op":
+			switch {
+			case f[i+1] == "B/op" && err == nil:
 				b.BytesPerOp = v
-			case "allocs/op":
+			case f[i+1] == "allocs/op" && err == nil:
 				b.AllocsPer = v
+			default:
+				other = append(other, f[i]+" "+f[i+1])
 			}
 		}
+		b.Other = strings.Join(other, ", ")
 		bs = append(bs, b)
 	}
 	return bs
@@ -554,11 +568,31 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		writeKubeClient(p, kc)
 	}
 
-	if len(gb) > 0 {
+	var agentBench, connsBench []GoBench
+	for _, g := range gb {
+		if g.Pkg == ConnsPkg {
+			connsBench = append(connsBench, g)
+		} else {
+			agentBench = append(agentBench, g)
+		}
+	}
+	if len(agentBench) > 0 {
 		p("## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem ./agent/`\n\n")
 		p("| benchmark | iterations | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
-		for _, g := range gb {
+		for _, g := range agentBench {
 			p("| %s | %d | %.0f | %d | %d |\n", g.Name, g.N, g.NsPerOp, g.BytesPerOp, g.AllocsPer)
+		}
+		p("\n")
+	}
+	if len(connsBench) > 0 {
+		p("## Client connections (conns)\n\n`VIPD_NETNS_TESTS=1 go test -run '^$' -bench . -benchmem ./conns/` (as root)\n\n")
+		p("What publishing a VIP's client connections, resetting them and closing them costs (docs/design.md, \"Client connections at a failover\"). ")
+		p("BenchmarkList lists one VIP's connections on a host with 42,020 TCP sockets; its `library` line is vishvananda/netlink's SocketDiagTCP for the same answer. ")
+		p("BenchmarkDelta is a holder's second after 1%% of its connections changed; B/set and B/delta are encoded sizes. ")
+		p("BenchmarkDestroy closes 1,000 connections per operation; BenchmarkPoke sends 20,000 pokes per operation, unpaced.\n\n")
+		p("| benchmark | iterations | ns/op | B/op | allocs/op | other |\n|---|---|---|---|---|---|\n")
+		for _, g := range connsBench {
+			p("| %s | %d | %.0f | %d | %d | %s |\n", g.Name, g.N, g.NsPerOp, g.BytesPerOp, g.AllocsPer, g.Other)
 		}
 		p("\n")
 	}

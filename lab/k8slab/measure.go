@@ -89,6 +89,13 @@ type ClientStats struct {
 	// of the window (Back is then the whole window).
 	Back    time.Duration
 	NotBack []string `json:",omitempty"`
+	// Delivering is from the event until every informer had delivered an
+	// object whose create started after the event: each watch delivering
+	// events again (the VIP's move, the writer's recovery and the watch's
+	// own all in it). NotDelivering names the informers that delivered
+	// none such in the window (Delivering is then the whole window).
+	Delivering    time.Duration
+	NotDelivering []string `json:",omitempty"`
 	// Relists counts the informers' lists (and watch-lists) in the
 	// window; WatchErrors their watches that ended with an error.
 	Relists, WatchErrors int
@@ -225,8 +232,33 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 			s.NotBack = append(s.NotBack, w)
 		}
 		s.Back = max(s.Back, back)
+		if d, ok := r.delivering(w, from, to); ok {
+			s.Delivering = max(s.Delivering, d)
+		} else {
+			s.NotDelivering = append(s.NotDelivering, w)
+			s.Delivering = to.Sub(from)
+		}
 	}
 	return s
+}
+
+// delivering is from from until w's first delivery, before to, of an
+// object whose create started at or after from; false when there was none.
+func (r *Run) delivering(w string, from, to time.Time) (time.Duration, bool) {
+	var first time.Time
+	for seq, d := range r.deliveries[w] {
+		wr, ok := r.writes[seq]
+		if !ok || us(wr.T).Before(from) || !d.Before(to) {
+			continue
+		}
+		if first.IsZero() || d.Before(first) {
+			first = d
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return first.Sub(from), true
 }
 
 // stall is watch w's longest silence within [from, to) while an object it

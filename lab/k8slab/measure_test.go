@@ -79,6 +79,9 @@ func TestRunStats(t *testing.T) {
 				if st.Back != 0 || st.Stalled != 0 {
 					t.Errorf("back %v, %d stalled: no informer was ever behind", st.Back, st.Stalled)
 				}
+				if st.Delivering != 7*time.Millisecond || len(st.NotDelivering) != 0 {
+					t.Errorf("delivering %v %v, want 7ms: the create at 1000 ms delivered 7 ms later", st.Delivering, st.NotDelivering)
+				}
 				if st.Watches != 3 || st.Requests != 40 {
 					t.Errorf("watches %d requests %d, want 3 and 40", st.Watches, st.Requests)
 				}
@@ -107,6 +110,18 @@ func TestRunStats(t *testing.T) {
 			},
 		},
 		{
+			name: "one informer blind from the event on for 3 s: delivering again after 3 s",
+			s: synth{dur: 8000, watches: ws,
+				blind:      func(w string, ms int64) bool { return w == "n1-1" && ms >= 2000 && ms < 5000 },
+				endOfBlind: func(string) int64 { return 5000 }},
+			from: 2000,
+			check: func(t *testing.T, st ClientStats) {
+				if st.Delivering != 3000*time.Millisecond || len(st.NotDelivering) != 0 {
+					t.Errorf("delivering %v %v, want 3s (n1-1's first delivery after the event)", st.Delivering, st.NotDelivering)
+				}
+			},
+		},
+		{
 			name: "the writer fails for 2 s: failed requests, no stall",
 			s: synth{dur: 6000, watches: ws,
 				failing: func(ms int64) bool { return ms >= 2000 && ms < 4000 }},
@@ -120,6 +135,11 @@ func TestRunStats(t *testing.T) {
 				}
 				if st.Stall > 10*time.Millisecond {
 					t.Errorf("stall %v: nothing existed to deliver", st.Stall)
+				}
+				// The first create after the event that succeeded started
+				// at 4000 ms and was delivered at 4007 ms.
+				if st.Delivering != 2057*time.Millisecond {
+					t.Errorf("delivering %v, want 2057ms (the writer's recovery counts)", st.Delivering)
 				}
 				// Nothing was ever late: the watches did not fail.
 				if st.Back != 0 || st.Stalled != 0 {
@@ -140,6 +160,9 @@ func TestRunStats(t *testing.T) {
 				// Blind since before the window: the whole window.
 				if st.Stall != 3500*time.Millisecond || st.StallWatch != "sep-0" {
 					t.Errorf("stall %v on %s, want to the end of the run", st.Stall, st.StallWatch)
+				}
+				if !slices.Equal(st.NotDelivering, []string{"sep-0"}) || st.Delivering != 3500*time.Millisecond {
+					t.Errorf("not delivering %v, delivering %v, want [sep-0] and the rest of the run", st.NotDelivering, st.Delivering)
 				}
 			},
 		},

@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/conns"
+)
+
+func TestTakeoverStep(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	const vip = "api"
+	k := config.VIPKey(vip)
+	tk := &takeover{from: "b", since: t0}
+	cases := []struct {
+		name  string
+		now   time.Time
+		held  bool
+		prev  Member
+		found bool
+		want  takeoverAction
+	}{
+		{"previous holder still holds (handoff overlap)", t0, true, node("b", holds), true, takeoverWait},
+		{"previous holder cut off, fence not expired: alive and holding for the view", t0, true, node("b", holds, suspect), true, takeoverWait},
+		{"previous holder released", t0, true, node("b"), true, takeoverPoke},
+		{"previous holder withdrawn and released", t0, true, node("b", withdrawn), true, takeoverPoke},
+		{"previous holder's fence expired: dead for the view", t0, true, node("b", holds, dead), true, takeoverPoke},
+		{"previous holder left", t0, true, node("b", holds, left), true, takeoverPoke},
+		{"previous holder forgotten", t0, true, Member{}, false, takeoverPoke},
+		{"this node lost the VIP meanwhile", t0, false, node("b"), true, takeoverForget},
+		{"previous holder held on past the horizon", t0.Add(takeoverHorizon + time.Second), true, node("b", holds), true, takeoverForget},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := takeoverStep(tc.now, tk, tc.held, k, tc.prev, tc.found); got != tc.want {
+				t.Fatalf("takeoverStep = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLastHolder(t *testing.T) {
+	k := config.VIPKey("api")
+	cases := []struct {
+		name string
+		view []Member
+		want string
+	}{
+		{"nobody else holds", []Member{node("a", holds), node("b")}, ""},
+		{"an alive holder", []Member{node("a"), node("b", holds)}, "b"},
+		{"a dead holder", []Member{node("a"), node("b", holds, dead)}, "b"},
+		{"an alive holder before a dead one", []Member{node("a"), node("b", holds, dead), node("c", holds)}, "c"},
+	}
+	for _, tc := range cases {
+		if got := lastHolder("a", tc.view, k); got != tc.want {
+			t.Errorf("%s: lastHolder = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestClientsMessage(t *testing.T) {
+	b := clientsMessage(clientsFeed, "cp-1", []byte{1, 2, 3})
+	kind, from, body, err := parseClientsMessage(b)
+	if err != nil || kind != clientsFeed || from != "cp-1" || string(body) != "\x01\x02\x03" {
+		t.Fatalf("parse(%x) = %d %q %x %v", b, kind, from, body, err)
+	}
+	for _, bad := range [][]byte{nil, {'C'}, {'X', 1, 0}, {'C', 9, 1, 'a'}, {'C', 1, 5, 'a'}, {'C', 1, 2, '-', 0x1b}} {
+		if _, _, _, err := parseClientsMessage(bad); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+}
+
+// TestClusterResetsClients runs the mechanism in an in-process cluster with
+// fake connections. The owner hands the VIP off but cannot take its address
+// away (its withdraw fails): while it still holds the VIP nobody resets its
+// clients, though the successor holds it too. Once it has released, the
+// successor resets the connections the owner had published, except the one
+// the successor has itself, and the owner closed its own before releasing.
+func TestClusterResetsClients(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(client string, port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr(client), port)}
+	}
+	a1, a2, a3 := conn("198.51.100.7", 40000), conn("198.51.100.8", 40001), conn("198.51.100.9", 40002)
+	c.nodes[owner].conns.set(a1, a2, a3)
+	var others []string
+	for name, n := range c.nodes {
+		if name != owner {
+			others = append(others, name)
+			n.conns.set(a2) // a connection the successor has itself: never reset
+			n.conns.onPoke = func() {
+				if slices.Contains(c.w.holdersOf(vip), owner) {
+					t.Errorf("%s resets clients while %s still holds the VIP", name, owner)
+				}
+			}
+		}
+	}
+	// The others learn the owner's connections within a second or two.
+	for _, name := range others {
+		c.waitPublished(name, owner, 3)
+	}
+
+	c.w.setStuck(owner, true)
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	both := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 2 }, "the successor holding beside the stuck owner")
+	succ := both[0]
+	if succ == owner {
+		succ = both[1]
+	}
+	// The owner keeps the VIP (its withdraw fails): nobody resets anything.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, name := range others {
+			if p := c.nodes[name].conns.poked(); len(p) > 0 {
+				t.Fatalf("%s reset %v while %s still holds the VIP", name, p, owner)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	c.w.setStuck(owner, false)
+	c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == succ }, "the owner released")
+	want := []conns.Conn{a1, a3}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		got := c.nodes[succ].conns.poked()
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want %v (the owner's connections but its own)", succ, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, name := range others {
+		if name != succ {
+			if p := c.nodes[name].conns.poked(); len(p) > 0 {
+				t.Errorf("%s, not holding the VIP, reset %v", name, p)
+			}
+		}
+	}
+	c.nodes[owner].conns.mu.Lock()
+	closed := c.nodes[owner].conns.closed
+	c.nodes[owner].conns.mu.Unlock()
+	if closed != 3 {
+		t.Errorf("the owner closed %d of its connections on the handoff, want 3", closed)
+	}
+}
+
+// TestClusterResetsAfterFence: the owner loses its membership traffic (it
+// hears nobody); it fences itself and releases, the others take over, and
+// the new holder resets the owner's clients, only once the owner no longer
+// holds the VIP.
+func TestClusterResetsAfterFence(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	a1 := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.7:40000")}
+	c.nodes[owner].conns.set(a1)
+	for name, n := range c.nodes {
+		if name != owner {
+			c.waitPublished(name, owner, 1)
+			n.conns.onPoke = func() {
+				if slices.Contains(c.w.holdersOf(vip), owner) {
+					t.Errorf("%s resets clients while %s still holds the VIP", name, owner)
+				}
+			}
+		}
+	}
+	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	succ := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")[0]
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(c.nodes[succ].conns.poked(), []conns.Conn{a1}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want [%v]", succ, c.nodes[succ].conns.poked(), a1)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.nodes[owner].agent.members.setAllowed(nil)
+}
+
+// waitPublished waits (bounded) until node has n of publisher's
+// connections.
+func (c *testCluster) waitPublished(node, publisher string, n int) {
+	c.t.Helper()
+	a := c.nodes[node].agent
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := -1
+		if err := a.do(context.Background(), func() { got = a.clients.published(publisher, c.vip).Len() }); err != nil {
+			c.t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s has %d of %s's connections, want %d", node, got, publisher, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,234 @@
+package conns
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// A Filter selects established TCP connections by their local end.
+type Filter struct {
+	// Addrs are the local addresses (the VIPs). A Filter without any
+	// matches nothing. An IPv4 address also matches IPv4 clients of a
+	// dual-stack (IPv6) socket, as a server listening on ":6443" has them.
+	Addrs []netip.Addr
+	// Ports, when not empty, are the local ports to match (the VIP's
+	// service ports, such as 6443); empty matches every port.
+	Ports []uint16
+}
+
+// match reports whether c (unmapped) is selected by f: its local end is
+// one of f's, and its remote address is not one of f.Addrs (a connection
+// of the host to its own VIP is not a client's).
+func (f Filter) match(c Conn) bool {
+	return slices.Contains(f.Addrs, c.Local.Addr()) && !slices.Contains(f.Addrs, c.Remote.Addr()) &&
+		(len(f.Ports) == 0 || slices.Contains(f.Ports, c.Local.Port()))
+}
+
+// unmapped returns f with its addresses unmapped.
+func (f Filter) unmapped() Filter {
+	out := Filter{Ports: f.Ports}
+	for _, a := range f.Addrs {
+		out.Addrs = append(out.Addrs, a.Unmap())
+	}
+	return out
+}
+
+// A Table reads and closes the host's TCP connections through the kernel's
+// sock_diag netlink interface (what ss(8) uses). It works in the network
+// namespace it was opened in. A Table is safe for concurrent use; Close
+// releases it.
+type Table struct {
+	sock    *nl.NetlinkSocket
+	sockets map[int]*nl.SocketHandle
+}
+
+// Open opens a sock_diag netlink socket in the calling thread's network
+// namespace.
+func Open() (*Table, error) {
+	s, err := nl.Subscribe(unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("conns: open sock_diag netlink socket: %w", err)
+	}
+	// A dump always ends; the timeout only guards against a kernel that
+	// never answers.
+	tv := unix.NsecToTimeval(int64(diagTimeout))
+	if err := s.SetReceiveTimeout(&tv); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("conns: sock_diag socket: %w", err)
+	}
+	return &Table{sock: s, sockets: map[int]*nl.SocketHandle{unix.NETLINK_SOCK_DIAG: {Socket: s}}}, nil
+}
+
+// Close closes the netlink socket.
+func (t *Table) Close() error {
+	t.sock.Close()
+	return nil
+}
+
+// List returns the established TCP connections that f selects (see
+// Filter), IPv4 and IPv6, with IPv4-mapped addresses reported as IPv4.
+// The kernel filters the sockets (a filter program per dump), so listing a
+// few VIPs' connections costs about the same on a host with many other
+// sockets. A listing is a snapshot taken while connections come and go: a
+// connection opened or closed during it may be missing or present.
+func (t *Table) List(f Filter) (Set, error) {
+	var ks []key
+	err := t.dump(f, func(c Conn, _ []byte) {
+		if c.Valid() {
+			ks = append(ks, toKey(c))
+		}
+	})
+	if err != nil {
+		return Set{}, err
+	}
+	sortKeys(ks)
+	return Set{k: slices.Compact(ks)}, nil
+}
+
+// Destroy closes the established TCP connections that f selects, as
+// `ss -K` does (SOCK_DESTROY): the kernel sends each client a reset with
+// the right sequence number, and the local application's next call on the
+// socket fails (ECONNABORTED). It returns how many were closed; a
+// connection that ended by itself meanwhile is not an error. It needs
+// CAP_NET_ADMIN and a kernel built with CONFIG_INET_DIAG_DESTROY; without
+// them the first close fails, and Destroy returns that error.
+func (t *Table) Destroy(f Filter) (int, error) {
+	type victim struct {
+		family byte
+		id     [sockIDLen]byte
+	}
+	var vs []victim
+	err := t.dump(f, func(_ Conn, msg []byte) {
+		v := victim{family: msg[0]}
+		copy(v.id[:], msg[4:4+sockIDLen])
+		vs = append(vs, v)
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vs {
+		req := t.request(unix.SOCK_DESTROY, unix.NLM_F_ACK)
+		req.AddData(&diagReq{family: v.family, id: v.id})
+		err := req.ExecuteIter(unix.NETLINK_SOCK_DIAG, 0, func([]byte) bool { return true })
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, unix.ENOENT):
+			// Gone by itself since the dump.
+		default:
+			return n, fmt.Errorf("conns: destroy a connection: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// dump runs one sock_diag dump per address family that f needs and calls
+// found with each selected connection and its inet_diag_msg.
+func (t *Table) dump(f Filter, found func(Conn, []byte)) error {
+	f = f.unmapped()
+	if len(f.Addrs) == 0 {
+		return nil
+	}
+	var bc *nl.RtAttr
+	if conds := f.conditions(); len(conds) > 0 {
+		bc = nl.NewRtAttr(inetDiagReqBytecode, filterProgram(conds))
+	}
+	// IPv4 clients of a dual-stack socket are in the IPv6 dump.
+	families := []byte{unix.AF_INET6}
+	if slices.ContainsFunc(f.Addrs, netip.Addr.Is4) {
+		families = append(families, unix.AF_INET)
+	}
+	for _, fam := range families {
+		req := t.request(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_DUMP)
+		req.AddData(&diagReq{family: fam, states: 1 << tcpEstablished})
+		if bc != nil {
+			req.AddData(bc)
+		}
+		var bad error
+		err := req.ExecuteIter(unix.NETLINK_SOCK_DIAG, unix.SOCK_DIAG_BY_FAMILY, func(msg []byte) bool {
+			c, err := parseDiagMsg(msg)
+			if err != nil {
+				bad = err
+				return false
+			}
+			if f.match(c) {
+				found(c, msg)
+			}
+			return true
+		})
+		// An interrupted dump is as good as any snapshot here.
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return fmt.Errorf("conns: list TCP connections: %w", err)
+		}
+		if bad != nil {
+			return fmt.Errorf("conns: list TCP connections: %w", bad)
+		}
+	}
+	return nil
+}
+
+func (t *Table) request(typ, flags int) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(typ, flags)
+	req.Sockets = t.sockets
+	return req
+}
+
+// sock_diag constants and layouts (include/uapi/linux/inet_diag.h).
+// diagTimeout bounds the wait for the kernel's answer.
+const diagTimeout = 10 * time.Second
+
+const (
+	inetDiagReqBytecode = 1 // INET_DIAG_REQ_BYTECODE
+	tcpEstablished      = 1 // TCP_ESTABLISHED
+	sockIDLen           = 48
+	diagMsgLen          = 72 // struct inet_diag_msg
+)
+
+// diagReq is struct inet_diag_req_v2 for TCP.
+type diagReq struct {
+	family byte
+	states uint32
+	id     [sockIDLen]byte // struct inet_diag_sockid: zero in a dump, as the kernel gave it for a destroy
+}
+
+func (r *diagReq) Len() int { return 8 + sockIDLen }
+
+func (r *diagReq) Serialize() []byte {
+	b := make([]byte, 8, r.Len())
+	b[0], b[1] = r.family, unix.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(b[4:], r.states)
+	return append(b, r.id[:]...)
+}
+
+// parseDiagMsg reads the connection of one struct inet_diag_msg: family,
+// state, timer, retrans, then the sockid (ports big endian, addresses in 16
+// bytes each, IPv4 in the first 4).
+func parseDiagMsg(m []byte) (Conn, error) {
+	if len(m) < diagMsgLen {
+		return Conn{}, fmt.Errorf("inet_diag_msg of %d bytes", len(m))
+	}
+	n := 16
+	switch m[0] {
+	case unix.AF_INET:
+		n = 4
+	case unix.AF_INET6:
+	default:
+		return Conn{}, fmt.Errorf("inet_diag_msg of family %d", m[0])
+	}
+	src, _ := netip.AddrFromSlice(m[8 : 8+n])
+	dst, _ := netip.AddrFromSlice(m[24 : 24+n])
+	c := Conn{
+		Local:  netip.AddrPortFrom(src, binary.BigEndian.Uint16(m[4:])),
+		Remote: netip.AddrPortFrom(dst, binary.BigEndian.Uint16(m[6:])),
+	}
+	return c.unmap(), nil
+}
