@@ -276,6 +276,7 @@ func (r *Results) Targets() []Target {
 	} else {
 		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", "not measured", false, true)
 	}
+	ts = append(ts, r.upgradeTarget())
 	if c, _ := r.trials("vipd", "crash"); len(c) > 0 {
 		s := stat(c, takeoverOf)
 		add("agent crash: new owner answers, median under 0.5 s (vipd, fast)",
@@ -563,6 +564,8 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 	if len(r.ColdStart) > 0 {
 		writeColdStart(p, r)
 	}
+
+	writeUpgrade(&b, r, command)
 
 	if kc := r.KubeClient; kc != nil {
 		writeKubeClient(p, kc)

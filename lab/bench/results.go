@@ -55,6 +55,12 @@ type Results struct {
 	// when it is not the report's own (as Scale.Source): its command,
 	// vipd version and time.
 	K8sSource string `json:",omitempty"`
+	// Upgrade holds one entry per rolling-upgrade run (lab/upgrade).
+	Upgrade []UpgradeTrial `json:",omitempty"`
+	// UpgradeSource names the run the rolling-upgrade runs come from when
+	// it is not the report's own (as Scale.Source): its command, vipd
+	// version and time.
+	UpgradeSource string `json:",omitempty"`
 	// KubeClient compares the Kubernetes clients vipd's Node watch could
 	// use (lab/kubeclient.sh; nil when not measured).
 	KubeClient *KubeClient `json:",omitempty"`
