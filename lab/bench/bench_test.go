@@ -628,3 +628,18 @@ FAIL	github.com/vipd/vipd/lab/upgrade	80.2s
 		t.Errorf("failureLines of nothing but FAIL = %q", got)
 	}
 }
+
+// TestMeasuredOn: a report re-rendered elsewhere describes the machine the
+// run recorded, not the one rendering it.
+func TestMeasuredOn(t *testing.T) {
+	rec := Machine{NProc: 2, CPU: "Recorded CPU", Kernel: "Linux 6.0", Go: "go1.26", Keepalived: "Keepalived v2", BIRD: "BIRD 2"}
+	r := sample()
+	r.Machine = &rec
+	if got := r.MeasuredOn(); got != rec {
+		t.Errorf("MeasuredOn = %+v, want the recorded %+v", got, rec)
+	}
+	r.Machine = nil
+	if got := r.MeasuredOn(); got.NProc < 1 || got.CPU == "Recorded CPU" {
+		t.Errorf("MeasuredOn without a recorded machine = %+v, want this one", got)
+	}
+}

@@ -50,6 +50,15 @@ func ThisMachine() Machine {
 	return m
 }
 
+// MeasuredOn is the machine the results were measured on: the one Run
+// recorded, else (older results) the one this runs on.
+func (r *Results) MeasuredOn() Machine {
+	if r.Machine != nil {
+		return *r.Machine
+	}
+	return ThisMachine()
+}
+
 func cpuModel(cpuinfo string) string {
 	for _, line := range strings.Split(cpuinfo, "\n") {
 		k, v, ok := strings.Cut(line, ":")

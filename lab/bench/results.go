@@ -29,6 +29,9 @@ type Results struct {
 	// Vipd is `vipd --version` of the binary measured (a "-dirty" build
 	// holds uncommitted changes of the tree it was built from).
 	Vipd string
+	// Machine is where the run ran (nil in results older than this
+	// field: the report then describes the machine it is rendered on).
+	Machine *Machine `json:",omitempty"`
 	// Runs is the number of trials per scenario asked for.
 	Runs int
 	// Failover holds one entry per L2 failover and membership cut trial.

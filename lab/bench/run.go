@@ -51,7 +51,8 @@ func has(list []string, s string) bool {
 // Run measures what c selects. A part that cannot run is recorded in
 // Results.Errors and the others still run.
 func Run(ctx context.Context, c Config) *Results {
-	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg(), Vipd: "unknown"}
+	m := ThisMachine()
+	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg(), Vipd: "unknown", Machine: &m}
 	if out, err := exec.Command(filepath.Join(c.BinDir, "vipd"), "--version").Output(); err == nil {
 		r.Vipd = strings.TrimSpace(string(out))
 	}

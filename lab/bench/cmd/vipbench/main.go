@@ -137,7 +137,7 @@ func report(args []string) error {
 		}
 		gb = string(b)
 	}
-	m := bench.ThisMachine()
+	m := r.MeasuredOn()
 	if err := os.WriteFile(*svg, []byte(bench.Chart(r)), 0o644); err != nil {
 		return err
 	}
