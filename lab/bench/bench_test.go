@@ -2,8 +2,11 @@ package bench
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -641,5 +644,43 @@ func TestMeasuredOn(t *testing.T) {
 	r.Machine = nil
 	if got := r.MeasuredOn(); got.NProc < 1 || got.CPU == "Recorded CPU" {
 		t.Errorf("MeasuredOn without a recorded machine = %+v, want this one", got)
+	}
+}
+
+// TestChartFitsEveryScenario: with trials in every scenario, every bar and
+// label lies inside the chart (it widens), and a few scenarios keep the
+// usual width.
+func TestChartFitsEveryScenario(t *testing.T) {
+	width := func(svg string) float64 {
+		var w float64
+		if _, err := fmt.Sscanf(svg[strings.Index(svg, `width="`):], `width="%g"`, &w); err != nil {
+			t.Fatalf("no width in %.200s: %v", svg, err)
+		}
+		return w
+	}
+	r := &Results{}
+	for _, sc := range Scenarios {
+		for _, sys := range Systems {
+			r.Failover = append(r.Failover, Trial{System: sys, Scenario: sc, Run: 1, From: "n1", To: "n2", Gap: 300 * time.Millisecond, Takeover: 320 * time.Millisecond})
+		}
+	}
+	svg := Chart(r)
+	w := width(svg)
+	xs := regexp.MustCompile(`<(?:rect|text) x="([0-9.]+)"`).FindAllStringSubmatch(svg, -1)
+	if len(xs) == 0 {
+		t.Fatal("no bars or labels")
+	}
+	for _, m := range xs {
+		if x, _ := strconv.ParseFloat(m[1], 64); x >= w {
+			t.Errorf("an element at x=%s lies outside the chart's width %g", m[1], w)
+		}
+	}
+	for _, sc := range Scenarios {
+		if !strings.Contains(svg, ">"+sc+"</text>") {
+			t.Errorf("no label for %s", sc)
+		}
+	}
+	if got := width(Chart(sample())); got != minChartWidth {
+		t.Errorf("chart of a few scenarios is %g wide, want %d", got, minChartWidth)
 	}
 }
