@@ -7,8 +7,11 @@
 #   SCENARIOS=all   failover scenarios: handoff,crash,linkdown,partition,health,addrdel,ifrecreate,
 #                   membership cuts (fencing): membercut,membercut-in,membercut-out, and stress
 #   SYSTEMS=all     vipd,keepalived
-#   PARTS=all       failover,bgp,footprint,scale,coldstart,k8s (gobench: the agent and conns Go benchmarks;
-#                   kubeclient: lab/kubeclient.sh, vipd with and without a Kubernetes client)
+#   PARTS=all       failover,bgp,footprint,scale,coldstart,upgrade,k8s (gobench: the agent and conns Go benchmarks;
+#                   kubeclient: lab/kubeclient.sh, vipd with and without a Kubernetes client;
+#                   upgrade: lab/upgrade's TestRollingUpgrade, one go test per run, RUNS runs, each a new
+#                   lab rolled from the previous release, built from git, to this tree, restarted in place
+#                   and rolled back: about 45 s a run; needs a clone that has the previous release)
 #   K8S_RUNS=3      trials per Kubernetes clients scenario (part k8s: real kube-apiserver, etcd, client-go)
 #   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)

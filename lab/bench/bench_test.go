@@ -2,14 +2,18 @@ package bench
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/lab/k8slab"
 	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/lab/upgrade"
 )
 
 func TestSummarize(t *testing.T) {
@@ -533,5 +537,150 @@ func TestK8sReport(t *testing.T) {
 	r.K8sSource = "`PARTS=k8s make bench` on vipd abc1234"
 	if md := Markdown(r, Machine{NProc: 2}, nil, "RUNS=10 make bench", "benchmarks.svg"); !strings.Contains(md, "Not from the run above: `PARTS=k8s make bench` on vipd abc1234.") {
 		t.Errorf("spliced Kubernetes trials do not say where they come from:\n%s", md)
+	}
+}
+
+// TestUpgradeReport: the rolling-upgrade section, its target, and both
+// when the part did not run.
+func TestUpgradeReport(t *testing.T) {
+	goal := "rolling upgrade from the previous release and back: 0 failed probes (vipd)"
+	targetOf := func(r *Results) Target {
+		t.Helper()
+		for _, tg := range r.Targets() {
+			if tg.Goal == goal {
+				return tg
+			}
+		}
+		t.Fatalf("no target %q", goal)
+		return Target{}
+	}
+	r := sample()
+	md := Markdown(r, Machine{NProc: 2}, nil, "make bench", "benchmarks.svg")
+	if strings.Contains(md, "## Upgrade") {
+		t.Errorf("a report without the part has its section:\n%s", md)
+	}
+	reportHas(t, md, "| "+goal+" | not measured | not measured |")
+	if tg := targetOf(r); !tg.Unknown || tg.Met {
+		t.Errorf("target without runs = %+v, want not measured", tg)
+	}
+
+	s := func(v int) time.Duration { return time.Duration(v) * time.Second }
+	run := func(n int, upFailed, downMoves int) UpgradeTrial {
+		return UpgradeTrial{Run: n, Result: upgrade.Result{Previous: "d9e3df7", PreviousVersion: "d9e3df7", Version: "abc1234", Passes: []upgrade.Pass{
+			{Name: "upgrade", Duration: s(20 + n), Probes: 1000 + n, Failed: upFailed, Resets: upFailed, Samples: 990, TwoHolders: 4, Moves: 2,
+				FirstFailure: map[bool]string{true: "12:00:01.000 read: connection reset by peer"}[upFailed > 0]},
+			{Name: "restart", InPlace: true, Duration: s(15), Probes: 750, Samples: 740},
+			{Name: "downgrade", Duration: s(21), Probes: 1050, Samples: 1040, TwoHolders: 3, Moves: downMoves},
+		}}}
+	}
+	r.Upgrade = []UpgradeTrial{run(1, 0, 2), run(2, 0, 3), run(3, 0, 2)}
+	if tg := targetOf(r); !tg.Met || tg.Unknown || tg.Measured != "at most 0 failed probe(s) in a pass (upgrade 0, restart 0, downgrade 0), 3 runs" {
+		t.Errorf("target of 3 clean runs = %+v, want met", tg)
+	}
+	r.Upgrade = append(r.Upgrade, run(4, 1, 2), UpgradeTrial{Run: 5, Err: "go test: exit status 1: restart pass: the VIP moved 1 times"})
+	md = Markdown(r, Machine{NProc: 2}, nil, "RUNS=5 PARTS=failover,upgrade make bench", "benchmarks.svg")
+	section, _, _ := strings.Cut(md[strings.Index(md, "## Upgrade"):], "\n## ")
+	reportHas(t, section,
+		"`RUNS=5 PARTS=failover,upgrade make bench` (part `upgrade`",
+		"previous release (d9e3df7, built from git)",
+		"This tree: abc1234.",
+		"- `restart`: this tree restarted in place",
+		"| upgrade | 4 (+1 failed) | 1001 / 1002 / 1004 | 0 / 0 / 1 | 0 / 0 / 1 | 2 / 2 / 2 | 990 / 990 / 990 | 4 / 4 / 4 | 0 / 0 / 0 | 21000 / 22500 / 24000 |",
+		"| restart | 4 (+1 failed) | 750 / 750 / 750 | 0 / 0 / 0 | 0 / 0 / 0 | 0 / 0 / 0 | 740 / 740 / 740 | 0 / 0 / 0 | 0 / 0 / 0 | 15000 / 15000 / 15000 |",
+		"| downgrade | 4 (+1 failed) | 1050 / 1050 / 1050 | 0 / 0 / 0 | 0 / 0 / 0 | 2 / 2 / 3 |",
+		"- run 4, upgrade (1 failed): 12:00:01.000 read: connection reset by peer",
+		"- run 5: go test: exit status 1: restart pass: the VIP moved 1 times",
+	)
+	if strings.Contains(section, "Not from the run above") {
+		t.Error("the report's own upgrade runs are said to come from elsewhere")
+	}
+	reportHas(t, md, "| "+goal+" | at most 1 failed probe(s) in a pass (upgrade 1, restart 0, downgrade 0), 4 runs, 1 run(s) failed | no |")
+
+	r.Upgrade = r.Upgrade[:3]
+	r.UpgradeSource = "`RUNS=5 PARTS=upgrade make bench` on vipd abc1234"
+	md = Markdown(r, Machine{NProc: 2}, nil, "RUNS=10 make bench", "benchmarks.svg")
+	reportHas(t, md, "## Upgrade\n\nNot from the run above: `RUNS=5 PARTS=upgrade make bench` on vipd abc1234. ", "First failed probe per pass:\n\n- none\n", "Runs that did not complete:\n\n- none\n")
+	if strings.Contains(md, "(part `upgrade`") {
+		t.Error("spliced upgrade runs are credited to the report's own command")
+	}
+}
+
+// TestUpgradeOutput: what the bench takes from the rolling-upgrade test's
+// go test output.
+func TestUpgradeOutput(t *testing.T) {
+	out := `=== RUN   TestRollingUpgrade
+    upgrade_test.go:230: previous release: d9e3df7; this tree: abc1234
+    upgrade_test.go:330: upgrade pass: 21s, 1000 probes, 0 failed; 990 holder samples (...); the VIP moved 2 times
+    upgrade_test.go:330: restart pass: 15s, 750 probes, 0 failed; 740 holder samples (...); the VIP moved 0 times
+    upgrade_test.go:351: restart pass: the VIP moved 1 times; restarts in place move nothing
+--- FAIL: TestRollingUpgrade (80.12s)
+FAIL
+exit status 1
+FAIL	github.com/vipd/vipd/lab/upgrade	80.2s
+`
+	if got := passLines(out); len(got) != 4 || !strings.HasPrefix(got[0], "upgrade_test.go:330: upgrade pass: 21s") || !strings.HasPrefix(got[3], "--- FAIL") {
+		t.Errorf("passLines = %q", got)
+	}
+	want := ": upgrade_test.go:330: upgrade pass: 21s, 1000 probes, 0 failed; 990 holder samples (...); the VIP moved 2 times | " +
+		"upgrade_test.go:330: restart pass: 15s, 750 probes, 0 failed; 740 holder samples (...); the VIP moved 0 times | " +
+		"upgrade_test.go:351: restart pass: the VIP moved 1 times; restarts in place move nothing"
+	if got := failureLines(out); got != want {
+		t.Errorf("failureLines =\n%q, want\n%q", got, want)
+	}
+	if got := failureLines("FAIL\n"); got != "" {
+		t.Errorf("failureLines of nothing but FAIL = %q", got)
+	}
+}
+
+// TestMeasuredOn: a report re-rendered elsewhere describes the machine the
+// run recorded, not the one rendering it.
+func TestMeasuredOn(t *testing.T) {
+	rec := Machine{NProc: 2, CPU: "Recorded CPU", Kernel: "Linux 6.0", Go: "go1.26", Keepalived: "Keepalived v2", BIRD: "BIRD 2"}
+	r := sample()
+	r.Machine = &rec
+	if got := r.MeasuredOn(); got != rec {
+		t.Errorf("MeasuredOn = %+v, want the recorded %+v", got, rec)
+	}
+	r.Machine = nil
+	if got := r.MeasuredOn(); got.NProc < 1 || got.CPU == "Recorded CPU" {
+		t.Errorf("MeasuredOn without a recorded machine = %+v, want this one", got)
+	}
+}
+
+// TestChartFitsEveryScenario: with trials in every scenario, every bar and
+// label lies inside the chart (it widens), and a few scenarios keep the
+// usual width.
+func TestChartFitsEveryScenario(t *testing.T) {
+	width := func(svg string) float64 {
+		var w float64
+		if _, err := fmt.Sscanf(svg[strings.Index(svg, `width="`):], `width="%g"`, &w); err != nil {
+			t.Fatalf("no width in %.200s: %v", svg, err)
+		}
+		return w
+	}
+	r := &Results{}
+	for _, sc := range Scenarios {
+		for _, sys := range Systems {
+			r.Failover = append(r.Failover, Trial{System: sys, Scenario: sc, Run: 1, From: "n1", To: "n2", Gap: 300 * time.Millisecond, Takeover: 320 * time.Millisecond})
+		}
+	}
+	svg := Chart(r)
+	w := width(svg)
+	xs := regexp.MustCompile(`<(?:rect|text) x="([0-9.]+)"`).FindAllStringSubmatch(svg, -1)
+	if len(xs) == 0 {
+		t.Fatal("no bars or labels")
+	}
+	for _, m := range xs {
+		if x, _ := strconv.ParseFloat(m[1], 64); x >= w {
+			t.Errorf("an element at x=%s lies outside the chart's width %g", m[1], w)
+		}
+	}
+	for _, sc := range Scenarios {
+		if !strings.Contains(svg, ">"+sc+"</text>") {
+			t.Errorf("no label for %s", sc)
+		}
+	}
+	if got := width(Chart(sample())); got != minChartWidth {
+		t.Errorf("chart of a few scenarios is %g wide, want %d", got, minChartWidth)
 	}
 }

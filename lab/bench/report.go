@@ -50,6 +50,15 @@ func ThisMachine() Machine {
 	return m
 }
 
+// MeasuredOn is the machine the results were measured on: the one Run
+// recorded, else (older results) the one this runs on.
+func (r *Results) MeasuredOn() Machine {
+	if r.Machine != nil {
+		return *r.Machine
+	}
+	return ThisMachine()
+}
+
 func cpuModel(cpuinfo string) string {
 	for _, line := range strings.Split(cpuinfo, "\n") {
 		k, v, ok := strings.Cut(line, ":")
@@ -276,6 +285,7 @@ func (r *Results) Targets() []Target {
 	} else {
 		add("agent restart on the owner: zero failed probes, the VIP stays (vipd)", "not measured", false, true)
 	}
+	ts = append(ts, r.upgradeTarget())
 	if c, _ := r.trials("vipd", "crash"); len(c) > 0 {
 		s := stat(c, takeoverOf)
 		add("agent crash: new owner answers, median under 0.5 s (vipd, fast)",
@@ -563,6 +573,8 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 	if len(r.ColdStart) > 0 {
 		writeColdStart(p, r)
 	}
+
+	writeUpgrade(&b, r, command)
 
 	if kc := r.KubeClient; kc != nil {
 		writeKubeClient(p, kc)

@@ -29,6 +29,9 @@ type Results struct {
 	// Vipd is `vipd --version` of the binary measured (a "-dirty" build
 	// holds uncommitted changes of the tree it was built from).
 	Vipd string
+	// Machine is where the run ran (nil in results older than this
+	// field: the report then describes the machine it is rendered on).
+	Machine *Machine `json:",omitempty"`
 	// Runs is the number of trials per scenario asked for.
 	Runs int
 	// Failover holds one entry per L2 failover and membership cut trial.
@@ -55,6 +58,12 @@ type Results struct {
 	// when it is not the report's own (as Scale.Source): its command,
 	// vipd version and time.
 	K8sSource string `json:",omitempty"`
+	// Upgrade holds one entry per rolling-upgrade run (lab/upgrade).
+	Upgrade []UpgradeTrial `json:",omitempty"`
+	// UpgradeSource names the run the rolling-upgrade runs come from when
+	// it is not the report's own (as Scale.Source): its command, vipd
+	// version and time.
+	UpgradeSource string `json:",omitempty"`
 	// KubeClient compares the Kubernetes clients vipd's Node watch could
 	// use (lab/kubeclient.sh; nil when not measured).
 	KubeClient *KubeClient `json:",omitempty"`

@@ -21,7 +21,7 @@ type Config struct {
 	Scenarios []string
 	// Systems of the failover part (a subset of Systems).
 	Systems []string
-	// Parts to run: "failover", "bgp", "footprint", "scale", "k8s".
+	// Parts to run (a subset of Parts).
 	Parts []string
 	// K8sScenarios are the Kubernetes clients scenarios (a subset of
 	// k8slab.Scenarios), K8sRuns the trials of each per system.
@@ -37,7 +37,7 @@ type Config struct {
 }
 
 // Parts are the parts of a run, in order.
-var Parts = []string{"failover", "bgp", "footprint", "scale", "coldstart", "k8s"}
+var Parts = []string{"failover", "bgp", "footprint", "scale", "coldstart", "upgrade", "k8s"}
 
 func has(list []string, s string) bool {
 	for _, x := range list {
@@ -51,7 +51,8 @@ func has(list []string, s string) bool {
 // Run measures what c selects. A part that cannot run is recorded in
 // Results.Errors and the others still run.
 func Run(ctx context.Context, c Config) *Results {
-	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg(), Vipd: "unknown"}
+	m := ThisMachine()
+	r := &Results{Started: time.Now().UTC(), Runs: c.Runs, LoadBefore: loadAvg(), Vipd: "unknown", Machine: &m}
 	if out, err := exec.Command(filepath.Join(c.BinDir, "vipd"), "--version").Output(); err == nil {
 		r.Vipd = strings.TrimSpace(string(out))
 	}
@@ -134,6 +135,10 @@ func Run(ctx context.Context, c Config) *Results {
 				r.Errors = append(r.Errors, err.Error())
 			}
 		}
+	}
+	if has(c.Parts, "upgrade") && ctx.Err() == nil {
+		logf("upgrade: lab/upgrade's TestRollingUpgrade, %d runs", c.Runs)
+		upgradeBench(ctx, c, r, logf)
 	}
 	if has(c.Parts, "k8s") && ctx.Err() == nil {
 		k8sBench(ctx, c, r, logf)

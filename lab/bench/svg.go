@@ -11,26 +11,45 @@ import (
 // Chart renders two SVG bar charts, one above the other: the
 // client-observed gap per scenario, vipd next to keepalived, and the time
 // until another node answered (takeover). Bars are medians, whiskers span
-// min to max.
+// min to max. The chart widens to fit every scenario with trials.
 func Chart(r *Results) string {
-	const width, panelH = 860, 420
+	const panelH = 420
+	n := 0
+	for _, sc := range Scenarios {
+		for _, sys := range Systems {
+			if ts, _ := r.trials(sys, sc); len(ts) > 0 {
+				n++
+				break
+			}
+		}
+	}
+	width := max(minChartWidth, chartLeft+20+n*chartGroup+chartRight)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, 2*panelH, width, 2*panelH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	panel(&b, r, 0, "Client-observed gap per scenario (bar: median, whisker: min-max)", gapOf, false)
-	panel(&b, r, panelH, "Event to the first answer from another node (takeover)", takeoverOf, true)
+	panel(&b, r, width, 0, "Client-observed gap per scenario (bar: median, whisker: min-max)", gapOf, false)
+	panel(&b, r, width, panelH, "Event to the first answer from another node (takeover)", takeoverOf, true)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
 
-// panel draws one bar chart of metric at vertical offset off; onlyMoved
-// keeps the trials in which another node answered (see moved).
-func panel(w *strings.Builder, r *Results, off int, title string, metric func(Trial) time.Duration, onlyMoved bool) {
+// The chart's layout: its narrowest width, the plot's margins, and the
+// width of one scenario's group of bars.
+const (
+	minChartWidth         = 860
+	chartLeft, chartRight = 70, 20
+	chartGroup            = 150
+)
+
+// panel draws one bar chart of metric, width wide, at vertical offset
+// off; onlyMoved keeps the trials in which another node answered (see
+// moved).
+func panel(w *strings.Builder, r *Results, width, off int, title string, metric func(Trial) time.Duration, onlyMoved bool) {
 	const (
-		width, height       = 860, 420
-		left, right         = 70, 20
+		height              = 420
+		left, right         = chartLeft, chartRight
 		top, bottom         = 50, 70
-		barW, barGap, group = 34, 6, 150
+		barW, barGap, group = 34, 6, chartGroup
 	)
 	colors := map[string]string{"vipd": "#2b6cb0", "keepalived": "#c05621"}
 	trials := func(sys, sc string) []Trial {

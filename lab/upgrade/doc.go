@@ -36,6 +36,12 @@
 // on the wire and in state files between releases, which this lab
 // enforces for the previous one.
 //
+// With $VIPD_UPGRADE_RESULTS set to a path, the test writes each pass's
+// figures there as JSON (Result: probes, failed probes, resets, holder
+// samples, samples with two holders and with none, moves, duration), pass
+// or fail; `make bench` (part upgrade) runs it that way and reports them
+// in docs/benchmarks.md.
+//
 // The test needs root and VIPD_NETNS_TESTS=1 and skips otherwise; run it
 // with
 //

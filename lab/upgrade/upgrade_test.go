@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -199,6 +200,17 @@ type pass struct {
 func TestRollingUpgrade(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
 	began := time.Now()
+	res := Result{Previous: previousRelease}
+	if path := os.Getenv(ResultsEnv); path != "" {
+		// Registered first, so it runs last: after the lab is gone and
+		// whether the test passed or not.
+		t.Cleanup(func() {
+			res.Duration, res.Failed = time.Since(began), t.Failed()
+			if err := writeResult(path, res); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	prevBin := previousBinaries(t)
 	l := netlab.New(t, netlab.Options{})
 	prev, cur := filepath.Join(prevBin, "vipd"), l.Tools.Vipd
@@ -207,6 +219,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("the previous release and this tree both report version %q: the lab could not tell them apart", prevVersion)
 	}
 	t.Logf("previous release: %s; this tree: %s", prevVersion, curVersion)
+	res.PreviousVersion, res.Version = prevVersion, curVersion
 	l.StartHTTPAll()
 	o := netlab.VipdOptions{RejoinInterval: "5s"}
 	vip := l.DefaultVIPs()[0]
@@ -310,6 +323,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		ss := samples.Between(p.from, p.to)
 		moved := moves(ss)
+		res.Passes = append(res.Passes, passResult(p, total, failed, resets, ss, moved))
 		t.Logf("%s pass: %v, %d probes, %d failed; %d holder samples (%s); the VIP moved %d times",
 			p.name, p.to.Sub(p.from).Round(time.Millisecond), total, len(failed), len(ss), ss.Summary(), moved)
 		if want := int(p.to.Sub(p.from)/probeInterval) / 2; total < want {
@@ -350,6 +364,29 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("rolling upgrade, restart and rollback: %v in all (build included)", time.Since(began).Round(time.Second))
 }
 
+// passResult is a pass's figures as Result holds them.
+func passResult(p *pass, probes int, failed []string, resets int, ss netlab.HolderSamples, moved int) Pass {
+	r := Pass{Name: p.name, InPlace: p.inPlace, Duration: p.to.Sub(p.from), Probes: probes, Failed: len(failed),
+		Resets: resets, Samples: len(ss), NoHolder: ss.Count(0), Moves: moved}
+	r.TwoHolders = len(ss.Where(func(s netlab.HolderSample) bool { return len(s.Holders) >= 2 }))
+	if len(failed) > 0 {
+		r.FirstFailure = failed[0]
+	}
+	return r
+}
+
+// writeResult writes r as JSON to path.
+func writeResult(path string, r Result) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode the results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the results (%s): %w", ResultsEnv, err)
+	}
+	return nil
+}
+
 // TestCheckHolders covers the holder rule the lab applies.
 func TestCheckHolders(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -379,5 +416,46 @@ func TestCheckHolders(t *testing.T) {
 				t.Errorf("moves = %d, want %d", got, tt.moves)
 			}
 		})
+	}
+}
+
+// TestPassResult covers the figures a pass writes to $VIPD_UPGRADE_RESULTS
+// and their round trip through the file.
+func TestPassResult(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int, holders ...string) netlab.HolderSample {
+		return netlab.HolderSample{At: t0.Add(time.Duration(ms) * time.Millisecond), Holders: holders}
+	}
+	p := &pass{name: "upgrade", from: t0, to: t0.Add(3 * time.Second)}
+	ss := netlab.HolderSamples{at(0, "n1"), at(20, "n1", "n2"), at(40, "n2"), at(60), at(80, "n1", "n2", "n3"), at(100, "n3")}
+	failed := []string{"00:00:00.020 connection reset by peer", "00:00:00.040 timeout"}
+	got := passResult(p, 150, failed, 1, ss, moves(ss))
+	want := Pass{Name: "upgrade", Duration: 3 * time.Second, Probes: 150, Failed: 2, Resets: 1,
+		Samples: 6, TwoHolders: 2, NoHolder: 1, Moves: 2, FirstFailure: failed[0]}
+	if got != want {
+		t.Errorf("passResult = %+v, want %+v", got, want)
+	}
+	if in := passResult(&pass{name: "restart", inPlace: true}, 10, nil, 0, ss[:1], 0); in.FirstFailure != "" || !in.InPlace || in.Samples != 1 {
+		t.Errorf("passResult of a clean pass in place = %+v", in)
+	}
+
+	path := filepath.Join(t.TempDir(), "upgrade.json")
+	r := Result{Previous: previousRelease, PreviousVersion: previousRelease, Version: "abc1234", Passes: []Pass{got}, Duration: time.Minute}
+	if err := writeResult(path, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Passes) != 1 || back.Passes[0] != want || back.Version != "abc1234" || back.Duration != time.Minute {
+		t.Errorf("read back %+v, wrote %+v", back, r)
+	}
+	if err := writeResult(filepath.Join(path, "not-a-dir", "x.json"), r); err == nil {
+		t.Error("writeResult into a missing directory: no error")
 	}
 }

@@ -2,7 +2,7 @@
 // renders their report.
 //
 //	vipbench run [-runs 5] [-scenarios handoff,crash,...] [-systems vipd,keepalived]
-//	             [-parts failover,bgp,footprint,scale,coldstart,k8s] [-k8s-scenarios handoff,...] [-k8s-runs 3]
+//	             [-parts failover,bgp,footprint,scale,coldstart,upgrade,k8s] [-k8s-scenarios handoff,...] [-k8s-runs 3]
 //	             [-bin bin] -out results.json
 //	vipbench report -results results.json [-gobench file] [-kubeclient file] [-command "make bench"]
 //	             -md docs/benchmarks.md -svg docs/benchmarks.svg
@@ -137,7 +137,7 @@ func report(args []string) error {
 		}
 		gb = string(b)
 	}
-	m := bench.ThisMachine()
+	m := r.MeasuredOn()
 	if err := os.WriteFile(*svg, []byte(bench.Chart(r)), 0o644); err != nil {
 		return err
 	}
