@@ -119,7 +119,9 @@ func TestNodeWithdrawsAndHandsOff(t *testing.T) {
 	for _, st := range steps {
 		owner := c.waitHolders(10*time.Second, exactlyOne, "before "+st.reason)[0]
 		claims := c.w.claimCount()
-		released := func(next string) int { return c.log.count("node="+owner, "released VIP", "successor "+next+" holds it") }
+		released := func(next string) int {
+			return c.log.count("node="+owner, "released VIP", "successor "+next+" holds it")
+		}
 		before := map[string]int{}
 		for _, n := range []string{"a", "b", "c"} {
 			before[n] = released(n)
