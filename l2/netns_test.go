@@ -651,11 +651,17 @@ func TestNetnsSetLifetime(t *testing.T) {
 	a := newLabAnnouncer(t, l, Config{GARPCount: 1})
 	ctx := context.Background()
 	kept := netip.MustParseAddr("192.0.2.101")
+	// Announce in A's namespace, as every other test here does: the
+	// announcer's packet sockets are opened where it is called, and from
+	// the test's own namespace the interface index names another
+	// interface (a cold CI run: "sendto: network is down").
 	for _, v := range []netip.Addr{labVIP4, labVIP6, kept} {
-		if err := a.Announce(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.SetLifetime(ctx, v, time.Second); err != nil {
+		if err := inNS(l.hA, func() error {
+			if err := a.Announce(ctx, v); err != nil {
+				return err
+			}
+			return a.SetLifetime(ctx, v, time.Second)
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -666,7 +672,7 @@ func TestNetnsSetLifetime(t *testing.T) {
 	if line, ok := findLine(addrLines(t, l), labVIP6.String()+"/128"); !ok || !strings.Contains(line, "deprecated") {
 		t.Errorf("IPv6 VIP after SetLifetime(1s): %q, want it still deprecated (never the host's source)", line)
 	}
-	if err := a.SetLifetime(ctx, kept, 0); err != nil {
+	if err := inNS(l.hA, func() error { return a.SetLifetime(ctx, kept, 0) }); err != nil {
 		t.Fatal(err)
 	}
 	if line, ok := findLine(addrLines(t, l), kept.String()+"/32"); !ok || !strings.Contains(line, "valid_lft forever") {
