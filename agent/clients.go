@@ -232,9 +232,9 @@ func (c *clients) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := c.now()
-		c.publish(feed, synced, now)
-		t.Reset(c.grid.After(c.now(), publishEvery).Sub(c.now()))
+		c.publish(feed, synced, c.now())
+		now := c.now() // after the round: the next starts on the grid from here
+		t.Reset(c.grid.After(now, publishEvery).Sub(now))
 	}
 }
 
