@@ -44,10 +44,11 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	return l, vip, holder
 }
 
-// waitNeigh waits until the client's neighbor entry for the VIP has h's MAC.
+// waitNeigh waits until the client's neighbor entry for the VIP has h's MAC
+// (bounded by settle: the lab runs in an emulated machine).
 func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 	t.Helper()
-	if err := l.WaitNeigh(l.Client, vip.Address, h, 5*time.Second); err != nil {
+	if err := l.WaitNeigh(l.Client, vip.Address, h, settle); err != nil {
 		t.Error(err)
 	}
 }
