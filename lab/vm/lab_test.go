@@ -156,6 +156,10 @@ exec /vm/lab.test -test.v -test.count=1 -test.timeout=%s%s
 	switch {
 	case res.Exit != 0 || len(fail) > 0:
 		t.Errorf("%s failed in the VM (exit %d): %s", pkg, res.Exit, strings.Join(fail, ", "))
+		// Again at the end, where a CI log cut in the middle still shows it.
+		for _, name := range fail {
+			t.Errorf("the end of %s's output in the VM:\n%s", name, tail(res.Output, name, 15))
+		}
 	case len(pass) == 0:
 		t.Errorf("%s passed no test in the VM", pkg)
 	case len(skip) > 0:
@@ -185,4 +189,26 @@ func topLevelResults(out string) (pass, skip, fail []string) {
 		}
 	}
 	return pass, skip, fail
+}
+
+// tail returns the last n lines go test -v printed for the top-level test
+// name before its result line.
+func tail(out, name string, n int) string {
+	var block []string
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case line == "=== RUN   "+name:
+			in, block = true, nil
+		case in && strings.HasPrefix(line, "--- FAIL: "+name+" "):
+			in = false
+			block = append(block, line)
+		case in:
+			block = append(block, line)
+		}
+	}
+	if len(block) > n {
+		block = block[len(block)-n:]
+	}
+	return strings.Join(block, "\n")
 }

@@ -316,3 +316,25 @@ FAIL
 		t.Errorf("pass %v skip %v fail %v", pass, skip, fail)
 	}
 }
+
+func TestTail(t *testing.T) {
+	out := `=== RUN   TestA
+    a_test.go:1: a log
+--- PASS: TestA (1.00s)
+=== RUN   TestB
+    b_test.go:1: one
+    b_test.go:2: two
+    b_test.go:3: three
+--- FAIL: TestB (2.00s)
+=== RUN   TestBB
+--- FAIL: TestBB (0.00s)
+FAIL
+`
+	want := "    b_test.go:2: two\n    b_test.go:3: three\n--- FAIL: TestB (2.00s)"
+	if got := tail(out, "TestB", 3); got != want {
+		t.Errorf("tail(TestB, 3) = %q, want %q", got, want)
+	}
+	if got := tail(out, "TestC", 3); got != "" {
+		t.Errorf("tail of a test that never ran = %q, want nothing", got)
+	}
+}
