@@ -2,6 +2,7 @@ package k8slab
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -21,9 +22,10 @@ var maxMoves = map[string]int{"rolling": 3}
 // machine gets some margin, while what each bound guards against is far
 // outside it:
 //   - planned (Planned: handoff, SIGTERM, rolling restart): no failed
-//     request, and no watch silent for more than plannedStall while there
-//     was something to deliver, nor longer than that after the event before
-//     it delivers again (the target, run by run: make-before-break
+//     read, at most maxPlannedWriteResets failed writes and those only
+//     with a connection reset (checkPlanned), and no watch silent for more
+//     than plannedStall while there was something to deliver, nor longer
+//     than that after the event before it delivers again (make-before-break
 //     and the old holder closing its connections once the new one holds
 //     the VIP). Without the closing, a watch on a connection of its own
 //     stalls until client-go's ping, about 30 s.
@@ -33,9 +35,30 @@ var maxMoves = map[string]int{"rolling": 3}
 //     holder's resets a watch on a connection of its own waits for the
 //     ping, about 30 s.
 const (
-	plannedStall   = time.Second
-	lostDelivering = 5 * time.Second
+	plannedStall          = time.Second
+	lostDelivering        = 5 * time.Second
+	maxPlannedWriteResets = 2
 )
+
+// checkPlanned says what is wrong with the failed requests of a planned
+// move ("" when nothing is). The target is none, and most planned
+// moves in the labs have none; but a write the old holder has not answered
+// when it closes its connections, or one a client sends in the few
+// milliseconds between the new holder's announcement and that close (its
+// packets reach the new holder, whose kernel resets the connection),
+// fails with a connection reset, and client-go does not send a write
+// again (it does a read). One such write failed in about 30 planned moves
+// of the labs (CI, stop 29: kubectl cordon, 1 of 61 requests). A failed
+// read, a timeout or more than maxPlannedWriteResets resets are wrong.
+func checkPlanned(c ClientStats) string {
+	switch {
+	case c.Failed > c.WriteResets:
+		return fmt.Sprintf("%d requests failed (%v; first: %s), %d of them not a write's connection reset; want none on a planned move", c.Failed, c.FailedBy, c.FirstError, c.Failed-c.WriteResets)
+	case c.WriteResets > maxPlannedWriteResets:
+		return fmt.Sprintf("%d writes failed with a connection reset (first: %s), want at most %d on a planned move", c.WriteResets, c.FirstError, maxPlannedWriteResets)
+	}
+	return ""
+}
 
 // TestClientsThroughFailovers runs every scenario once with vipd and real
 // client-go clients through the VIP, and checks what must hold whatever
@@ -95,8 +118,8 @@ func TestClientsThroughFailovers(t *testing.T) {
 			}
 			switch {
 			case Planned[sc]:
-				if c.Failed > 0 {
-					t.Errorf("%s: %d requests failed (%v; first: %s), want none on a planned move", sc, c.Failed, c.FailedBy, c.FirstError)
+				if msg := checkPlanned(c); msg != "" {
+					t.Errorf("%s: %s", sc, msg)
 				}
 				if c.Stall > plannedStall || c.Delivering > plannedStall {
 					t.Errorf("%s: watch stall %v (%s), every watch delivering after %v %v, want both within %v on a planned move",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -68,6 +69,11 @@ type ClientStats struct {
 	// (write, fresh, long).
 	Requests, Failed int
 	FailedBy         map[string]int `json:",omitempty"`
+	// WriteResets counts the failed writes (the writer's creates, the
+	// lease renewals) whose error was a connection reset: a write on a
+	// connection as it was closed under it, which client-go does not send
+	// again (a read it does send again).
+	WriteResets int `json:",omitempty"`
 	// FirstError is the first failed request's error.
 	FirstError string `json:",omitempty"`
 	// LongestRequest is the slowest of those requests.
@@ -197,6 +203,9 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 				who = "write"
 			}
 			s.FailedBy[who]++
+			if (who == "write" || who == "lease") && strings.Contains(rec.E, "connection reset by peer") {
+				s.WriteResets++
+			}
 			if s.FirstError == "" {
 				s.FirstError = rec.E
 			}

@@ -206,3 +206,40 @@ func TestParseRecords(t *testing.T) {
 		t.Error("a bad line before the end must be an error")
 	}
 }
+
+// TestWriteResetsAndCheckPlanned: Stats counts the writes (creates, lease
+// renewals) that failed with a connection reset apart, and checkPlanned
+// lets a planned move have at most maxPlannedWriteResets of those and no
+// other failure.
+func TestWriteResetsAndCheckPlanned(t *testing.T) {
+	const reset = `Post "https://192.0.2.10:6443/api/v1/namespaces/vipd-lab/configmaps": write tcp 192.0.2.100:38132->192.0.2.10:6443: write: connection reset by peer`
+	recs := []Record{
+		{Kind: "ready", T: 0},
+		{Kind: "write", T: 1000, D: 5000, Seq: 1, E: reset},
+		{Kind: "req", T: 2000, D: 5000, C: "lease", E: reset},
+		{Kind: "req", T: 3000, D: 5000, C: "long", E: reset},
+		{Kind: "write", T: 4000, D: 5000, Seq: 2, E: "context deadline exceeded"},
+		{Kind: "write", T: 5000, D: 5000, Seq: 3},
+		{Kind: "end", T: 100000},
+	}
+	st := NewRun(recs).Stats(us(0), time.Time{})
+	if st.Failed != 4 || st.WriteResets != 2 {
+		t.Fatalf("failed %d, write resets %d (%v), want 4 and 2 (a read's reset and a timeout are not)", st.Failed, st.WriteResets, st.FailedBy)
+	}
+	for _, c := range []struct {
+		st   ClientStats
+		want bool // acceptable on a planned move
+	}{
+		{ClientStats{}, true},
+		{ClientStats{Failed: 1, WriteResets: 1}, true},
+		{ClientStats{Failed: maxPlannedWriteResets, WriteResets: maxPlannedWriteResets}, true},
+		{ClientStats{Failed: maxPlannedWriteResets + 1, WriteResets: maxPlannedWriteResets + 1}, false},
+		{ClientStats{Failed: 1}, false},                 // a read, or a timeout
+		{ClientStats{Failed: 2, WriteResets: 1}, false}, // one of them not a write's reset
+		{st, false},
+	} {
+		if got := checkPlanned(c.st) == ""; got != c.want {
+			t.Errorf("checkPlanned(failed %d, write resets %d) = %q, want acceptable %v", c.st.Failed, c.st.WriteResets, checkPlanned(c.st), c.want)
+		}
+	}
+}

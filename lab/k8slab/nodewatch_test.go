@@ -173,9 +173,9 @@ func (nl *nodeWatchLab) move(what string, act func(holder *netlab.Host)) (from, 
 // TestNodeWatchRealAPIServer: vipd follows its Node on a real kube-apiserver
 // (v1.37.2, the Node authorizer), through the VIP, with the node's own
 // credentials. kubectl cordon on the owner's Node moves the VIP, never
-// without a holder and with 0 failed client requests, as the planned
-// handoff of vipctl withdraw --wait (measured first, as the reference)
-// does, and uncordon makes the node eligible again; a
+// without a holder and with no failed client request beyond what
+// checkPlanned allows a planned move, as the planned handoff of vipctl
+// withdraw --wait (measured first, as the reference) does, and uncordon makes the node eligible again; a
 // real kubectl drain does the same; the exclusion label and deleting the
 // Node each withdraw; a vipctl withdraw survives an uncordon; every
 // apiserver stopped for 30 s moves nothing; every node cordoned keeps the
@@ -198,8 +198,8 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 			}
 		}()
 	})
-	if ref.Failed > 0 {
-		t.Errorf("vipctl withdraw --wait: %d client requests failed, want 0", ref.Failed)
+	if msg := checkPlanned(ref); msg != "" {
+		t.Errorf("vipctl withdraw --wait: %s", msg)
 	}
 
 	// The Node's withdraws, each undone.
@@ -223,8 +223,8 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 			func(h *netlab.Host) { nl.kubectl("delete", "node", h.Name, "--wait=false") }, func(h *netlab.Host) { nl.applyNodes(h.Name) }},
 	} {
 		from, to, cs := nl.move(step.what, step.do)
-		if cs.Failed > 0 {
-			t.Errorf("%s: %d client requests failed, want 0 (vipctl withdraw --wait: %d)", step.what, cs.Failed, ref.Failed)
+		if msg := checkPlanned(cs); msg != "" {
+			t.Errorf("%s: %s (vipctl withdraw --wait: %d failed)", step.what, msg, ref.Failed)
 		}
 		st := nl.waitStatus(from, step.reason, func(s netlab.Status) bool { return slices.Contains(s.NodeWithdrawReasons, step.reason) })
 		if st.Withdrawn {
