@@ -11,18 +11,22 @@ import (
 	"github.com/vipd/vipd/lab/netlab"
 )
 
-const (
+// The bounds, scaled by netlab.Slowdown: in lab/vm's emulated machine
+// everything runs several times slower (on a real machine Slowdown is 1).
+var (
 	// settle bounds convergence after start and after every event.
-	settle = 15 * time.Second
+	settle = netlab.Scaled(15 * time.Second)
 	// maxWithdrawGap is the client-observed unreachability allowed on a
-	// planned withdraw (as lab/e2e).
-	maxWithdrawGap = time.Second
+	// planned withdraw (as lab/e2e: 1 s on a real machine). A VLAN or bond
+	// that loses the gratuitous ARP leaves the client on the old holder
+	// until its neighbour entry goes stale, tens of seconds.
+	maxWithdrawGap = netlab.Scaled(time.Second)
 	// probeTimeout is the prober's timeout in the slave failure test. The
 	// bond notices a lost carrier at its next MII poll (miimon 100): a
 	// connection attempt whose SYN falls into those up to 100 ms is sent
 	// again by TCP after 1 s, so a client with a timeout over that sees no
 	// failure, only a slower connect. The test reports the slowest.
-	probeTimeout = 1500 * time.Millisecond
+	probeTimeout = netlab.Scaled(1500 * time.Millisecond)
 )
 
 // cluster starts a 3-node lab on bond0.100 with HTTP servers and vipd and
@@ -58,7 +62,7 @@ func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 // and the client follows within a second.
 func TestFailoverOnBondVLAN(t *testing.T) {
 	l, vip, owner := cluster(t)
-	pr := l.StartProber(netlab.ProbeOptions{Duration: 40 * time.Second})
+	pr := l.StartProber(netlab.ProbeOptions{Duration: netlab.Scaled(40 * time.Second)})
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before withdraw: %v", err)
 	}
@@ -84,7 +88,7 @@ func TestFailoverOnBondVLAN(t *testing.T) {
 // is, one holder throughout, no client probe failing.
 func TestBondSlaveFailureMovesNothing(t *testing.T) {
 	l, vip, owner := cluster(t)
-	pr := l.StartProber(netlab.ProbeOptions{Timeout: probeTimeout, Duration: 60 * time.Second})
+	pr := l.StartProber(netlab.ProbeOptions{Timeout: probeTimeout, Duration: netlab.Scaled(60 * time.Second)})
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before the slave failure: %v", err)
 	}

@@ -47,7 +47,8 @@ func (l *Lab) tryStartVipd(h *Host, bin, config string) (*Vipd, error) {
 		return nil, err
 	}
 	p := v.Proc
-	ok, detail := Eventually(10*time.Second, 50*time.Millisecond, func() (bool, string) {
+	within := Scaled(10 * time.Second)
+	ok, detail := Eventually(within, 50*time.Millisecond, func() (bool, string) {
 		if !p.Running() {
 			return true, ""
 		}
@@ -60,7 +61,7 @@ func (l *Lab) tryStartVipd(h *Host, bin, config string) (*Vipd, error) {
 		return nil, fmt.Errorf("vipd on %s exited at start: %v (log %s)", h.Name, p.ExitErr(), p.Log)
 	}
 	if !ok {
-		return nil, fmt.Errorf("vipd on %s: API not answering after 10s: %s", h.Name, detail)
+		return nil, fmt.Errorf("vipd on %s: API not answering after %v: %s", h.Name, within, detail)
 	}
 	return v, nil
 }

@@ -327,12 +327,13 @@ func (l *Lab) StartHTTP(h *Host) *Proc {
 	if err != nil {
 		l.t.Fatalf("netlab: %v", err)
 	}
-	ok, detail := Eventually(5*time.Second, 20*time.Millisecond, func() (bool, string) {
+	within := Scaled(5 * time.Second)
+	ok, detail := Eventually(within, 20*time.Millisecond, func() (bool, string) {
 		out, err := l.Exec(h, l.Tools.Probe, "-target", fmt.Sprintf("127.0.0.1:%d", HTTPPort), "-count", "1")
 		return err == nil && strings.Contains(out, " ok "+h.Name), fmt.Sprint(out, err)
 	})
 	if !ok {
-		l.t.Fatalf("netlab: httpd on %s not answering after 5s: %s", h.Name, detail)
+		l.t.Fatalf("netlab: httpd on %s not answering after %v: %s", h.Name, within, detail)
 	}
 	l.mu.Lock()
 	l.https[h.Name] = p

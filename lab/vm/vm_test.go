@@ -324,6 +324,8 @@ func TestTail(t *testing.T) {
 === RUN   TestB
     b_test.go:1: one
     b_test.go:2: two
+    netlab.go:358: ==== vipd log of n1 ====
+        time=... level=INFO msg=starting
     b_test.go:3: three
 --- FAIL: TestB (2.00s)
 === RUN   TestBB
@@ -331,8 +333,8 @@ func TestTail(t *testing.T) {
 FAIL
 `
 	want := "    b_test.go:2: two\n    b_test.go:3: three\n--- FAIL: TestB (2.00s)"
-	if got := tail(out, "TestB", 3); got != want {
-		t.Errorf("tail(TestB, 3) = %q, want %q", got, want)
+	if got := tail(out, "TestB", 2); got != want {
+		t.Errorf("tail(TestB, 2) = %q, want %q", got, want)
 	}
 	if got := tail(out, "TestC", 3); got != "" {
 		t.Errorf("tail of a test that never ran = %q, want nothing", got)
