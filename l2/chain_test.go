@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -436,5 +437,29 @@ func TestCloseRemovesRules(t *testing.T) {
 	}
 	if err := h.a.Forward(ctx, vip4, []uint16{6443}, netip.MustParseAddr("192.0.2.11")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Forward after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// TestChainHooks checks the hooks of vipd's base chains: the arp family
+// numbers its hooks apart from the inet ones (NF_ARP_IN is 0, and 1, the
+// inet input hook's number, is NF_ARP_OUT there).
+func TestChainHooks(t *testing.T) {
+	for _, tc := range []struct {
+		k          ruleKind
+		family     nftables.TableFamily
+		hook       uint32
+		prio       int32
+		table, chn string
+	}{
+		{kindForward, nftables.TableFamilyIPv4, unix.NF_INET_PRE_ROUTING, -150, ForwardTable, "prerouting"},
+		{kindQuiesce, nftables.TableFamilyARP, 0 /* NF_ARP_IN */, 0, QuiesceTable, "input"},
+	} {
+		tb, c := tableOf(tc.k)
+		if tb.Family != tc.family || tb.Name != tc.table || c.Table != tb || c.Name != tc.chn {
+			t.Errorf("%s: table %+v chain %s", tc.k, tb, c.Name)
+		}
+		if c.Hooknum == nil || uint32(*c.Hooknum) != tc.hook || c.Priority == nil || int32(*c.Priority) != tc.prio || c.Type != nftables.ChainTypeFilter {
+			t.Errorf("%s: chain hook %v priority %v type %s, want hook %d priority %d filter", tc.k, c.Hooknum, c.Priority, c.Type, tc.hook, tc.prio)
+		}
 	}
 }

@@ -33,13 +33,20 @@ func newNftFilter() (*nftFilter, error) {
 	return &nftFilter{c: c}, nil
 }
 
+// nfARPIn is the arp family's input hook (NF_ARP_IN in
+// linux/netfilter_arp.h; x/sys/unix does not define it).
+const nfARPIn = 0
+
 // tableOf returns the table and base chain of kind k.
 func tableOf(k ruleKind) (*nftables.Table, *nftables.Chain) {
 	if k == kindQuiesce {
 		t := &nftables.Table{Name: QuiesceTable, Family: nftables.TableFamilyARP}
 		return t, &nftables.Chain{
 			Name: quiesceChain, Table: t, Type: nftables.ChainTypeFilter,
-			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
+			// The arp family numbers its hooks apart: NF_ARP_IN is 0
+			// (nftables.ChainHookInput, NF_INET_LOCAL_IN, would be 1:
+			// NF_ARP_OUT).
+			Hooknum: nftables.ChainHookRef(nfARPIn), Priority: nftables.ChainPriorityFilter,
 		}
 	}
 	t := &nftables.Table{Name: ForwardTable, Family: nftables.TableFamilyIPv4}
