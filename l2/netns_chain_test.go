@@ -106,6 +106,12 @@ func newChainLab(t *testing.T) *chainLab {
 	return l
 }
 
+// in runs fn with host n's Announcer on a thread in n's namespace: Announce
+// opens its advertisement sockets in the calling thread's namespace.
+func (l *chainLab) in(n string, fn func(a *Announcer) error) error {
+	return inNS(l.h[n], func() error { return fn(l.an[n]) })
+}
+
 // serve runs a TCP echo server on :6443 in namespace n until the test ends:
 // it answers each read with "<n>:" and what it read.
 func (l *chainLab) serve(t *testing.T, n string) {
@@ -313,15 +319,15 @@ func (l *chainLab) vipdTables(t *testing.T, n string) []string {
 func (l *chainLab) handoff(t *testing.T, forward bool) {
 	t.Helper()
 	ctx := context.Background()
-	if err := l.an["o"].Quiesce(ctx, chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Quiesce on O: %v", err)
 	}
 	if forward {
-		if err := l.an["s"].Forward(ctx, chainVIP, []uint16{chainPort}, chainO); err != nil {
+		if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
 			t.Fatalf("Forward on S: %v", err)
 		}
 	}
-	if err := l.an["s"].Announce(ctx, chainVIP); err != nil {
+	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Announce on S: %v", err)
 	}
 	l.waitNeigh(t, "s")
@@ -330,7 +336,7 @@ func (l *chainLab) handoff(t *testing.T, forward bool) {
 // start announces the VIP on O and opens C's connection, answered by O.
 func (l *chainLab) start(t *testing.T) net.Conn {
 	t.Helper()
-	if err := l.an["o"].Announce(context.Background(), chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(context.Background(), chainVIP) }); err != nil {
 		t.Fatalf("Announce on O: %v", err)
 	}
 	old := l.dial(t)
@@ -378,10 +384,10 @@ func TestNetnsDaisyChain(t *testing.T) {
 
 	// The end of the handoff: S stops forwarding, O releases the VIP. The
 	// old connection is reset by S at its next send.
-	if err := l.an["s"].StopForward(ctx, chainVIP); err != nil {
+	if err := l.in("s", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
 		t.Fatalf("StopForward on S: %v", err)
 	}
-	if err := l.an["o"].Withdraw(ctx, chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Withdraw(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Withdraw on O: %v", err)
 	}
 	if got, err := exchange(old, "last"); !errors.Is(err, syscall.ECONNRESET) {
@@ -416,13 +422,13 @@ func TestNetnsQuiesceCalledOff(t *testing.T) {
 	l := newChainLab(t)
 	ctx := context.Background()
 	old := l.start(t)
-	if err := l.an["o"].Quiesce(ctx, chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Quiesce on O: %v", err)
 	}
 	if got := l.arpRepliers(t); len(got) != 0 {
 		t.Fatalf("quiesced: ARP replies for %s from %v, want none", chainVIP, got)
 	}
-	if err := l.an["o"].Announce(ctx, chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Announce on O: %v", err)
 	}
 	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["o"].String()}) {
@@ -434,17 +440,17 @@ func TestNetnsQuiesceCalledOff(t *testing.T) {
 	mustServe(t, old, "still", "o")
 
 	// Close removes what Forward and Quiesce installed.
-	if err := l.an["o"].Quiesce(ctx, chainVIP); err != nil {
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
 		t.Fatalf("Quiesce on O: %v", err)
 	}
-	if err := l.an["s"].Forward(ctx, chainVIP, []uint16{chainPort, 443}, chainO); err != nil {
+	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort, 443}, chainO) }); err != nil {
 		t.Fatalf("Forward on S: %v", err)
 	}
 	for _, n := range []string{"o", "s"} {
 		if len(l.vipdTables(t, n)) == 0 {
 			t.Fatalf("no table in %s", n)
 		}
-		if err := l.an[n].Close(); err != nil {
+		if err := l.in(n, func(a *Announcer) error { return a.Close() }); err != nil {
 			t.Fatalf("Close %s: %v", n, err)
 		}
 		if got := l.vipdTables(t, n); len(got) != 0 {
@@ -487,6 +493,21 @@ func TestNetnsCleanupNftables(t *testing.T) {
 	}
 	if got := tables(); !slices.Equal(got, []string{ForwardTable, QuiesceTable}) {
 		t.Fatalf("tables %v, want %s and %s", got, ForwardTable, QuiesceTable)
+	}
+	// Called from the test's own thread, Forward and Quiesce used the
+	// Announcer's socket, opened in A: nothing landed in this namespace.
+	root, err := nftables.New()
+	if err != nil {
+		t.Fatalf("nftables here: %v", err)
+	}
+	ts, err := root.ListTables()
+	if err != nil {
+		t.Fatalf("list tables here: %v", err)
+	}
+	for _, x := range ts {
+		if x.Name == ForwardTable || x.Name == QuiesceTable {
+			t.Fatalf("table %s in the test's namespace", x.Name)
+		}
 	}
 	if err := inNS(l.hA, CleanupNftables); err != nil {
 		t.Fatalf("CleanupNftables: %v", err)
