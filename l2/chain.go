@@ -89,7 +89,7 @@ type filter interface {
 // to no connection this host has: segments without SYN whose conntrack
 // state is new. In nftables terms, in table ip vipd_forward, a filter chain
 // on the prerouting hook at priority -150 (after conntrack), one rule per
-// port:
+// port (no ports: one rule for every port, without the dport match):
 //
 //	ip daddr addr tcp dport port tcp flags & syn == 0 ct state new dup to to device <iface> drop
 //
@@ -262,9 +262,6 @@ func checkForwardArgs(vip netip.Addr, ports []uint16, to netip.Addr) error {
 	if to == vip || to.IsUnspecified() || to.IsMulticast() || to.IsLoopback() || to == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return fmt.Errorf("destination %s is not a host's address", to)
 	}
-	if len(ports) == 0 {
-		return errors.New("no port")
-	}
 	if slices.Contains(ports, 0) {
 		return errors.New("port 0")
 	}
@@ -294,6 +291,10 @@ func checkOnLink(to netip.Addr, ifname string, present []ifAddr) error {
 
 // forwardRules returns Forward's rules for vip: one per port.
 func forwardRules(vip netip.Addr, ports []uint16, to netip.Addr, ifindex int) [][]expr.Any {
+	if len(ports) == 0 {
+		// Every port ([connections] ports left empty).
+		return [][]expr.Any{forwardExprs(vip, 0, to, ifindex)}
+	}
 	var rules [][]expr.Any
 	seen := map[uint16]bool{}
 	for _, p := range ports {
@@ -309,18 +310,26 @@ func forwardRules(vip netip.Addr, ports []uint16, to netip.Addr, ifindex int) []
 // forwardExprs is, for nft,
 //
 //	ip daddr vip tcp dport port tcp flags & syn == 0 ct state new dup to to device <ifindex> drop
+//
+// without the tcp dport match for port 0 (every port).
 func forwardExprs(vip netip.Addr, port uint16, to netip.Addr, ifindex int) []expr.Any {
 	v4, t4 := vip.As4(), to.As4()
-	return []expr.Any{
+	var dport []expr.Any
+	if port != 0 {
+		dport = []expr.Any{
+			// tcp dport port
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		}
+	}
+	return slices.Concat([]expr.Any{
 		// ip daddr vip
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: v4[:]},
 		// meta l4proto tcp
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		// tcp dport port
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}, dport, []expr.Any{
 		// tcp flags & syn == 0
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpFlagSYN}, Xor: []byte{0}},
@@ -336,7 +345,7 @@ func forwardExprs(vip netip.Addr, port uint16, to netip.Addr, ifindex int) []exp
 		&expr.Dup{RegAddr: 1, RegDev: 2, IsRegDevSet: true},
 		// drop
 		&expr.Verdict{Kind: expr.VerdictDrop},
-	}
+	})
 }
 
 const tcpFlagSYN = 0x02

@@ -225,6 +225,33 @@ func TestForwardRuleMatches(t *testing.T) {
 	}
 }
 
+// TestForwardEveryPort: without ports ([connections] ports left empty)
+// one rule forwards unknown segments to the VIP on any TCP port, and still
+// not SYNs, known connections or other addresses.
+func TestForwardEveryPort(t *testing.T) {
+	to := netip.MustParseAddr("192.0.2.11")
+	rules := forwardRules(vip4, nil, to, testIndex)
+	if len(rules) != 1 {
+		t.Fatalf("%d rules for every port, want 1", len(rules))
+	}
+	for _, tc := range []struct {
+		name string
+		p    pkt
+		fwd  bool
+	}{
+		{"mid-stream ACK on 6443", ipTCP(vip4, 6443, ack, ctNew), true},
+		{"mid-stream ACK on 22", ipTCP(vip4, 22, ack, ctNew), true},
+		{"SYN", ipTCP(vip4, 22, syn, ctNew), false},
+		{"known connection", ipTCP(vip4, 22, ack, ctEst), false},
+		{"other destination", ipTCP(netip.MustParseAddr("192.0.2.20"), 22, ack, ctNew), false},
+	} {
+		v := eval(t, rules[0], tc.p)
+		if v.matched != tc.fwd || (tc.fwd && (!v.drop || v.dupTo != to)) {
+			t.Errorf("%s: %+v, want forwarded %v", tc.name, v, tc.fwd)
+		}
+	}
+}
+
 // arpPkt returns an Ethernet/IPv4 ARP packet with operation op for target.
 func arpPkt(op uint16, target netip.Addr) pkt {
 	b := make([]byte, 28)
@@ -280,7 +307,6 @@ func TestForwardRejects(t *testing.T) {
 		{"destination is this host", vip4, netip.MustParseAddr("192.0.2.1"), []uint16{6443}, false},
 		{"destination is the VIP", vip4, vip4, []uint16{6443}, false},
 		{"invalid destination", vip4, netip.Addr{}, []uint16{6443}, false},
-		{"no port", vip4, old, nil, false},
 		{"port 0", vip4, old, []uint16{6443, 0}, false},
 		{"invalid VIP", netip.Addr{}, old, []uint16{6443}, false},
 	} {
