@@ -318,6 +318,16 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 	}
 }
 
+// hostAndClient creates a host namespace h and a client namespace c joined
+// by a veth pair: hIf in h, eth0 in c (no addresses yet).
+func hostAndClient(t *testing.T) (h, c, hIf string) {
+	t.Helper()
+	h, c = newNS(t, "h"), newNS(t, "c")
+	hIf = fmt.Sprintf("h%d", nsSeq.Add(1))
+	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	return h, c, hIf
+}
+
 // TestNetnsDestroy: Destroy closes the host's connections to the VIP on the
 // given port (IPv4 on a dual-stack listener, IPv6) and nothing else: not a
 // connection to the node's own address on the same port, not one to the
@@ -325,10 +335,7 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 // clients of the closed ones see a reset at once.
 func TestNetnsDestroy(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
-	h, c := newNS(t, "h"), newNS(t, "c")
-	id := nsSeq.Add(1)
-	hIf := fmt.Sprintf("h%d", id)
-	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	h, c, hIf := hostAndClient(t)
 	for _, a := range [][]string{
 		{h, "192.0.2.1/24", hIf}, {h, "192.0.2.10/32", hIf}, {h, "2001:db8::1/64", hIf}, {h, "2001:db8::10/128", hIf},
 		{c, "192.0.2.2/24", "eth0"}, {c, "2001:db8::2/64", "eth0"},
@@ -407,10 +414,7 @@ func TestNetnsDestroy(t *testing.T) {
 // busy. Destroy would cut the request being answered.
 func TestNetnsDestroyIdle(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
-	h, c := newNS(t, "h"), newNS(t, "c")
-	id := nsSeq.Add(1)
-	hIf := fmt.Sprintf("h%d", id)
-	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	h, c, hIf := hostAndClient(t)
 	ip(t, "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
 	ip(t, "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
 	ip(t, "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
