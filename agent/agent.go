@@ -71,6 +71,27 @@ type Drainer interface {
 	Drain(ctx context.Context, addr netip.Addr) error
 }
 
+// Forwarder is implemented by announcers that can pass a previous holder's
+// connections on to it during a planned handoff (l2: nftables dup to the
+// previous holder of the packets the host has no connection for: the daisy
+// chain). Forward installs that for addr's TCP ports, to the host at to;
+// StopForward removes it (no error when there is nothing). An error
+// wrapping l2.ErrForwardUnsupported says it cannot be done here (IPv6, to
+// not on the link): the handoff then goes as without a Forwarder.
+type Forwarder interface {
+	Forward(ctx context.Context, addr netip.Addr, ports []uint16, to netip.Addr) error
+	StopForward(ctx context.Context, addr netip.Addr) error
+}
+
+// Quiescer is implemented by announcers that can keep a VIP on the host
+// while it stops attracting traffic (l2: no ARP answers for it, no more
+// gratuitous ARPs), so the host serves the connections the successor
+// forwards to it. Withdraw ends the quiesce with the address; Announce
+// ends it too (a handoff called off).
+type Quiescer interface {
+	Quiesce(ctx context.Context, addr netip.Addr) error
+}
+
 // ConflictWatcher is implemented by announcers that can see another host
 // answering for a VIP (l2: ARP replies / neighbor advertisements from other
 // MACs).
@@ -296,6 +317,12 @@ type vipState struct {
 	// is set when this node claimed it from one (clients.go).
 	lastHolder string
 	takeover   *takeover
+
+	// forward is set while this node, the VIP's new holder, forwards the
+	// previous holder's connections to it; quiesce while this node, the
+	// previous holder, serves them and closes them (chain.go).
+	forward *forward
+	quiesce *quiesce
 }
 
 // conflict is another MAC answering for a VIP this node holds.

@@ -41,6 +41,9 @@ type ConnsBackend interface {
 	List(f conns.Filter) (conns.Set, error)
 	// Destroy closes them; it returns how many.
 	Destroy(f conns.Filter) (int, error)
+	// DestroyIdle closes them each at an idle moment, the rest when ctx
+	// ends (conns.Table.DestroyIdle).
+	DestroyIdle(ctx context.Context, f conns.Filter, poll time.Duration) (conns.DestroyResult, error)
 	// Poke resets the clients of cs (connections this host does not have).
 	Poke(ctx context.Context, cs []conns.Conn, cfg conns.PokeConfig) (conns.PokeResult, error)
 	// Close releases the backend.
@@ -60,7 +63,10 @@ func openKernelConns() (ConnsBackend, error) {
 
 func (k kernelConns) List(f conns.Filter) (conns.Set, error) { return k.t.List(f) }
 func (k kernelConns) Destroy(f conns.Filter) (int, error)    { return k.t.Destroy(f) }
-func (k kernelConns) Close() error                           { return k.t.Close() }
+func (k kernelConns) DestroyIdle(ctx context.Context, f conns.Filter, poll time.Duration) (conns.DestroyResult, error) {
+	return k.t.DestroyIdle(ctx, f, poll)
+}
+func (k kernelConns) Close() error { return k.t.Close() }
 func (k kernelConns) Poke(ctx context.Context, cs []conns.Conn, cfg conns.PokeConfig) (conns.PokeResult, error) {
 	p, err := conns.NewPoker(cfg)
 	if err != nil {

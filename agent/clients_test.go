@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +208,58 @@ func (c *testCluster) waitPublished(node, publisher string, n int) {
 			c.t.Fatalf("%s has %d of %s's connections, want %d", node, got, publisher, n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClusterDaisyChainHandoff: with announcers that can forward and
+// quiesce, a planned handoff goes: the successor announces and forwards
+// the owner's connections to it, the owner quiesces and closes its
+// connections at idle moments (DestroyIdle, not all at once), then
+// withdraws, and the successor stops forwarding after the owner released.
+func TestClusterDaisyChainHandoff(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	c.chain = true
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(client string, port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr(client), port)}
+	}
+	c.nodes[owner].conns.set(conn("198.51.100.7", 40000), conn("198.51.100.8", 40001))
+	mark := len(c.w.stepsSince(0))
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	holders := c.waitHolders(15*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the successor alone")
+	succ := holders[0]
+	want := []string{succ + " announce", succ + " forward to 127.0.0.1 []", owner + " quiesce", owner + " withdraw", succ + " stop forward"}
+	deadline := time.Now().Add(forwardGrace + 5*time.Second)
+	var got []string
+	for {
+		got = nil
+		for _, s := range c.w.stepsSince(mark) {
+			// The successor announces again when the owner released (a
+			// contest it won); what matters is the order of the chain's
+			// steps.
+			if s == succ+" announce" && len(got) > 0 {
+				continue
+			}
+			if strings.HasPrefix(s, owner+" ") || strings.HasPrefix(s, succ+" ") {
+				got = append(got, s)
+			}
+		}
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps %q, want %q", got, want)
+	}
+	n := &c.nodes[owner].conns
+	n.mu.Lock()
+	closed, idle := n.closed, n.idleCalls
+	n.mu.Unlock()
+	if closed != 2 || idle != 1 {
+		t.Errorf("the owner closed %d connections in %d idle closings, want 2 in 1", closed, idle)
 	}
 }

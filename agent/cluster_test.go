@@ -45,6 +45,8 @@ type wire struct {
 	// stuck nodes cannot take their addresses off the wire (Withdraw
 	// fails), as with a wedged netlink socket.
 	stuck map[string]bool
+	// steps are the chain announcers' steps, in order ("b forward to ...").
+	steps []string
 }
 
 // claimCount is how many claims the wire has seen.
@@ -184,6 +186,8 @@ type fakeConns struct {
 	has    []conns.Conn // the node's connections, on any VIP
 	pokes  []conns.Conn
 	closed int
+	// idleCalls counts DestroyIdle's calls (a quiesce).
+	idleCalls int
 	// onPoke, when set, runs at each Poke (with f's lock held).
 	onPoke func()
 }
@@ -227,6 +231,15 @@ func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 	return n, nil
 }
 
+// DestroyIdle closes them as Destroy does, every one idle.
+func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
+	n, err := f.Destroy(flt)
+	f.mu.Lock()
+	f.idleCalls++
+	f.mu.Unlock()
+	return conns.DestroyResult{Idle: n}, err
+}
+
 func (f *fakeConns) Poke(_ context.Context, cs []conns.Conn, _ conns.PokeConfig) (conns.PokeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -239,12 +252,58 @@ func (f *fakeConns) Poke(_ context.Context, cs []conns.Conn, _ conns.PokeConfig)
 
 func (f *fakeConns) Close() error { return nil }
 
-type fakeBackends struct{ ann *fakeAnnouncer }
+// chainAnnouncer is a fakeAnnouncer that can forward and quiesce (the
+// daisy chain), recording each step on the wire.
+type chainAnnouncer struct{ *fakeAnnouncer }
+
+func (f chainAnnouncer) step(format string, args ...any) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.steps = append(f.w.steps, f.node+" "+fmt.Sprintf(format, args...))
+}
+
+func (f chainAnnouncer) Announce(ctx context.Context, a netip.Addr) error {
+	f.step("announce")
+	return f.fakeAnnouncer.Announce(ctx, a)
+}
+
+func (f chainAnnouncer) Withdraw(ctx context.Context, a netip.Addr) error {
+	f.step("withdraw")
+	return f.fakeAnnouncer.Withdraw(ctx, a)
+}
+
+func (f chainAnnouncer) Forward(_ context.Context, _ netip.Addr, ports []uint16, to netip.Addr) error {
+	f.step("forward to %s %v", to, ports)
+	return nil
+}
+
+func (f chainAnnouncer) StopForward(context.Context, netip.Addr) error {
+	f.step("stop forward")
+	return nil
+}
+
+func (f chainAnnouncer) Quiesce(context.Context, netip.Addr) error {
+	f.step("quiesce")
+	return nil
+}
+
+// stepsSince returns the wire's recorded chain steps from the n-th on.
+func (w *wire) stepsSince(n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.steps[min(n, len(w.steps)):])
+}
+
+type fakeBackends struct{ ann Announcer }
 
 // fakeBackendsFor gives node its view of the fake wire.
-func fakeBackendsFor(w *wire, node string) func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
+func fakeBackendsFor(w *wire, node string, chain bool) func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
 	return func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
-		return fakeBackends{&fakeAnnouncer{w: w, node: node}}, nil
+		fa := &fakeAnnouncer{w: w, node: node}
+		if chain {
+			return fakeBackends{chainAnnouncer{fa}}, nil
+		}
+		return fakeBackends{fa}, nil
 	}
 }
 
@@ -287,6 +346,8 @@ type testCluster struct {
 	vipExtra string
 	// tail, per node, is appended to its file (a [kubernetes] section).
 	tail map[string]string
+	// chain gives the nodes announcers that forward and quiesce.
+	chain bool
 }
 
 func freePort(t testing.TB) int {
@@ -373,7 +434,7 @@ func (c *testCluster) start(name string) {
 	lg := slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", name)
 	a, err := New(n.cfg, Options{
 		Logger:   lg,
-		Backends: fakeBackendsFor(c.w, name),
+		Backends: fakeBackendsFor(c.w, name, c.chain),
 		Notify:   func(string) {},
 		Tick:     50 * time.Millisecond,
 		LinkUp:   func(string) bool { return !n.linkDown.Load() },

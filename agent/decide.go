@@ -23,6 +23,10 @@ const claimSettle = time.Second
 // the "dead" holder may well be alive and serving.
 const staleHolderSettle = 3 * time.Second
 
+// quiesceSlack: a quiesce whose closing has not reported back this long
+// after QuiesceMax is given up, and the VIP released.
+const quiesceSlack = 2 * time.Second
+
 // maxSettle bounds how long restarts can stretch one settle period.
 const maxSettle = 3 * claimSettle
 
@@ -47,10 +51,15 @@ const (
 	actHandoff
 	// actRelease: withdraw the VIP now.
 	actRelease
+	// actQuiesce: the successor holds the VIP and forwards this node's
+	// connections to it: stop attracting the VIP's traffic, keep the
+	// address, and close the connections each at an idle moment; the
+	// release follows when they are closed (chain.go).
+	actQuiesce
 )
 
 func (a action) String() string {
-	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release"}[a]
+	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release", "quiesce"}[a]
 }
 
 // decideInput is everything decide needs to know about one VIP on this node:
@@ -89,6 +98,13 @@ type decideInput struct {
 	Drain time.Duration
 	// HandoffTimeout bounds a make-before-break handoff.
 	HandoffTimeout time.Duration
+	// CanQuiesce: this node can end a handoff by quiescing (its announcer
+	// is a Quiescer, [connections] reset is on, the host's connections
+	// can be read and closed); it does when the successor forwards.
+	CanQuiesce bool
+	// QuiesceMax bounds a quiesce: released this long after it began,
+	// whatever is left.
+	QuiesceMax time.Duration
 
 	// What this node did and saw at its earlier passes.
 	Held           bool
@@ -98,6 +114,10 @@ type decideInput struct {
 	HandoffStarted time.Time
 	DrainStarted   time.Time
 	RetryAt        time.Time
+	// QuiesceStarted is when this node began quiescing the VIP (zero: it
+	// is not); QuiesceDone: its connections are closed.
+	QuiesceStarted time.Time
+	QuiesceDone    bool
 	// Contested: at the last pass another alive node reported holding it.
 	Contested bool
 	// Bootstrap: the last pass's election used the bootstrap fallback.
@@ -281,10 +301,11 @@ func (d decision) handoff(in decideInput) decision {
 			return d
 		}
 	}
-	successorHolds := false
+	successorHolds, successorForwards := false, false
 	for _, m := range in.View {
 		if m.Name != in.Self && m.Name == res.Owner && m.Meta.VIP(config.VIPKey(in.VIP)).Held {
 			successorHolds = true
+			successorForwards = m.Meta.VIP(config.VIPKey(in.VIP)).Forwarding
 		}
 	}
 	switch {
@@ -292,6 +313,21 @@ func (d decision) handoff(in decideInput) decision {
 		return d.release("not eligible")
 	case res.Owner == "":
 		return d.release("no eligible node")
+	case successorHolds && in.CanQuiesce && (successorForwards || !in.QuiesceStarted.IsZero()):
+		// The daisy chain: the successor passes this node's connections
+		// on to it, so they keep working while it closes them one by one
+		// at idle moments; then it releases.
+		switch {
+		case in.QuiesceStarted.IsZero():
+			d.Do, d.Reason = actQuiesce, "successor "+res.Owner+" holds it and forwards this node's connections"
+			return d
+		case !in.QuiesceDone && in.Now.Sub(in.QuiesceStarted) < in.QuiesceMax+quiesceSlack:
+			d.Do = actHandoff
+			return d
+		}
+		d = d.release("successor " + res.Owner + " holds it; this node's connections closed")
+		d.CloseClients = true // any left
+		return d
 	case successorHolds:
 		d = d.release("successor " + res.Owner + " holds it")
 		d.CloseClients = true

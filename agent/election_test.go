@@ -19,6 +19,7 @@ func suspect(m *Member)   { m.State = StateSuspect }
 func garbage(m *Member)   { m.Meta = NodeMeta{} }
 func unhealthy(m *Member) { setVIP(m, func(v *VIPMeta) { v.Healthy = false }) }
 func holds(m *Member)     { setVIP(m, func(v *VIPMeta) { v.Held = true }) }
+func forwards(m *Member)  { setVIP(m, func(v *VIPMeta) { v.Forwarding = true }) }
 func setVIP(m *Member, f func(*VIPMeta)) {
 	v := m.Meta.VIPs[config.VIPKey("api")]
 	f(&v)

@@ -154,7 +154,7 @@ func startFuzzAgent(f *testing.F) *apiServer {
 	}
 	a, err := New(cfg, Options{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: fakeBackendsFor(newWire(), "solo"),
+		Backends: fakeBackendsFor(newWire(), "solo", false),
 		Notify:   func(string) {},
 		Tick:     20 * time.Millisecond,
 	})

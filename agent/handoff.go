@@ -17,6 +17,10 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		a.log.Info("handing VIP off", "vip", v.cfg.Name, "to", orNone(v.owner))
 	}
 	switch d.Do {
+	case actKeep, actReassert:
+		a.abortQuiesce(ctx, v)
+	}
+	switch d.Do {
 	case actClaim:
 		a.claim(ctx, v, d.Reason)
 		if v.held {
@@ -37,7 +41,10 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 				a.log.Warn("graceful shutdown announcement", "vip", v.cfg.Name, "err", err)
 			}
 		}
+	case actQuiesce:
+		a.startQuiesce(ctx, v, d.Reason)
 	case actRelease:
+		a.endQuiesce(v)
 		if d.CloseClients {
 			// Before the address goes: the resets leave from it.
 			a.closeClients(v)
@@ -89,6 +96,13 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 // release withdraws a VIP now. A failed withdraw keeps the VIP held (and
 // is retried at the next pass).
 func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
+	if v.quiesce != nil {
+		// Cut short (a shutdown's deadline, a reload, a lost link): what
+		// is left is closed at once, before the address goes.
+		a.endQuiesce(v)
+		a.closeClients(v)
+	}
+	a.stopForward(ctx, v, "this node releases the VIP")
 	a.stopWatch(v)
 	if err := a.withdrawAddr(ctx, v); err != nil {
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "withdraw").Inc()

@@ -26,7 +26,11 @@ import (
 //	then per VIP, 5 bytes: uint32 key (FNV-32a of the VIP name, big endian)
 //	            and a flags byte: bit 0 healthy, bit 1 held, bit 2 down (the
 //	            VIP's interface is down: never eligible for it), bit 3
-//	            healthy while withdrawn by its Node (set instead of bit 0)
+//	            healthy while withdrawn by its Node (set instead of bit 0),
+//	            bit 4 forwarding (the holder passes the connections it does
+//	            not know on to the previous holder: a planned handoff's
+//	            daisy chain; releases before it ignore the bit, and their
+//	            handoffs close the connections at once, as before)
 //
 // VIPs not listed are unhealthy and not held.
 //
@@ -97,6 +101,11 @@ type VIPMeta struct {
 	// Down: the node cannot carry the VIP (its L2 interface is down or has
 	// no carrier); it is not eligible, not even by the bootstrap fallback.
 	Down bool
+	// Forwarding: the node holds the VIP and passes the packets of the
+	// connections it does not know on to the previous holder (a planned
+	// handoff's daisy chain, chain.go), which may then close them one at
+	// an idle moment instead of all at once.
+	Forwarding bool
 }
 
 const (
@@ -119,6 +128,7 @@ const (
 	// written instead of vipFlagHealthy so that releases that do not know
 	// metaFlagNodeWithdrawn see an unhealthy node.
 	vipFlagHealthyNodeWithdrawn = 1 << 3
+	vipFlagForwarding           = 1 << 4
 	metaMaxSize                 = 512
 )
 
@@ -183,6 +193,9 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		if v.Down {
 			f |= vipFlagDown
 		}
+		if v.Forwarding {
+			f |= vipFlagForwarding
+		}
 		b = binary.BigEndian.AppendUint32(b, k)
 		b = append(b, f)
 	}
@@ -238,7 +251,8 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]
-		m.VIPs[k] = VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0}
+		m.VIPs[k] = VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
+			Forwarding: f&vipFlagForwarding != 0}
 	}
 	return m, nil
 }

@@ -71,6 +71,10 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
+		if d.Do == actClaim && v.held {
+			a.startForward(ctx, v, view)
+		}
+		a.stepForward(ctx, v, view)
 		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {
@@ -136,6 +140,8 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		Fenced:         a.st.fence.Fenced(),
 		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
+		CanQuiesce:     a.canQuiesce(v),
+		QuiesceMax:     quiesceMax,
 		Held:           v.held,
 		Down:           v.down,
 		DownIface:      v.cfg.Interface,
@@ -147,6 +153,9 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		Bootstrap:      v.bootstrap,
 		LastEligible:   v.lastEligible,
 		SettleStarted:  v.settleStarted,
+	}
+	if q := v.quiesce; q != nil {
+		in.QuiesceStarted, in.QuiesceDone = q.started, q.finished()
 	}
 	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == config.ModeBGP && c.BGP != nil {
 		in.Drain = c.BGP.GracefulShutdownDuration()

@@ -333,7 +333,7 @@ func (a *Agent) localMeta() NodeMeta {
 		VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
-		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down}
+		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil}
 		if vm.Healthy || vm.Held || vm.Down {
 			m.VIPs[config.VIPKey(v.cfg.Name)] = vm
 		}

@@ -31,7 +31,7 @@ func TestStartWaitsForBindAddress(t *testing.T) {
 	var notes []string
 	a, err := New(cfg, Options{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: fakeBackendsFor(newWire(), "boot"),
+		Backends: fakeBackendsFor(newWire(), "boot", false),
 		Notify:   func(s string) { mu.Lock(); notes = append(notes, s); mu.Unlock() },
 	})
 	if err != nil {

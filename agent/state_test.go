@@ -66,7 +66,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0xf0) // unknown VIP flags
+		f := byte(0xe0) // unknown VIP flags (bits 5-7; bit 4 is forwarding)
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}
@@ -370,5 +370,28 @@ func TestPeerCacheDropsInvalidEntries(t *testing.T) {
 	}
 	if len(peers) != 1 || peers[0].Name != "cp-2" {
 		t.Errorf("loaded %v, want only cp-2", peers)
+	}
+}
+
+// TestMetaForwardingBit: a VIP's forwarding flag is bit 4 of its flags
+// byte and survives a round trip; a release that reads only bits 0-3 sees
+// the same holder (the bit is ignored, not taken for another).
+func TestMetaForwardingBit(t *testing.T) {
+	k := config.VIPKey("a")
+	in := NodeMeta{Valid: true, VIPs: map[uint32]VIPMeta{k: {Healthy: true, Held: true, Forwarding: true}}}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := b[len(b)-1]; f != vipFlagHealthy|vipFlagHeld|1<<4 {
+		t.Errorf("flags byte %#02x, want healthy, held and bit 4", f)
+	}
+	out, err := DecodeMeta(b)
+	if err != nil || !reflect.DeepEqual(out, in) {
+		t.Errorf("round trip %+v -> %x -> %+v, %v", in, b, out, err)
+	}
+	old := b[len(b)-1] & 0x0f // what a release before the bit reads
+	if old != vipFlagHealthy|vipFlagHeld {
+		t.Errorf("without bit 4: %#02x, want healthy and held", old)
 	}
 }

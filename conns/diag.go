@@ -1,6 +1,7 @@
 package conns
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,7 +82,7 @@ func (t *Table) Close() error {
 // connection opened or closed during it may be missing or present.
 func (t *Table) List(f Filter) (Set, error) {
 	var ks []key
-	err := t.dump(f, func(c Conn, _ []byte) {
+	err := t.dump(f, 0, func(c Conn, _ []byte) {
 		if c.Valid() {
 			ks = append(ks, toKey(c))
 		}
@@ -100,20 +101,89 @@ func (t *Table) List(f Filter) (Set, error) {
 // connection that ended by itself meanwhile is not an error. It needs
 // CAP_NET_ADMIN and a kernel built with CONFIG_INET_DIAG_DESTROY; without
 // them the first close fails, and Destroy returns that error.
+//
+// A client whose request is unanswered at that moment sees it fail (an
+// HTTP client does not send a write again by itself); DestroyIdle waits
+// for each connection's quiet moment.
 func (t *Table) Destroy(f Filter) (int, error) {
-	type victim struct {
-		family byte
-		id     [sockIDLen]byte
-	}
 	var vs []victim
-	err := t.dump(f, func(_ Conn, msg []byte) {
-		v := victim{family: msg[0]}
-		copy(v.id[:], msg[4:4+sockIDLen])
-		vs = append(vs, v)
-	})
+	err := t.dump(f, 0, func(_ Conn, msg []byte) { vs = append(vs, victimOf(msg)) })
 	if err != nil {
 		return 0, err
 	}
+	return t.destroy(vs)
+}
+
+// DestroyResult counts the connections DestroyIdle closed.
+type DestroyResult struct {
+	// Idle were closed between requests.
+	Idle int
+	// Busy were closed when ctx ended, an answer still owed (or data
+	// still unread).
+	Busy int
+}
+
+// DestroyIdle closes the established TCP connections that f selects, as
+// Destroy does, each at a moment it is idle (Activity.Idle): nothing the
+// client sent is left unread, and the host's last data went out after the
+// client's last data came in, so the answer to the client's last request
+// has left. A connection that is not idle is looked at again every poll
+// until ctx ends; those still busy then are closed anyway (Busy).
+// Connections that appear meanwhile are closed too. It returns when none
+// is left.
+//
+// It is meant for a host whose connections keep working while it waits
+// (the successor forwards their packets to it: a planned handoff with
+// daisy-chaining), so that a client's request in flight is answered
+// before its connection closes, and its next request goes out on a new
+// connection to the new holder. A connection whose client spoke last
+// without asking anything (an HTTP/2 WINDOW_UPDATE, say) looks busy until
+// the host sends again or ctx ends.
+func (t *Table) DestroyIdle(ctx context.Context, f Filter, poll time.Duration) (DestroyResult, error) {
+	var res DestroyResult
+	for {
+		var idle, busy []victim
+		err := t.dump(f, 1<<(inetDiagInfo-1), func(_ Conn, msg []byte) {
+			if a, ok := activityOf(msg); !ok || a.Idle() {
+				idle = append(idle, victimOf(msg))
+			} else {
+				busy = append(busy, victimOf(msg))
+			}
+		})
+		if err != nil {
+			return res, err
+		}
+		n, err := t.destroy(idle)
+		res.Idle += n
+		if err != nil || len(busy) == 0 {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			n, err := t.destroy(busy)
+			res.Busy += n
+			return res, err
+		case <-time.After(poll):
+		}
+	}
+}
+
+// A victim is a socket to destroy: its family and its sockid as the
+// kernel gave it.
+type victim struct {
+	family byte
+	id     [sockIDLen]byte
+}
+
+func victimOf(msg []byte) victim {
+	v := victim{family: msg[0]}
+	copy(v.id[:], msg[4:4+sockIDLen])
+	return v
+}
+
+// destroy closes vs and counts them; one that ended by itself since the
+// dump is not an error.
+func (t *Table) destroy(vs []victim) (int, error) {
 	n := 0
 	for _, v := range vs {
 		req := t.request(unix.SOCK_DESTROY, unix.NLM_F_ACK)
@@ -131,9 +201,68 @@ func (t *Table) Destroy(f Filter) (int, error) {
 	return n, nil
 }
 
+// Activity is what the kernel tells of a connection's last exchange.
+type Activity struct {
+	// Unread is how many bytes the client sent that the application has
+	// not read yet (inet_diag_msg's idiag_rqueue).
+	Unread uint32
+	// SentAgo and RecvAgo are how long ago the host last sent and last
+	// received data on it, in milliseconds (tcp_info's
+	// tcpi_last_data_sent and tcpi_last_data_recv), counted in the
+	// kernel's ticks (4 ms at HZ=250).
+	SentAgo, RecvAgo uint32
+}
+
+// SameTickIdle: data sent and received in the same kernel tick, this long
+// ago or longer, count as a request and its answer. A request that came in
+// the very tick another answer went out and is unanswered this long after
+// is rare; waiting for ctx is the other way, and it holds up the handoff.
+const SameTickIdle = 250
+
+// Idle reports whether the connection is between requests: nothing
+// unread, and the host's last data sent after the client's last data
+// received (or in the same tick, SameTickIdle ago or longer).
+func (a Activity) Idle() bool {
+	switch {
+	case a.Unread > 0:
+		return false
+	case a.SentAgo < a.RecvAgo:
+		return true
+	default:
+		return a.SentAgo == a.RecvAgo && a.RecvAgo >= SameTickIdle
+	}
+}
+
+// activityOf reads a connection's Activity from an inet_diag_msg followed
+// by its INET_DIAG_INFO attribute; ok is false without the attribute.
+func activityOf(msg []byte) (a Activity, ok bool) {
+	if len(msg) < diagMsgLen {
+		return Activity{}, false
+	}
+	a.Unread = binary.NativeEndian.Uint32(msg[diagRqueue:])
+	for b := msg[diagMsgLen:]; len(b) >= 4; {
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < 4 || l > len(b) {
+			return Activity{}, false
+		}
+		if binary.NativeEndian.Uint16(b[2:]) == inetDiagInfo {
+			info := b[4:l]
+			if len(info) < tcpInfoLastDataRecv+4 {
+				return Activity{}, false
+			}
+			a.SentAgo = binary.NativeEndian.Uint32(info[tcpInfoLastDataSent:])
+			a.RecvAgo = binary.NativeEndian.Uint32(info[tcpInfoLastDataRecv:])
+			return a, true
+		}
+		b = b[min((l+3)&^3, len(b)):]
+	}
+	return Activity{}, false
+}
+
 // dump runs one sock_diag dump per address family that f needs and calls
-// found with each selected connection and its inet_diag_msg.
-func (t *Table) dump(f Filter, found func(Conn, []byte)) error {
+// found with each selected connection and its inet_diag_msg (followed by
+// the attributes ext asks for: idiag_ext's bits).
+func (t *Table) dump(f Filter, ext byte, found func(Conn, []byte)) error {
 	f = f.unmapped()
 	if len(f.Addrs) == 0 {
 		return nil
@@ -149,7 +278,7 @@ func (t *Table) dump(f Filter, found func(Conn, []byte)) error {
 	}
 	for _, fam := range families {
 		req := t.request(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_DUMP)
-		req.AddData(&diagReq{family: fam, states: 1 << tcpEstablished})
+		req.AddData(&diagReq{family: fam, ext: ext, states: 1 << tcpEstablished})
 		if bc != nil {
 			req.AddData(bc)
 		}
@@ -187,8 +316,12 @@ func (t *Table) request(typ, flags int) *nl.NetlinkRequest {
 const diagTimeout = 10 * time.Second
 
 const (
-	inetDiagReqBytecode = 1 // INET_DIAG_REQ_BYTECODE
-	tcpEstablished      = 1 // TCP_ESTABLISHED
+	inetDiagReqBytecode = 1  // INET_DIAG_REQ_BYTECODE
+	inetDiagInfo        = 2  // INET_DIAG_INFO: struct tcp_info
+	diagRqueue          = 56 // offsetof(struct inet_diag_msg, idiag_rqueue)
+	tcpInfoLastDataSent = 44 // offsetof(struct tcp_info, tcpi_last_data_sent)
+	tcpInfoLastDataRecv = 52 // offsetof(struct tcp_info, tcpi_last_data_recv)
+	tcpEstablished      = 1  // TCP_ESTABLISHED
 	sockIDLen           = 48
 	diagMsgLen          = 72 // struct inet_diag_msg
 )
@@ -196,6 +329,7 @@ const (
 // diagReq is struct inet_diag_req_v2 for TCP.
 type diagReq struct {
 	family byte
+	ext    byte // idiag_ext: the attributes wanted
 	states uint32
 	id     [sockIDLen]byte // struct inet_diag_sockid: zero in a dump, as the kernel gave it for a destroy
 }
@@ -204,7 +338,7 @@ func (r *diagReq) Len() int { return 8 + sockIDLen }
 
 func (r *diagReq) Serialize() []byte {
 	b := make([]byte, 8, r.Len())
-	b[0], b[1] = r.family, unix.IPPROTO_TCP
+	b[0], b[1], b[2] = r.family, unix.IPPROTO_TCP, r.ext
 	binary.NativeEndian.PutUint32(b[4:], r.states)
 	return append(b, r.id[:]...)
 }

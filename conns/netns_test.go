@@ -3,6 +3,7 @@
 package conns
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -317,6 +318,16 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 	}
 }
 
+// hostAndClient creates a host namespace h and a client namespace c joined
+// by a veth pair: hIf in h, eth0 in c (no addresses yet).
+func hostAndClient(t *testing.T) (h, c, hIf string) {
+	t.Helper()
+	h, c = newNS(t, "h"), newNS(t, "c")
+	hIf = fmt.Sprintf("h%d", nsSeq.Add(1))
+	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	return h, c, hIf
+}
+
 // TestNetnsDestroy: Destroy closes the host's connections to the VIP on the
 // given port (IPv4 on a dual-stack listener, IPv6) and nothing else: not a
 // connection to the node's own address on the same port, not one to the
@@ -324,10 +335,7 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 // clients of the closed ones see a reset at once.
 func TestNetnsDestroy(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
-	h, c := newNS(t, "h"), newNS(t, "c")
-	id := nsSeq.Add(1)
-	hIf := fmt.Sprintf("h%d", id)
-	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	h, c, hIf := hostAndClient(t)
 	for _, a := range [][]string{
 		{h, "192.0.2.1/24", hIf}, {h, "192.0.2.10/32", hIf}, {h, "2001:db8::1/64", hIf}, {h, "2001:db8::10/128", hIf},
 		{c, "192.0.2.2/24", "eth0"}, {c, "2001:db8::2/64", "eth0"},
@@ -396,5 +404,109 @@ func TestNetnsDestroy(t *testing.T) {
 	}
 	if got := list(Filter{Addrs: vips, Ports: []uint16{6443}}); got.Len() != 0 {
 		t.Errorf("List after Destroy = %v, want none", got.Conns())
+	}
+}
+
+// TestNetnsDestroyIdle: DestroyIdle closes an idle connection at once,
+// waits for a connection whose request is being answered until the answer
+// has gone out (its client reads the whole answer, then the reset), and
+// closes one whose request is never answered when ctx ends, counted as
+// busy. Destroy would cut the request being answered.
+func TestNetnsDestroyIdle(t *testing.T) {
+	netlab.SkipUnlessEnabled(t)
+	h, c, hIf := hostAndClient(t)
+	ip(t, "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
+	ip(t, "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
+	ip(t, "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
+	ip(t, "-n", h, "link", "set", hIf, "up")
+	ip(t, "-n", c, "link", "set", "eth0", "up")
+
+	// A server that answers "quick" at once, "slow" after slowAnswer and
+	// "stuck" never.
+	const slowAnswer = 400 * time.Millisecond
+	var l net.Listener
+	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			k, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer k.Close()
+				r := bufio.NewReader(k)
+				for {
+					_ = k.SetReadDeadline(time.Now().Add(10 * time.Second))
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					switch strings.TrimSpace(line) {
+					case "slow":
+						time.Sleep(slowAnswer)
+					case "stuck":
+						continue // never answered
+					}
+					if _, err := k.Write([]byte("answer to " + line)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	ask := func(k net.Conn, what string) (string, error) {
+		if err := k.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			return "", err
+		}
+		if _, err := k.Write([]byte(what + "\n")); err != nil {
+			return "", err
+		}
+		return bufio.NewReader(k).ReadString('\n')
+	}
+	idle, slow, stuck := dial(t, c, "192.0.2.10:6443"), dial(t, c, "192.0.2.10:6443"), dial(t, c, "192.0.2.10:6443")
+	for _, k := range []net.Conn{idle, slow, stuck} {
+		if got, err := ask(k, "quick"); err != nil || got != "answer to quick\n" {
+			t.Fatalf("before: %q, %v", got, err)
+		}
+	}
+	// The next requests come a few kernel ticks after those answers (one
+	// in the same tick as an answer counts as answered SameTickIdle later).
+	time.Sleep(30 * time.Millisecond)
+	if _, err := stuck.Write([]byte("stuck\n")); err != nil {
+		t.Fatal(err)
+	}
+	slowAnswered := make(chan error, 1)
+	go func() {
+		got, err := ask(slow, "slow")
+		if err == nil && got != "answer to slow\n" {
+			err = fmt.Errorf("answer %q", got)
+		}
+		slowAnswered <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the slow request is in the server's hands
+
+	var tab *Table
+	inNS(t, h, func() (err error) { tab, err = Open(); return err })
+	t.Cleanup(func() { tab.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := tab.DestroyIdle(ctx, Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, Ports: []uint16{6443}}, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DestroyIdle: %+v in %v", res, time.Since(start).Round(time.Millisecond))
+	if res.Idle != 2 || res.Busy != 1 {
+		t.Errorf("DestroyIdle = %+v, want 2 idle (the idle one, the slow one once answered) and 1 busy (the stuck one)", res)
+	}
+	if err := <-slowAnswered; err != nil {
+		t.Errorf("the slow request, answered while DestroyIdle ran: %v (its connection was closed before the answer went out)", err)
+	}
+	for name, k := range map[string]net.Conn{"idle": idle, "stuck": stuck} {
+		if _, err := waitReset(k, start, time.Now().Add(resetWithin)); err != nil {
+			t.Errorf("%s client after DestroyIdle: %v", name, err)
+		}
 	}
 }

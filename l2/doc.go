@@ -23,15 +23,28 @@
 //     Announce is idempotent: a host prefix that is already present is left as
 //     it is, and calling Announce again restarts the burst (useful after a
 //     conflicting owner was seen, or after the address was put back).
+//
 //   - Withdraw stops the burst for the VIP, then removes the VIP's host
 //     prefix from the interface. Removing an absent address, or an address on
 //     an interface that no longer exists, is not an error.
+//
 //   - Held reports whether the VIP's host prefix is configured on the
 //     interface.
+//
 //   - WatchConflicts reports other hosts that claim the VIP: ARP packets sent
 //     from the VIP by a different hardware address, and IPv6 neighbor
 //     advertisements for the VIP whose target link-layer address is not this
 //     interface's.
+//
+//   - Quiesce, Forward and StopForward hand an IPv4 VIP over to a successor
+//     on the same link without cutting the clients' connections
+//     (daisy-chaining): the old holder quiesces the VIP (keeps it, answers no
+//     ARP request for it, sends no more gratuitous ARP), the successor
+//     forwards to the old holder the TCP segments of connections it does not
+//     know (nftables dup, then drop) before it announces the VIP. The rules
+//     live in vipd's nftables tables ForwardTable (ip) and QuiesceTable
+//     (arp); Close removes an Announcer's, CleanupNftables removes both
+//     tables. See Forward.
 //
 // The Announcer owns exactly the host prefix, never another address with the
 // VIP's IP: with the VIP equal to the host's own 192.0.2.11/24, Announce adds
@@ -58,7 +71,7 @@
 // nothing; BGP mode uses this to bind the VIP on "lo".
 //
 // Sockets (netlink, packet and ICMPv6) are created in the network namespace of
-// the calling thread: the netlink socket in New, the advertisement sockets on
+// the calling thread: the netlink sockets (rtnetlink and nftables) in New, the advertisement sockets on
 // first use by Announce, a fresh listening socket and link subscription per
 // WatchConflicts call, and a fresh netlink socket per call of the package
 // functions. Callers that run in a namespace other than their process's must

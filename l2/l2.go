@@ -119,6 +119,13 @@ type Announcer struct {
 	arpIndex int
 	ndp      ndpConn
 	ndpIndex int
+	// filter installs the daisy-chaining rules (nil: no nftables, and
+	// filterErr says why); forwards and quiesced are the VIPs this
+	// Announcer installed rules for, removed by Close.
+	filter    filter
+	filterErr error
+	forwards  map[netip.Addr]bool
+	quiesced  map[netip.Addr]bool
 }
 
 // burst is one running advertisement goroutine.
@@ -128,8 +135,10 @@ type burst struct {
 }
 
 // New validates cfg and returns an Announcer for cfg.Interface. It opens a
-// netlink socket in the calling thread's network namespace; the interface
-// does not have to exist yet. Advertisement sockets are opened on first use.
+// netlink socket and an nftables (netfilter netlink) socket in the calling
+// thread's network namespace; the interface does not have to exist yet.
+// Advertisement sockets are opened on first use. A kernel without nftables
+// does not fail New: Forward and Quiesce then return ErrForwardUnsupported.
 func New(cfg Config) (*Announcer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -139,7 +148,13 @@ func New(cfg Config) (*Announcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("l2: open netlink: %w", err)
 	}
-	return newAnnouncer(cfg, &netlinkAddrs{h: h}, kernelDialer{}, time.After), nil
+	a := newAnnouncer(cfg, &netlinkAddrs{h: h}, kernelDialer{}, time.After)
+	if f, err := newNftFilter(); err != nil {
+		a.filterErr = err
+	} else {
+		a.filter = f
+	}
+	return a, nil
 }
 
 // newAnnouncer builds an Announcer on the given kernel seams. cfg must have
@@ -147,14 +162,16 @@ func New(cfg Config) (*Announcer, error) {
 func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Duration) <-chan time.Time) *Announcer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Announcer{
-		cfg:    cfg,
-		log:    cfg.Logger.With("interface", cfg.Interface),
-		addrs:  addrs,
-		dial:   d,
-		after:  after,
-		ctx:    ctx,
-		cancel: cancel,
-		bursts: make(map[netip.Addr]*burst),
+		cfg:      cfg,
+		log:      cfg.Logger.With("interface", cfg.Interface),
+		addrs:    addrs,
+		dial:     d,
+		after:    after,
+		ctx:      ctx,
+		cancel:   cancel,
+		bursts:   make(map[netip.Addr]*burst),
+		forwards: make(map[netip.Addr]bool),
+		quiesced: make(map[netip.Addr]bool),
 	}
 }
 
@@ -199,6 +216,10 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("announce %s: %w", vip, net.ErrClosed)
 	}
 	a.stopBurstLocked(vip)
+	// A quiesced VIP announced again: the handoff was called off.
+	if err := a.endQuiesceLocked(vip); err != nil {
+		return fmt.Errorf("announce %s: %w", vip, err)
+	}
 
 	ifi, err := a.addrs.link(a.cfg.Interface)
 	if err != nil {
@@ -347,6 +368,9 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	if removed {
 		a.log.Info("vip address removed", "vip", vip, "prefix", hostPrefix(vip))
 	}
+	if err := a.endQuiesceLocked(vip); err != nil {
+		return fmt.Errorf("withdraw %s: %w", vip, err)
+	}
 	return nil
 }
 
@@ -443,7 +467,8 @@ func (a *Announcer) lookup(op string, addr netip.Addr) (netip.Addr, ifAddr, bool
 }
 
 // Close stops all bursts, ends running WatchConflicts calls, waits for the
-// Announcer's goroutines to return and closes its sockets. Addresses stay
+// Announcer's goroutines to return, removes the nftables rules of its
+// Forward and Quiesce calls and closes its sockets. Addresses stay
 // configured. Close is idempotent; other methods fail with net.ErrClosed
 // afterwards.
 func (a *Announcer) Close() error {
@@ -470,6 +495,7 @@ func (a *Announcer) Close() error {
 		errs = append(errs, a.ndp.Close())
 		a.ndp = nil
 	}
+	errs = append(errs, a.closeFilterLocked())
 	errs = append(errs, a.addrs.close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close announcer for %s: %w", a.cfg.Interface, err)

@@ -180,7 +180,9 @@ type ClusterConfig struct {
 // holder that was lost (crash, link down, partition) resets them, and a
 // holder that hands a VIP over on purpose closes them once the new holder
 // has it, so the clients reconnect at once instead of after their own
-// timeout.
+// timeout. An L2 IPv4 VIP's planned handoff is daisy-chained
+// (agent/chain.go): the new holder forwards the old holder's connections
+// to it while the old holder closes them, each between two requests.
 type ConnectionsConfig struct {
 	// Reset turns it on. [true]
 	Reset *bool `toml:"reset"`

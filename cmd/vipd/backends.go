@@ -136,6 +136,12 @@ func (b *realBackends) BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus {
 
 var _ agent.Restarter = (*realBackends)(nil)
 
+// An L2 VIP's planned handoff can be daisy-chained.
+var (
+	_ agent.Forwarder = (*l2.Announcer)(nil)
+	_ agent.Quiescer  = (*l2.Announcer)(nil)
+)
+
 // RestartReady implements agent.Restarter: L2 addresses stay in the
 // kernel by themselves; BGP routes stay only with routers that negotiated
 // graceful restart, so every established session must have.

@@ -50,6 +50,11 @@ func cleanup(lg *slog.Logger, path string) error {
 		lg.Warn("cleanup: " + n)
 	}
 	err := removeTargets(lg, targets)
+	// A planned handoff's daisy chain (forwarding, a quiesced VIP) that a
+	// crash left behind.
+	if nerr := l2.CleanupNftables(); nerr != nil {
+		lg.Warn("cleanup: remove the handoff's nftables tables", "err", nerr)
+	}
 	if result != "success" {
 		flushStaleRoutes(lg, path)
 	}

@@ -1,0 +1,76 @@
+package conns
+
+import (
+	"encoding/binary"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestActivityIdle(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a    Activity
+		want bool
+	}{
+		{"answered: the host sent after the client", Activity{SentAgo: 10, RecvAgo: 30}, true},
+		{"a request unanswered: the client sent last", Activity{SentAgo: 30, RecvAgo: 10}, false},
+		{"data unread by the application", Activity{Unread: 120, SentAgo: 10, RecvAgo: 30}, false},
+		{"request and answer in one tick, just now", Activity{SentAgo: 4, RecvAgo: 4}, false},
+		{"request and answer in one tick, long ago", Activity{SentAgo: SameTickIdle, RecvAgo: SameTickIdle}, true},
+		{"never spoke since the handshake", Activity{SentAgo: 5000, RecvAgo: 5000}, true},
+	} {
+		if got := c.a.Idle(); got != c.want {
+			t.Errorf("%s: %+v Idle() = %v, want %v", c.name, c.a, got, c.want)
+		}
+	}
+}
+
+// TestTCPInfoOffsets: the offsets activityOf reads are struct tcp_info's
+// and struct inet_diag_msg's.
+func TestTCPInfoOffsets(t *testing.T) {
+	var ti unix.TCPInfo
+	if o := unsafe.Offsetof(ti.Last_data_sent); o != tcpInfoLastDataSent {
+		t.Errorf("tcpi_last_data_sent at %d, want %d", o, tcpInfoLastDataSent)
+	}
+	if o := unsafe.Offsetof(ti.Last_data_recv); o != tcpInfoLastDataRecv {
+		t.Errorf("tcpi_last_data_recv at %d, want %d", o, tcpInfoLastDataRecv)
+	}
+	// struct inet_diag_msg: family, state, timer, retrans (4 bytes), the
+	// sockid (48), expires, then rqueue (4 bytes each).
+	if o := 4 + sockIDLen + 4; o != diagRqueue {
+		t.Errorf("idiag_rqueue at %d, want %d", o, diagRqueue)
+	}
+}
+
+// TestActivityOf reads a message as the kernel lays it out: the
+// inet_diag_msg, another attribute, then INET_DIAG_INFO.
+func TestActivityOf(t *testing.T) {
+	msg := make([]byte, diagMsgLen)
+	binary.NativeEndian.PutUint32(msg[diagRqueue:], 7)
+	attr := func(typ uint16, payload []byte) []byte {
+		b := make([]byte, 4, 4+len(payload)+3)
+		binary.NativeEndian.PutUint16(b, uint16(4+len(payload)))
+		binary.NativeEndian.PutUint16(b[2:], typ)
+		b = append(b, payload...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	info := make([]byte, unsafe.Sizeof(unix.TCPInfo{}))
+	binary.NativeEndian.PutUint32(info[tcpInfoLastDataSent:], 12)
+	binary.NativeEndian.PutUint32(info[tcpInfoLastDataRecv:], 40)
+	full := append(append(append([]byte{}, msg...), attr(5, []byte{1, 2, 3})...), attr(inetDiagInfo, info)...)
+	a, ok := activityOf(full)
+	if !ok || a != (Activity{Unread: 7, SentAgo: 12, RecvAgo: 40}) {
+		t.Errorf("activityOf = %+v, %v; want unread 7, sent 12 ms ago, received 40 ms ago", a, ok)
+	}
+	if _, ok := activityOf(msg); ok {
+		t.Error("activityOf without INET_DIAG_INFO: ok")
+	}
+	if _, ok := activityOf(append(append([]byte{}, msg...), attr(inetDiagInfo, info[:20])...)); ok {
+		t.Error("activityOf with a short tcp_info: ok")
+	}
+}

@@ -1,0 +1,524 @@
+//go:build linux
+
+package l2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Daisy-chaining with the real kernel: the old holder O, its successor S and
+// a client C on one segment (a bridge in a fourth namespace). O and S each
+// run a TCP echo server on :6443 that tags its answers with its name.
+//
+//	segment 192.0.2.0/24: O .11, S .12, C .100; the VIP 192.0.2.10
+
+var (
+	chainVIP = netip.MustParseAddr("192.0.2.10")
+	chainO   = netip.MustParseAddr("192.0.2.11")
+	chainS   = netip.MustParseAddr("192.0.2.12")
+	chainC   = netip.MustParseAddr("192.0.2.100")
+)
+
+const chainPort = 6443
+
+type chainLab struct {
+	ns  map[string]string // o, s, c, sw -> namespace name
+	h   map[string]netns.NsHandle
+	ifc map[string]string // o, s, c -> interface name in that namespace
+	mac map[string]net.HardwareAddr
+	an  map[string]*Announcer // o, s
+}
+
+func newChainLab(t *testing.T) *chainLab {
+	t.Helper()
+	id := fmt.Sprintf("%d%d", os.Getpid()%100000, labSeq.Add(1))
+	l := &chainLab{ns: map[string]string{}, h: map[string]netns.NsHandle{}, ifc: map[string]string{},
+		mac: map[string]net.HardwareAddr{}, an: map[string]*Announcer{}}
+	for _, n := range []string{"sw", "o", "s", "c"} {
+		l.ns[n] = "vt-dc-" + id + "-" + n
+		ipCmd(t, "netns", "add", l.ns[n])
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", l.ns[n]).CombinedOutput(); err != nil {
+				t.Errorf("ip netns del %s: %v\n%s", l.ns[n], err, out)
+			}
+		})
+		h, err := netns.GetFromName(l.ns[n])
+		if err != nil {
+			t.Fatalf("open namespace %s: %v", l.ns[n], err)
+		}
+		t.Cleanup(func() { h.Close() })
+		l.h[n] = h
+	}
+	sw := l.ns["sw"]
+	ipCmd(t, "-n", sw, "link", "add", "br0", "type", "bridge")
+	ipCmd(t, "-n", sw, "link", "set", "br0", "up")
+	for n, a := range map[string]netip.Addr{"o": chainO, "s": chainS, "c": chainC} {
+		// Unique per run (Go caches interface names to indexes).
+		l.ifc[n] = "dc" + id + n
+		if len(l.ifc[n]) > 15 {
+			l.ifc[n] = l.ifc[n][len(l.ifc[n])-15:]
+		}
+		port := "p" + n
+		ipCmd(t, "-n", sw, "link", "add", port, "type", "veth", "peer", "name", l.ifc[n], "netns", l.ns[n])
+		ipCmd(t, "-n", sw, "link", "set", port, "master", "br0", "up")
+		ipCmd(t, "-n", l.ns[n], "addr", "add", a.String()+"/24", "dev", l.ifc[n])
+		ipCmd(t, "-n", l.ns[n], "link", "set", "lo", "up")
+		ipCmd(t, "-n", l.ns[n], "link", "set", l.ifc[n], "up")
+	}
+	for _, n := range []string{"o", "s", "c"} {
+		l.mac[n] = waitLinkUp(t, l.h[n], l.ifc[n])
+	}
+	for _, n := range []string{"o", "s"} {
+		l.serve(t, n)
+		cfg := Config{Interface: l.ifc[n], Logger: slog.New(slog.NewTextHandler(t.Output(), nil)).With("host", n)}
+		var a *Announcer
+		if err := inNS(l.h[n], func() (err error) {
+			a, err = New(cfg)
+			return err
+		}); err != nil {
+			t.Fatalf("New in %s: %v", n, err)
+		}
+		t.Cleanup(func() {
+			if err := a.Close(); err != nil {
+				t.Errorf("Close %s: %v", n, err)
+			}
+		})
+		l.an[n] = a
+	}
+	return l
+}
+
+// in runs fn with host n's Announcer on a thread in n's namespace: Announce
+// opens its advertisement sockets in the calling thread's namespace.
+func (l *chainLab) in(n string, fn func(a *Announcer) error) error {
+	return inNS(l.h[n], func() error { return fn(l.an[n]) })
+}
+
+// serve runs a TCP echo server on :6443 in namespace n until the test ends:
+// it answers each read with "<n>:" and what it read.
+func (l *chainLab) serve(t *testing.T, n string) {
+	t.Helper()
+	var ln net.Listener
+	if err := inNS(l.h[n], func() (err error) {
+		ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", chainPort))
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", n, err)
+	}
+	conns := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case conns <- c:
+			default:
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 100)
+				for {
+					k, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if _, err := fmt.Fprintf(c, "%s:%s", n, buf[:k]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// dial connects from C to the VIP (bounded: 5 tries of 1 s).
+func (l *chainLab) dial(t *testing.T) net.Conn {
+	t.Helper()
+	var c net.Conn
+	err := inNS(l.h["c"], func() error {
+		var last error
+		for range 5 {
+			var err error
+			if c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(chainVIP, chainPort).String(), time.Second); err == nil {
+				return nil
+			}
+			last = err
+		}
+		return last
+	})
+	if err != nil {
+		t.Fatalf("connect from C to %s: %v", chainVIP, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// exchange sends msg on c and returns the answer (2 s at most).
+func exchange(c net.Conn, msg string) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, msg); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 100)
+	k, err := c.Read(buf)
+	return string(buf[:k]), err
+}
+
+// mustServe checks that an exchange on c is answered by host n.
+func mustServe(t *testing.T, c net.Conn, msg, n string) {
+	t.Helper()
+	got, err := exchange(c, msg)
+	if err != nil {
+		t.Fatalf("exchange %q: %v", msg, err)
+	}
+	if want := n + ":" + msg; got != want {
+		t.Fatalf("exchange %q answered %q, want %q", msg, got, want)
+	}
+}
+
+// neighMAC returns C's neighbor entry for the VIP (nil if none or not
+// resolved).
+func (l *chainLab) neighMAC(t *testing.T) net.HardwareAddr {
+	t.Helper()
+	h, err := netlink.NewHandleAt(l.h["c"])
+	if err != nil {
+		t.Fatalf("netlink in C: %v", err)
+	}
+	defer h.Close()
+	ns, err := h.NeighList(0, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatalf("list C's neighbors: %v", err)
+	}
+	for _, n := range ns {
+		if n.IP.Equal(chainVIP.AsSlice()) && n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) == 0 {
+			return n.HardwareAddr
+		}
+	}
+	return nil
+}
+
+// waitNeigh waits (bounded, 5 s) until C's neighbor entry for the VIP is
+// host n's MAC.
+func (l *chainLab) waitNeigh(t *testing.T, n string) {
+	t.Helper()
+	var got net.HardwareAddr
+	for range 50 {
+		if got = l.neighMAC(t); got.String() == l.mac[n].String() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("C's neighbor entry for %s is %v, want %s's %s", chainVIP, got, n, l.mac[n])
+}
+
+// arpRepliers sends an ARP request for the VIP from C and returns the
+// hardware addresses that answered within a second.
+func (l *chainLab) arpRepliers(t *testing.T) []string {
+	t.Helper()
+	var got []string
+	err := inNS(l.h["c"], func() error {
+		ifi, err := net.InterfaceByName(l.ifc["c"])
+		if err != nil {
+			return err
+		}
+		ac, err := arp.Dial(ifi)
+		if err != nil {
+			return fmt.Errorf("arp.Dial: %w", err)
+		}
+		defer ac.Close()
+		if err := ac.Request(chainVIP); err != nil {
+			return fmt.Errorf("ARP request: %w", err)
+		}
+		_ = ac.SetReadDeadline(time.Now().Add(time.Second))
+		for {
+			p, _, err := ac.Read()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if p.Operation == arp.OperationReply && p.SenderIP == chainVIP && !slices.Contains(got, p.SenderHardwareAddr.String()) {
+				got = append(got, p.SenderHardwareAddr.String())
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("ARP from C: %v", err)
+	}
+	return got
+}
+
+// vipdTables returns the names of vipd's nftables tables in namespace n
+// (read with the library; `nft list tables` too, when nft is installed).
+func (l *chainLab) vipdTables(t *testing.T, n string) []string {
+	t.Helper()
+	var names []string
+	err := inNS(l.h[n], func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		ts, err := c.ListTables()
+		if err != nil {
+			return err
+		}
+		for _, x := range ts {
+			names = append(names, x.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("list nftables tables in %s: %v", n, err)
+	}
+	if _, err := exec.LookPath("nft"); err == nil {
+		out, err := exec.Command("ip", "netns", "exec", l.ns[n], "nft", "list", "tables").CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list tables in %s: %v\n%s", n, err, out)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			names = append(names, "nft: "+s)
+		}
+	}
+	return names
+}
+
+// handoff quiesces the VIP on O and announces it on S, forwarding first
+// when forward is set, and waits for C's neighbor entry to move to S.
+func (l *chainLab) handoff(t *testing.T, forward bool) {
+	t.Helper()
+	ctx := context.Background()
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Quiesce on O: %v", err)
+	}
+	if forward {
+		if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
+			t.Fatalf("Forward on S: %v", err)
+		}
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on S: %v", err)
+	}
+	l.waitNeigh(t, "s")
+}
+
+// start announces the VIP on O and opens C's connection, answered by O.
+func (l *chainLab) start(t *testing.T) net.Conn {
+	t.Helper()
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(context.Background(), chainVIP) }); err != nil {
+		t.Fatalf("Announce on O: %v", err)
+	}
+	old := l.dial(t)
+	mustServe(t, old, "hello", "o")
+	l.waitNeigh(t, "o")
+	return old
+}
+
+// TestNetnsDaisyChain: after a planned handoff with Forward on the successor
+// and Quiesce on the old holder, the client's existing connection keeps
+// being answered by the old holder through the successor, new connections
+// and ARP land on the successor only, and once forwarding stops the old
+// connection is reset; no nftables table is left.
+func TestNetnsDaisyChain(t *testing.T) {
+	requireNetns(t)
+	l := newChainLab(t)
+	ctx := context.Background()
+	old := l.start(t)
+
+	l.handoff(t, true)
+	// The old connection, spread over more than a second, is still O's,
+	// while C sends its packets to S's MAC.
+	for i := range 4 {
+		mustServe(t, old, fmt.Sprintf("old%d", i), "o")
+		if got := l.neighMAC(t); got.String() != l.mac["s"].String() {
+			t.Fatalf("exchange %d: C's neighbor entry for the VIP is %v, want S's %s", i, got, l.mac["s"])
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	// A new connection lands on S.
+	mustServe(t, l.dial(t), "new", "s")
+	// Only S answers ARP for the VIP; after a flush C resolves it to S.
+	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["s"].String()}) {
+		t.Fatalf("ARP replies for %s from %v, want only S's %s (O's is %s)", chainVIP, got, l.mac["s"], l.mac["o"])
+	}
+	ipCmd(t, "-n", l.ns["c"], "neigh", "flush", "to", chainVIP.String())
+	mustServe(t, l.dial(t), "new2", "s")
+	l.waitNeigh(t, "s")
+	mustServe(t, old, "old-after-flush", "o")
+	for n, want := range map[string]string{"o": QuiesceTable, "s": ForwardTable} {
+		if got := l.vipdTables(t, n); !slices.Contains(got, want) {
+			t.Fatalf("tables in %s: %v, want %s", n, got, want)
+		}
+	}
+
+	// The end of the handoff: S stops forwarding, O releases the VIP. The
+	// old connection is reset by S at its next send.
+	if err := l.in("s", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Withdraw(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Withdraw on O: %v", err)
+	}
+	if got, err := exchange(old, "last"); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("old connection after StopForward answered %q, err %v; want a reset", got, err)
+	}
+	for _, n := range []string{"o", "s"} {
+		if got := l.vipdTables(t, n); len(got) != 0 {
+			t.Fatalf("tables left in %s: %v", n, got)
+		}
+	}
+}
+
+// TestNetnsHandoffWithoutForward is the control: the same handoff without
+// Forward resets the old connection at its next send, so
+// TestNetnsDaisyChain can fail.
+func TestNetnsHandoffWithoutForward(t *testing.T) {
+	requireNetns(t)
+	l := newChainLab(t)
+	old := l.start(t)
+	l.handoff(t, false)
+	if got, err := exchange(old, "old0"); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("old connection after the handoff answered %q, err %v; want a reset", got, err)
+	}
+	mustServe(t, l.dial(t), "new", "s")
+}
+
+// TestNetnsQuiesceCalledOff: Announce on the quiesced holder ends the
+// quiesce (ARP answered again, table removed), and Close removes the rules
+// of Forward and Quiesce.
+func TestNetnsQuiesceCalledOff(t *testing.T) {
+	requireNetns(t)
+	l := newChainLab(t)
+	ctx := context.Background()
+	old := l.start(t)
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Quiesce on O: %v", err)
+	}
+	if got := l.arpRepliers(t); len(got) != 0 {
+		t.Fatalf("quiesced: ARP replies for %s from %v, want none", chainVIP, got)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on O: %v", err)
+	}
+	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["o"].String()}) {
+		t.Fatalf("after Announce: ARP replies from %v, want O's %s", got, l.mac["o"])
+	}
+	if got := l.vipdTables(t, "o"); len(got) != 0 {
+		t.Fatalf("tables left in O after Announce: %v", got)
+	}
+	mustServe(t, old, "still", "o")
+
+	// Close removes what Forward and Quiesce installed.
+	if err := l.in("o", func(a *Announcer) error { return a.Quiesce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Quiesce on O: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort, 443}, chainO) }); err != nil {
+		t.Fatalf("Forward on S: %v", err)
+	}
+	for _, n := range []string{"o", "s"} {
+		if len(l.vipdTables(t, n)) == 0 {
+			t.Fatalf("no table in %s", n)
+		}
+		if err := l.in(n, func(a *Announcer) error { return a.Close() }); err != nil {
+			t.Fatalf("Close %s: %v", n, err)
+		}
+		if got := l.vipdTables(t, n); len(got) != 0 {
+			t.Fatalf("tables left in %s after Close: %v", n, got)
+		}
+	}
+}
+
+// TestNetnsCleanupNftables: CleanupNftables removes vipd's tables in the
+// calling thread's namespace, and an Announcer closed afterwards finds
+// nothing to remove.
+func TestNetnsCleanupNftables(t *testing.T) {
+	requireNetns(t)
+	l := newLab(t)
+	a := newLabAnnouncer(t, l, Config{})
+	ctx := context.Background()
+	if err := a.Quiesce(ctx, labVIP4); err != nil {
+		t.Fatalf("Quiesce: %v", err)
+	}
+	if err := a.Forward(ctx, labVIP4, []uint16{chainPort}, netip.MustParseAddr("192.0.2.2")); err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	tables := func() []string {
+		var names []string
+		if err := inNS(l.hA, func() error {
+			c, err := nftables.New()
+			if err != nil {
+				return err
+			}
+			ts, err := c.ListTables()
+			for _, x := range ts {
+				names = append(names, x.Name)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("list tables: %v", err)
+		}
+		slices.Sort(names)
+		return names
+	}
+	if got := tables(); !slices.Equal(got, []string{ForwardTable, QuiesceTable}) {
+		t.Fatalf("tables %v, want %s and %s", got, ForwardTable, QuiesceTable)
+	}
+	// Called from the test's own thread, Forward and Quiesce used the
+	// Announcer's socket, opened in A: nothing landed in this namespace.
+	root, err := nftables.New()
+	if err != nil {
+		t.Fatalf("nftables here: %v", err)
+	}
+	ts, err := root.ListTables()
+	if err != nil {
+		t.Fatalf("list tables here: %v", err)
+	}
+	for _, x := range ts {
+		if x.Name == ForwardTable || x.Name == QuiesceTable {
+			t.Fatalf("table %s in the test's namespace", x.Name)
+		}
+	}
+	if err := inNS(l.hA, CleanupNftables); err != nil {
+		t.Fatalf("CleanupNftables: %v", err)
+	}
+	if got := tables(); len(got) != 0 {
+		t.Fatalf("tables left after CleanupNftables: %v", got)
+	}
+	if err := inNS(l.hA, CleanupNftables); err != nil {
+		t.Fatalf("CleanupNftables with nothing to remove: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close after CleanupNftables: %v", err)
+	}
+}
