@@ -509,14 +509,19 @@ func TestNetnsCleanupNftables(t *testing.T) {
 			t.Fatalf("table %s in the test's namespace", x.Name)
 		}
 	}
-	if err := inNS(l.hA, CleanupNftables); err != nil {
+	var removed []string
+	cleanup := func() (err error) { removed, err = CleanupNftables(); return err }
+	if err := inNS(l.hA, cleanup); err != nil {
 		t.Fatalf("CleanupNftables: %v", err)
+	}
+	if slices.Sort(removed); !slices.Equal(removed, []string{ForwardTable, QuiesceTable}) {
+		t.Fatalf("CleanupNftables removed %v, want both tables", removed)
 	}
 	if got := tables(); len(got) != 0 {
 		t.Fatalf("tables left after CleanupNftables: %v", got)
 	}
-	if err := inNS(l.hA, CleanupNftables); err != nil {
-		t.Fatalf("CleanupNftables with nothing to remove: %v", err)
+	if err := inNS(l.hA, cleanup); err != nil || len(removed) != 0 {
+		t.Fatalf("CleanupNftables with nothing to remove: removed %v, %v", removed, err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close after CleanupNftables: %v", err)

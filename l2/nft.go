@@ -154,16 +154,18 @@ func (f *nftFilter) close() error {
 
 // CleanupNftables removes the nftables tables vipd installs for
 // daisy-chaining (ForwardTable and QuiesceTable), with all their rules, in
-// the calling thread's network namespace: `vipd cleanup` calls it, so that
-// a vipd that ended in the middle of a handoff leaves the host neither
-// forwarding nor deaf to ARP. Absent tables are not an error.
-func CleanupNftables() error {
+// the calling thread's network namespace, and returns the names of those
+// it removed. `vipd cleanup` and vipd's start call it, so that a vipd
+// that ended in the middle of a handoff leaves the host neither forwarding
+// nor deaf to ARP. Absent tables are not an error.
+func CleanupNftables() ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	nftMu.Lock()
 	defer nftMu.Unlock()
+	var removed []string
 	var errs []error
 	for _, k := range []ruleKind{kindForward, kindQuiesce} {
 		t, _ := tableOf(k)
@@ -177,9 +179,11 @@ func CleanupNftables() error {
 				c.DelTable(t)
 				if err := c.Flush(); err != nil {
 					errs = append(errs, fmt.Errorf("nftables: remove table %s: %w", t.Name, err))
+				} else {
+					removed = append(removed, t.Name)
 				}
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }

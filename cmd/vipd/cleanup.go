@@ -52,8 +52,10 @@ func cleanup(lg *slog.Logger, path string) error {
 	err := removeTargets(lg, targets)
 	// A planned handoff's daisy chain (forwarding, a quiesced VIP) that a
 	// crash left behind.
-	if nerr := l2.CleanupNftables(); nerr != nil {
-		lg.Warn("cleanup: remove the handoff's nftables tables", "err", nerr)
+	if removed, nerr := l2.CleanupNftables(); nerr != nil {
+		lg.Warn("cleanup: remove the daisy chain's nftables tables", "err", nerr)
+	} else if len(removed) > 0 {
+		lg.Info("cleanup: removed the daisy chain's nftables tables", "tables", removed)
 	}
 	if result != "success" {
 		flushStaleRoutes(lg, path)

@@ -150,6 +150,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			restart()
 		}
 	}()
+	// A vipd killed in the middle of a planned handoff, with no `vipd
+	// cleanup` after it (a kill outside systemd), left its daisy chain's
+	// tables: a quiesce table would keep this host deaf to ARP for a VIP
+	// it claims later. A restart in place leaves none (Close removes them).
+	if removed, err := l2.CleanupNftables(); err != nil {
+		lg.Info("nftables unavailable: planned L2 handoffs close their connections at once (no daisy chain)", "err", err)
+	} else if len(removed) > 0 {
+		lg.Warn("removed the daisy chain's tables a previous vipd left", "tables", removed)
+	}
 	a, err := agent.New(cfg, agent.Options{
 		Logger: lg, LogLevel: level, Version: version,
 		Backends: newBackends, RemoveAddresses: removeAddresses(lg),
