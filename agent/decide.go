@@ -303,9 +303,8 @@ func (d decision) handoff(in decideInput) decision {
 	}
 	successorHolds, successorForwards := false, false
 	for _, m := range in.View {
-		if m.Name != in.Self && m.Name == res.Owner && m.Meta.VIP(config.VIPKey(in.VIP)).Held {
-			successorHolds = true
-			successorForwards = m.Meta.VIP(config.VIPKey(in.VIP)).Forwarding
+		if vm := m.Meta.VIP(config.VIPKey(in.VIP)); m.Name != in.Self && m.Name == res.Owner && vm.Held {
+			successorHolds, successorForwards = true, vm.Forwarding
 		}
 	}
 	switch {

@@ -17,16 +17,15 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		a.log.Info("handing VIP off", "vip", v.cfg.Name, "to", orNone(v.owner))
 	}
 	switch d.Do {
-	case actKeep, actReassert:
-		a.abortQuiesce(ctx, v)
-	}
-	switch d.Do {
 	case actClaim:
 		a.claim(ctx, v, d.Reason)
 		if v.held {
 			a.startTakeover(v)
 		}
+	case actKeep:
+		a.abortQuiesce(ctx, v)
 	case actReassert:
+		a.abortQuiesce(ctx, v)
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		actx, cancel := withTimeout(ctx)
 		defer cancel()
