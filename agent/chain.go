@@ -2,9 +2,7 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"time"
 
@@ -60,8 +58,7 @@ const (
 // forward is a VIP this node forwards the previous holder's connections
 // for.
 type forward struct {
-	to       string     // the previous holder
-	addr     netip.Addr // its address
+	to       string // the previous holder
 	since    time.Time
 	released time.Time // when the previous holder was first seen not holding
 }
@@ -161,8 +158,9 @@ func (a *Agent) abortQuiesce(ctx context.Context, v *vipState) {
 
 // startForward makes this node, which has just claimed v, forward the
 // previous holder's connections to it when that holder is alive and still
-// holds v (a planned handoff, make-before-break).
-func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member) {
+// holds v (a planned handoff, make-before-break). addrs are the members'
+// membership addresses (memberAddrs).
+func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
 	fw, ok := v.ann.(Forwarder)
 	if !ok || v.cfg.Mode != config.ModeL2 || v.cfg.Announce == config.AnnounceAll || !a.st.cfg.Connections.Enabled() ||
 		v.lastHolder == "" || v.lastHolder == a.self {
@@ -172,18 +170,19 @@ func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member) {
 	if !found || prev.State != StateAlive || !prev.Meta.VIP(config.VIPKey(v.cfg.Name)).Held {
 		return
 	}
-	to, err := a.memberAddr(v.lastHolder)
-	if err != nil {
-		a.log.Info("not forwarding the previous holder's connections", "vip", v.cfg.Name, "from", v.lastHolder, "err", err)
+	ap, ok := addrs[v.lastHolder]
+	if !ok {
+		a.log.Info("not forwarding the previous holder's connections: its address is not known", "vip", v.cfg.Name, "from", v.lastHolder)
 		return
 	}
+	to := ap.Addr().Unmap()
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	if err := fw.Forward(actx, v.cfg.Addr(), a.st.cfg.Connections.PortList(), to); err != nil {
 		a.log.Info("not forwarding the previous holder's connections: it closes them at once", "vip", v.cfg.Name, "from", v.lastHolder, "err", err)
 		return
 	}
-	v.forward = &forward{to: v.lastHolder, addr: to, since: a.now()}
+	v.forward = &forward{to: v.lastHolder, since: a.now()}
 	a.log.Info("forwarding the previous holder's connections to it while it closes them", "vip", v.cfg.Name, "from", v.lastHolder, "address", to)
 }
 
@@ -241,24 +240,4 @@ func memberOf(view []Member, name string) (Member, bool) {
 		}
 	}
 	return Member{}, false
-}
-
-// memberAddr returns the address another member's membership traffic
-// comes from.
-func (a *Agent) memberAddr(name string) (netip.Addr, error) {
-	for _, m := range a.members.snapshot() {
-		if m.Name != name {
-			continue
-		}
-		host, _, err := net.SplitHostPort(m.Address)
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("member %s's address %q: %w", name, m.Address, err)
-		}
-		addr, err := netip.ParseAddr(host)
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("member %s's address %q: %w", name, m.Address, err)
-		}
-		return addr.Unmap(), nil
-	}
-	return netip.Addr{}, errors.New("member " + name + " not known")
 }

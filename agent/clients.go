@@ -470,13 +470,7 @@ func (a *Agent) stepTakeover(ctx context.Context, v *vipState, view []Member) {
 		v.takeover = nil // turned off by a reload
 		return
 	}
-	var prev Member
-	found := false
-	for _, m := range view {
-		if m.Name == t.from {
-			prev, found = m, true
-		}
-	}
+	prev, found := memberOf(view, t.from)
 	switch takeoverStep(a.now(), t, v.held, config.VIPKey(v.cfg.Name), prev, found) {
 	case takeoverWait:
 		return

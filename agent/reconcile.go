@@ -72,7 +72,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
 		if d.Do == actClaim && v.held {
-			a.startForward(ctx, v, view)
+			a.startForward(ctx, v, view, addrs)
 		}
 		a.stepForward(ctx, v, view)
 		a.stepTakeover(ctx, v, view)
