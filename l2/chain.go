@@ -268,22 +268,18 @@ func checkForwardArgs(vip netip.Addr, ports []uint16, to netip.Addr) error {
 	return nil
 }
 
-// checkOnLink returns nil if to is inside the prefix of an IPv4 address on
-// the interface (and is not one of them), given the interface's addresses.
+// checkOnLink returns nil if to (IPv4) is inside the prefix of an address
+// on the interface (and is not one of them), given the interface's
+// addresses: outsidePrefixes, the rule --check applies to a VIP.
 func checkOnLink(to netip.Addr, ifname string, present []ifAddr) error {
-	on := false
+	prefixes := make([]netip.Prefix, 0, len(present))
 	for _, p := range present {
-		if !p.prefix.Addr().Is4() {
-			continue
-		}
 		if p.prefix.Addr() == to {
 			return fmt.Errorf("destination %s is an address of this host (%s on %s)", to, p.prefix, ifname)
 		}
-		if p.prefix.Bits() < 32 && p.prefix.Contains(to) {
-			on = true
-		}
+		prefixes = append(prefixes, p.prefix)
 	}
-	if !on {
+	if outsidePrefixes(prefixes, to) {
 		return fmt.Errorf("%w: %s is not inside the prefix of an IPv4 address on %s", ErrForwardUnsupported, to, ifname)
 	}
 	return nil
