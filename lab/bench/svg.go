@@ -14,15 +14,7 @@ import (
 // min to max. The chart widens to fit every scenario with trials.
 func Chart(r *Results) string {
 	const panelH = 420
-	n := 0
-	for _, sc := range Scenarios {
-		for _, sys := range Systems {
-			if ts, _ := r.trials(sys, sc); len(ts) > 0 {
-				n++
-				break
-			}
-		}
-	}
+	n := len(chartScenarios(r, false))
 	width := max(minChartWidth, chartLeft+20+n*chartGroup+chartRight)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, 2*panelH, width, 2*panelH)
@@ -31,6 +23,31 @@ func Chart(r *Results) string {
 	panel(&b, r, width, panelH, "Event to the first answer from another node (takeover)", takeoverOf, true)
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// chartTrials are sys's trials of scenario sc that a panel draws:
+// onlyMoved keeps those in which another node answered (see moved).
+func chartTrials(r *Results, sys, sc string, onlyMoved bool) []Trial {
+	ts, _ := r.trials(sys, sc)
+	if onlyMoved {
+		ts = moved(ts)
+	}
+	return ts
+}
+
+// chartScenarios are the scenarios, in order, with a trial to draw for
+// some system.
+func chartScenarios(r *Results, onlyMoved bool) []string {
+	var scs []string
+	for _, sc := range Scenarios {
+		for _, sys := range Systems {
+			if len(chartTrials(r, sys, sc, onlyMoved)) > 0 {
+				scs = append(scs, sc)
+				break
+			}
+		}
+	}
+	return scs
 }
 
 // The chart's layout: its narrowest width, the plot's margins, and the
@@ -52,26 +69,14 @@ func panel(w *strings.Builder, r *Results, width, off int, title string, metric 
 		barW, barGap, group = 34, 6, chartGroup
 	)
 	colors := map[string]string{"vipd": "#2b6cb0", "keepalived": "#c05621"}
-	trials := func(sys, sc string) []Trial {
-		ts, _ := r.trials(sys, sc)
-		if onlyMoved {
-			ts = moved(ts)
-		}
-		return ts
-	}
-	var scs []string
+	trials := func(sys, sc string) []Trial { return chartTrials(r, sys, sc, onlyMoved) }
+	scs := chartScenarios(r, onlyMoved)
 	var maxD time.Duration
-	for _, sc := range Scenarios {
-		any := false
+	for _, sc := range scs {
 		for _, sys := range Systems {
-			ts := trials(sys, sc)
-			if len(ts) > 0 {
-				any = true
+			if ts := trials(sys, sc); len(ts) > 0 {
 				maxD = max(maxD, stat(ts, metric).Max)
 			}
-		}
-		if any {
-			scs = append(scs, sc)
 		}
 	}
 	// Axis top: the next whole half second above the largest value.
