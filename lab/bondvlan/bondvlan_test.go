@@ -58,10 +58,10 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 }
 
 // waitNeigh waits until the client's neighbor entry for the VIP has h's MAC
-// (bounded by settle: the lab runs in an emulated machine).
+// (5 s on a real machine, scaled with an emulated one).
 func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 	t.Helper()
-	if err := l.WaitNeigh(l.Client, vip.Address, h, settle); err != nil {
+	if err := l.WaitNeigh(l.Client, vip.Address, h, netlab.Scaled(5*time.Second)); err != nil {
 		t.Error(err)
 	}
 }
