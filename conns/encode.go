@@ -203,6 +203,57 @@ const (
 	minRun   = 1 + 1 + 1 + 2          // prefix length, a byte, count, a port
 )
 
+// MaxConns bounds the connections of a decoded Set, and of each half of a
+// decoded Delta: a longer list is refused before anything is allocated
+// for it, so decoding one takes at most about 10 MB (40 bytes a
+// connection) whatever the message's size (memberlist lets a peer send
+// 20 MB). A VIP's clients are far fewer (a kubelet keeps one or two
+// connections to the apiserver); a publisher with more publishes the
+// first MaxConns (Feed).
+const MaxConns = 1 << 18
+
+// countConns returns the number of connections in the n groups at the
+// start of b, reading only counts: it allocates nothing and checks only
+// what it needs to stay within b (parseGroups checks the rest). A list
+// of more than MaxConns is an error.
+func countConns(b []byte, n uint64) (int, error) {
+	total := uint64(0)
+	for range n {
+		if len(b) < 1 {
+			return 0, fmt.Errorf("%w: truncated group", ErrFormat)
+		}
+		size := 4
+		if b[0] == 6 {
+			size = 16
+		}
+		if len(b) < 1+size+2 {
+			return 0, fmt.Errorf("%w: truncated group", ErrFormat)
+		}
+		runs, rest, err := uvarint(b[1+size+2:])
+		if err != nil {
+			return 0, err
+		}
+		b = rest
+		for range runs {
+			if len(b) < 1 || int(b[0]) >= size || len(b) < 1+size-int(b[0]) {
+				return 0, fmt.Errorf("%w: truncated client", ErrFormat)
+			}
+			ports, rest, err := uvarint(b[1+size-int(b[0]):])
+			if err != nil {
+				return 0, err
+			}
+			if ports > uint64(len(rest)/2) {
+				return 0, fmt.Errorf("%w: %d ports in %d bytes", ErrFormat, ports, len(rest))
+			}
+			if total += ports; total > MaxConns {
+				return 0, fmt.Errorf("%w: more than %d connections", ErrFormat, MaxConns)
+			}
+			b = rest[2*ports:]
+		}
+	}
+	return int(total), nil
+}
+
 // parseGroups decodes a group list, checking that it is canonical.
 func parseGroups(b []byte) ([]key, []byte, error) {
 	n, b, err := uvarint(b)
@@ -212,8 +263,15 @@ func parseGroups(b []byte) ([]key, []byte, error) {
 	if n > uint64(len(b)/minGroup) {
 		return nil, nil, fmt.Errorf("%w: %d groups in %d bytes", ErrFormat, n, len(b))
 	}
-	// A connection takes at least 2 bytes: one allocation, never grown.
-	out := make([]key, 0, len(b)/2)
+	// One allocation, never grown, of the size the list says it has: a
+	// connection may take 2 bytes on the wire and 40 in memory, so a
+	// capacity guessed from the length would be up to 20 times the
+	// message.
+	total, err := countConns(b, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]key, 0, total)
 	for g := uint64(0); g < n; g++ {
 		start := len(out)
 		if out, b, err = parseGroup(out, b); err != nil {

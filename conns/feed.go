@@ -32,7 +32,13 @@ func NewFeed(epoch uint64, fullEvery time.Duration) *Feed {
 
 // Next takes the holder's latest listing and returns the message for its
 // peers: nil when nothing changed and no full set is due.
+//
+// A listing of more than MaxConns connections is cut to its first
+// MaxConns: a peer refuses a longer list.
 func (f *Feed) Next(s Set, now time.Time) []byte {
+	if s.Len() > MaxConns {
+		s = Set{k: s.k[:MaxConns]}
+	}
 	d := Diff(f.cur, s)
 	full := f.seq == 0 || now.Sub(f.fullAt) >= f.fullEvery || now.Before(f.fullAt)
 	if d.Empty() && !full {
@@ -98,7 +104,12 @@ func (m *Mirror) Apply(msg []byte, now time.Time) (resync bool, err error) {
 		m.synced = false
 		return true, nil
 	}
-	m.seq, m.set, m.updated = seq, m.set.Apply(d), now
+	next := m.set.Apply(d)
+	if next.Len() > MaxConns {
+		m.synced = false
+		return false, fmt.Errorf("%w: a delta making %d connections, more than %d", ErrFormat, next.Len(), MaxConns)
+	}
+	m.seq, m.set, m.updated = seq, next, now
 	return false, nil
 }
 
