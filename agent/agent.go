@@ -313,10 +313,14 @@ type vipState struct {
 	// stopWatch ends the conflict watcher while the VIP is held.
 	stopWatch context.CancelFunc
 
-	// lastHolder is the other member last seen holding the VIP; takeover
-	// is set when this node claimed it from one (clients.go).
-	lastHolder string
-	takeover   *takeover
+	// lastHolder is the other member last seen holding the VIP (an alive
+	// one first), whose connections a claim forwards to it (chain.go);
+	// holdersSeen is every other member seen holding it in the last
+	// takeoverHorizon, and when last; takeovers are set when this node
+	// claimed it, one per such member (clients.go).
+	lastHolder  string
+	holdersSeen map[string]time.Time
+	takeovers   []*takeover
 
 	// forward is set while this node, the VIP's new holder, forwards the
 	// previous holder's connections to it; quiesce while this node, the

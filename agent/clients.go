@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,11 +26,13 @@ import (
 //     a full set now and then (conns.Feed), over memberlist's reliable
 //     channel (TCP, encrypted under the cluster key like the rest of
 //     membership); each peer keeps a copy per publisher (conns.Mirror);
-//   - a node that claims a VIP another member held takes that member's
-//     list for the VIP, waits until the member no longer holds it (it
-//     released it, or it is gone: dead for the lease, left), then resets
-//     every connection on the list that it does not have itself
-//     (conns.Pokable, conns.Poker), paced, in a goroutine;
+//   - a node that claims a VIP other members held takes each one's list
+//     for the VIP (every member seen holding it in the last
+//     takeoverHorizon: an old holder still releasing and a successor that
+//     died mid-handoff both had clients), waits until that member no
+//     longer holds it (it released it, or it is gone: dead for the lease,
+//     left), then resets every connection on the list that it does not
+//     have itself (conns.Pokable, conns.Poker), paced, in a goroutine;
 //   - a node that hands a VIP over on purpose closes its own connections
 //     on it once the successor holds it, before it takes the address away
 //     (decision.CloseClients).
@@ -447,33 +451,60 @@ func lastHolder(self string, view []Member, vipKey uint32) string {
 	return holder
 }
 
-// startTakeover records, when this node has just claimed v, whose clients
-// it may have to reset.
-func (a *Agent) startTakeover(v *vipState) {
-	v.takeover = nil
-	// With announce = "all" every eligible node holds the VIP: there is no
-	// previous holder whose clients are lost.
-	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll ||
-		v.lastHolder == "" || v.lastHolder == a.self {
-		return
+// noteHolders returns seen (member name to when it was last seen holding
+// the VIP) with every other member that view reports holding it seen at
+// now, and without those not seen for takeoverHorizon.
+func noteHolders(seen map[string]time.Time, self string, view []Member, vipKey uint32, now time.Time) map[string]time.Time {
+	for _, m := range view {
+		if m.Name != self && m.Meta.VIP(vipKey).Held {
+			if seen == nil {
+				seen = map[string]time.Time{}
+			}
+			seen[m.Name] = now
+		}
 	}
-	v.takeover = &takeover{from: v.lastHolder, since: a.now(), conns: a.clients.published(v.lastHolder, v.cfg.Addr())}
+	for name, at := range seen {
+		if now.Sub(at) > takeoverHorizon {
+			delete(seen, name)
+		}
+	}
+	return seen
 }
 
-// stepTakeover moves v's takeover on at a pass; resets run under ctx.
+// startTakeover records, when this node has just claimed v, whose clients
+// it may have to reset: every other member seen holding v lately. One is
+// not enough: in a planned handoff whose successor died, the old holder
+// (alive, releasing) and the dead successor both had clients.
+func (a *Agent) startTakeover(v *vipState) {
+	v.takeovers = nil
+	// With announce = "all" every eligible node holds the VIP: there is no
+	// previous holder whose clients are lost.
+	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.holdersSeen)) {
+		if name != a.self {
+			v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
+		}
+	}
+}
+
+// stepTakeover moves v's takeovers on at a pass; resets run under ctx.
 func (a *Agent) stepTakeover(ctx context.Context, v *vipState, view []Member) {
-	t := v.takeover
-	if t == nil {
-		return
-	}
 	if !a.st.cfg.Connections.Enabled() {
-		v.takeover = nil // turned off by a reload
+		v.takeovers = nil // turned off by a reload
 		return
 	}
+	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool { return a.stepOneTakeover(ctx, v, view, t) })
+}
+
+// stepOneTakeover moves one of v's takeovers on; it reports whether the
+// takeover is done.
+func (a *Agent) stepOneTakeover(ctx context.Context, v *vipState, view []Member, t *takeover) bool {
 	prev, found := memberOf(view, t.from)
 	switch takeoverStep(a.now(), t, v.held, config.VIPKey(v.cfg.Name), prev, found) {
 	case takeoverWait:
-		return
+		return false
 	case takeoverForget:
 		a.log.Info("not resetting the previous holder's clients", "vip", v.cfg.Name, "from", t.from, "reason", "no longer holding the VIP, or it did not release it in time")
 	case takeoverPoke:
@@ -485,7 +516,7 @@ func (a *Agent) stepTakeover(ctx context.Context, v *vipState, view []Member) {
 		name, addr, from := v.cfg.Name, v.cfg.Addr(), t.from
 		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg) })
 	}
-	v.takeover = nil
+	return true
 }
 
 // poke resets the clients of from's connections to vip that this node

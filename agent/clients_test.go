@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -261,5 +262,93 @@ func TestClusterDaisyChainHandoff(t *testing.T) {
 	n.mu.Unlock()
 	if closed != 2 || idle != 1 {
 		t.Errorf("the owner closed %d connections in %d idle closings, want 2 in 1", closed, idle)
+	}
+}
+
+// TestClusterResetsDeadSuccessorsClients: the owner hands the VIP off
+// but cannot take its address away (its withdraw fails); the successor
+// holds it beside it and has clients of its own, then dies (deaf: the
+// others declare it dead, it fences itself). The third node takes the VIP
+// over while the old owner, alive, still holds it (the old owner closed
+// its own clients at the handoff). Once the old owner has released, the
+// third node resets the dead successor's clients.
+func TestClusterResetsDeadSuccessorsClients(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(client string, port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr(client), port)}
+	}
+	s1 := conn("198.51.100.20", 40020)
+	c.nodes[owner].conns.set(conn("198.51.100.7", 40000))
+	for name, n := range c.nodes {
+		if name != owner {
+			n.conns.set(s1) // only the successor lists it: the VIP's connections of a node that holds it
+		}
+	}
+	c.w.setStuck(owner, true)
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	both := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 2 }, "the successor holding beside the stuck owner")
+	succ := both[0]
+	if succ == owner {
+		succ = both[1]
+	}
+	third := ""
+	for name := range c.nodes {
+		if name != owner && name != succ {
+			third = name
+		}
+	}
+	c.nodes[third].conns.set() // the third node has no client of its own
+	c.waitPublished(third, succ, 1)
+	// The successor's clients are reset once it no longer holds the VIP
+	// (it fenced itself); the old owner holding it does not matter to
+	// them: they were not its connections.
+	for name, n := range c.nodes {
+		n.conns.onPoke = func() {
+			if slices.Contains(c.w.holdersOf(vip), succ) {
+				t.Errorf("%s resets clients while %s still holds the VIP", name, succ)
+			}
+		}
+	}
+
+	// The successor dies; the third node takes the VIP beside the owner.
+	c.nodes[succ].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	c.waitHolders(15*time.Second, func(h []string) bool { return slices.Equal(h, slices.Sorted(slices.Values([]string{owner, third}))) },
+		"the third node holding beside the stuck owner, the successor gone")
+	c.w.setStuck(owner, false)
+	c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == third }, "the owner released")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := c.nodes[third].conns.poked()
+		if slices.Contains(got, s1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want %v, the dead successor's client, among them", third, got, s1)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.nodes[succ].agent.members.setAllowed(nil)
+}
+
+func TestNoteHolders(t *testing.T) {
+	k := config.VIPKey("api")
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	seen := noteHolders(nil, "a", []Member{node("a", holds), node("b", holds), node("c", holds, dead), node("d")}, k, t0)
+	if want := map[string]time.Time{"b": t0, "c": t0}; !maps.Equal(seen, want) {
+		t.Fatalf("an alive holder and a dead one: seen %v, want %v", seen, want)
+	}
+	// c is no longer reported holding: it is kept for takeoverHorizon.
+	t1 := t0.Add(takeoverHorizon)
+	seen = noteHolders(seen, "a", []Member{node("b", holds)}, k, t1)
+	if want := map[string]time.Time{"b": t1, "c": t0}; !maps.Equal(seen, want) {
+		t.Fatalf("within the horizon: seen %v, want %v", seen, want)
+	}
+	seen = noteHolders(seen, "a", []Member{node("b", holds)}, k, t1.Add(time.Second))
+	if want := map[string]time.Time{"b": t1.Add(time.Second)}; !maps.Equal(seen, want) {
+		t.Fatalf("past the horizon: seen %v, want %v", seen, want)
 	}
 }

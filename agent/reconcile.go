@@ -69,6 +69,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if h := lastHolder(a.self, view, config.VIPKey(name)); h != "" {
 			v.lastHolder = h
 		}
+		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
 		if d.Do == actClaim && v.held {
