@@ -18,6 +18,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/internal/childcaps"
 )
 
 // healthResult is one VIP's health verdict after rise/fall smoothing.
@@ -81,8 +82,9 @@ func newProbe(h *healthCheck) (probeFunc, error) {
 	if len(h.Command) > 0 {
 		argv := append([]string(nil), h.Command...)
 		return func(ctx context.Context) error {
-			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-			out, err := cmd.CombinedOutput()
+			// Without the capabilities that read any file (the
+			// kubelet-credentials drop-in's), which would be inherited.
+			out, err := childcaps.CombinedOutput(exec.CommandContext(ctx, argv[0], argv[1:]...))
 			if err != nil {
 				return fmt.Errorf("health command %s: %w: %s", argv[0], err, truncate(string(out), 200))
 			}

@@ -14,6 +14,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/vipd/vipd/agent"
+	"github.com/vipd/vipd/internal/childcaps"
 )
 
 // stopKinds tells the agent what a stop is for (agent.Options.StopKind):
@@ -106,7 +107,7 @@ func nextAdopts(lg *slog.Logger) func() bool {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), systemdTimeout)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, exe, "--restart-protocol").Output()
+		out, err := childcaps.Output(exec.CommandContext(ctx, exe, "--restart-protocol"))
 		v, perr := strconv.Atoi(strings.TrimSpace(string(out)))
 		if err != nil || perr != nil || v < agent.RestartProtocol {
 			lg.Info("restart: the vipd that starts next does not take VIPs over", "binary", exe, "err", err, "answer", strings.TrimSpace(string(out)))

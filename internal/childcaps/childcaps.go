@@ -1,0 +1,114 @@
+// Package childcaps starts the commands vipd runs (health commands, the
+// next binary's restart probe) without the capabilities that read any
+// file.
+//
+// The kubelet-credentials drop-in (packaging/systemd) grants vipd
+// CAP_DAC_READ_SEARCH as an ambient capability so that it can read the
+// kubelet's root-only kubeconfig. Ambient capabilities survive execve: a
+// health command would read admin.conf, etcd's keys or /etc/shadow as
+// well. Start lowers CAP_DAC_READ_SEARCH and CAP_DAC_OVERRIDE from the
+// inheritable set (which lowers them from the ambient set too, the
+// kernel keeping ambient within permitted and inheritable) on a thread of
+// its own, forks the command from that thread, and lets the thread end
+// with its goroutine: vipd's other threads keep what they had, the child
+// gets neither.
+//
+// The bounding set is not changed: that needs CAP_SETPCAP, which the unit
+// does not grant, and with the unit's NoNewPrivileges=yes no file
+// capability or set-user-ID bit can raise a capability at exec either. A
+// vipd run as root (no unit, or an override) starts its commands as root,
+// which read root's files without these capabilities anyway.
+package childcaps
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dropped are the capabilities a child never inherits.
+var Dropped = []uint{unix.CAP_DAC_READ_SEARCH, unix.CAP_DAC_OVERRIDE}
+
+// Start starts cmd (as cmd.Start does) with none of Dropped in its
+// inheritable and ambient sets. An error lowering them is returned and
+// the command is not started.
+func Start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, whose inheritable set is lowered,
+		// ends with this goroutine and is not reused.
+		runtime.LockOSThread()
+		errc <- startHere(cmd)
+	}()
+	return <-errc
+}
+
+// startHere lowers Dropped on the calling thread (locked to its
+// goroutine) and starts cmd from it.
+func startHere(cmd *exec.Cmd) error {
+	if err := lowerThread(); err != nil {
+		return fmt.Errorf("lower the capabilities a command inherits: %w", err)
+	}
+	return cmd.Start()
+}
+
+// CombinedOutput runs cmd as cmd.CombinedOutput does, started by Start.
+func CombinedOutput(cmd *exec.Cmd) ([]byte, error) {
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := Start(cmd); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return b.Bytes(), err
+}
+
+// Output runs cmd as cmd.Output does (stdout returned, stderr dropped
+// unless cmd sets it), started by Start.
+func Output(cmd *exec.Cmd) ([]byte, error) {
+	var b bytes.Buffer
+	cmd.Stdout = &b
+	if err := Start(cmd); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return b.Bytes(), err
+}
+
+// lowerThread lowers Dropped from the calling thread's inheritable set,
+// and so from its ambient set.
+func lowerThread() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	next, changed := lowered(data)
+	if !changed {
+		return nil
+	}
+	if err := unix.Capset(&hdr, &next[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	for _, c := range Dropped {
+		// The kernel already took them out of the ambient set with the
+		// inheritable one; said again, in case it did not.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("lower ambient capability %d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// lowered returns data with Dropped out of the inheritable set, and
+// whether that changed anything.
+func lowered(data [2]unix.CapUserData) ([2]unix.CapUserData, bool) {
+	next := data
+	for _, c := range Dropped {
+		next[c/32].Inheritable &^= 1 << (c % 32)
+	}
+	return next, next != data
+}
