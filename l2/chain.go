@@ -91,9 +91,12 @@ type filter interface {
 // on the prerouting hook at priority -150 (after conntrack), one rule per
 // port (no ports: one rule for every port, without the dport match):
 //
-//	ip daddr addr tcp dport port tcp flags & syn == 0 ct state new dup to to device <iface> drop
+//	ip daddr addr tcp dport port tcp flags & syn == 0 ct state new ip ttl set 1 dup to to device <iface> drop
 //
-// Connections the host accepts itself are untouched. Calling Forward again
+// Connections the host accepts itself are untouched. The copy's TTL is 1:
+// the host at to delivers it while it has addr, and routes it nowhere once
+// it removed addr (a routing host would send it back to addr, here, and
+// the copies would loop until their TTL ran out). Calling Forward again
 // for addr replaces its rules atomically. An IPv6 addr or to, or a to that is
 // not inside the prefix of an IPv4 address on the interface, returns an
 // error wrapping ErrForwardUnsupported (the caller then hands off as
@@ -305,7 +308,7 @@ func forwardRules(vip netip.Addr, ports []uint16, to netip.Addr, ifindex int) []
 
 // forwardExprs is, for nft,
 //
-//	ip daddr vip tcp dport port tcp flags & syn == 0 ct state new dup to to device <ifindex> drop
+//	ip daddr vip tcp dport port tcp flags & syn == 0 ct state new ip ttl set 1 dup to to device <ifindex> drop
 //
 // without the tcp dport match for port 0 (every port).
 func forwardExprs(vip netip.Addr, port uint16, to netip.Addr, ifindex int) []expr.Any {
@@ -335,6 +338,16 @@ func forwardExprs(vip netip.Addr, port uint16, to netip.Addr, ifindex int) []exp
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		// ip ttl set 1: the copy is for the previous holder itself, which
+		// delivers it whatever its TTL while it holds the VIP; once it
+		// released the VIP (the successor forwards for forwardGrace more),
+		// a routing host (ip_forward=1) would send it back to the VIP,
+		// that is here, to be copied again until the TTL ran out. With TTL
+		// 1 it goes no further. The IP checksum is updated.
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipOffTTL, Len: 2},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 2, Mask: []byte{0x00, 0xff}, Xor: []byte{0x01, 0x00}},
+		&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipOffTTL, Len: 2,
+			CsumType: expr.CsumTypeInet, CsumOffset: ipOffChecksum},
 		// dup to to device ifindex
 		&expr.Immediate{Register: 1, Data: t4[:]},
 		&expr.Immediate{Register: 2, Data: binaryutil.NativeEndian.PutUint32(uint32(ifindex))},
@@ -345,6 +358,14 @@ func forwardExprs(vip netip.Addr, port uint16, to netip.Addr, ifindex int) []exp
 }
 
 const tcpFlagSYN = 0x02
+
+// IPv4 header fields (RFC 791): the TTL (with the protocol after it: a
+// payload write covers 2 bytes for the checksum update) and the header
+// checksum.
+const (
+	ipOffTTL      = 8
+	ipOffChecksum = 10
+)
 
 // ARP header fields (RFC 826) for Ethernet and IPv4, as offsets in the
 // network header of the arp family.

@@ -83,6 +83,8 @@ type verdict struct {
 	drop    bool
 	dupTo   netip.Addr
 	dupDev  uint32
+	// written is the network header after the rule's writes (nil: none).
+	written []byte
 }
 
 // eval runs the expressions of one rule on p the way nf_tables does: a
@@ -95,6 +97,19 @@ func eval(t *testing.T, exprs []expr.Any, p pkt) verdict {
 	for _, e := range exprs {
 		switch e := e.(type) {
 		case *expr.Payload:
+			if e.OperationType == expr.PayloadWrite {
+				if e.Base != expr.PayloadBaseNetworkHeader || e.CsumType != expr.CsumTypeInet || e.CsumOffset != ipOffChecksum {
+					t.Fatalf("payload write %+v: only the IPv4 header, with its checksum, is interpreted", e)
+				}
+				r := regs[e.SourceRegister]
+				if len(r) != int(e.Len) || int(e.Offset+e.Len) > len(p.network) {
+					t.Fatalf("payload write of %d bytes at %d from a register of %d", e.Len, e.Offset, len(r))
+				}
+				p.network = slices.Clone(p.network)
+				copy(p.network[e.Offset:], r)
+				v.written = p.network
+				continue
+			}
 			src := p.network
 			if e.Base == expr.PayloadBaseTransportHeader {
 				src = p.transport
@@ -220,6 +235,11 @@ func TestForwardRuleMatches(t *testing.T) {
 			}
 			if v := hit[0]; !v.drop || v.dupTo != to || v.dupDev != testIndex {
 				t.Fatalf("verdict %+v, want dup to %s device %d and drop", v, to, testIndex)
+			}
+			// The copy goes no further than the old holder: TTL 1, the
+			// protocol kept.
+			if w := hit[0].written; len(w) < 10 || w[8] != 1 || w[9] != unix.IPPROTO_TCP {
+				t.Fatalf("the copy's IPv4 header %x, want TTL 1 and protocol TCP", w)
 			}
 		})
 	}

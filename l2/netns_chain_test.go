@@ -4,6 +4,7 @@ package l2
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Daisy-chaining with the real kernel: the old holder O, its successor S and
@@ -525,5 +527,121 @@ func TestNetnsCleanupNftables(t *testing.T) {
 	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close after CleanupNftables: %v", err)
+	}
+}
+
+// snmpIP returns a counter of the Ip lines of /proc/net/snmp in host n's
+// namespace (ForwDatagrams: the packets it routed on).
+func (l *chainLab) snmpIP(t *testing.T, n, name string) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", l.ns[n], "cat", "/proc/net/snmp").CombinedOutput()
+	if err != nil {
+		t.Fatalf("read /proc/net/snmp in %s: %v\n%s", n, err, out)
+	}
+	var names []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Ip:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, k := range names {
+			if k == name && i < len(f) {
+				var v int
+				if _, err := fmt.Sscan(f[i], &v); err != nil {
+					t.Fatalf("/proc/net/snmp in %s: Ip %s = %q", n, name, f[i])
+				}
+				return v
+			}
+		}
+	}
+	t.Fatalf("/proc/net/snmp in %s: no Ip %s", n, name)
+	return 0
+}
+
+// sendStray sends from C a bare ACK to the VIP's port from a port no
+// connection uses: a segment of a connection that neither holder has any
+// more (one the old holder closed whose reset was lost, a retransmission
+// crossing the close), as a raw socket does it.
+func (l *chainLab) sendStray(t *testing.T, sport uint16) {
+	t.Helper()
+	err := inNS(l.h["c"], func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_TCP)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer unix.Close(fd)
+		seg := make([]byte, 20)
+		binary.BigEndian.PutUint16(seg[0:], sport)
+		binary.BigEndian.PutUint16(seg[2:], chainPort)
+		binary.BigEndian.PutUint32(seg[4:], 0x12345678) // sequence
+		binary.BigEndian.PutUint32(seg[8:], 0x9abcdef0) // acknowledgement
+		seg[12] = 5 << 4                                // header length 20
+		seg[13] = 0x10                                  // ACK
+		binary.BigEndian.PutUint16(seg[14:], 64240)     // window
+		// Checksum over the pseudo-header and the segment (conntrack
+		// checks it: a bad one makes the segment invalid, not new).
+		src, dst := chainC.As4(), chainVIP.As4()
+		pseudo := slices.Concat(src[:], dst[:], []byte{0, unix.IPPROTO_TCP, 0, byte(len(seg))}, seg)
+		var sum uint32
+		for i := 0; i < len(pseudo); i += 2 {
+			sum += uint32(pseudo[i])<<8 | uint32(pseudo[i+1])
+		}
+		for sum > 0xffff {
+			sum = sum>>16 + sum&0xffff
+		}
+		binary.BigEndian.PutUint16(seg[16:], ^uint16(sum))
+		return unix.Sendto(fd, seg, 0, &unix.SockaddrInet4{Addr: dst})
+	})
+	if err != nil {
+		t.Fatalf("send a stray segment from C: %v", err)
+	}
+}
+
+// TestNetnsDaisyChainReleaseNoLoop: production's order, on hosts that
+// route (net.ipv4.ip_forward=1, as on every Kubernetes node): the old
+// holder O releases the VIP while the successor S still forwards (the
+// agent stops forwarding forwardGrace after the release). A segment of a
+// connection neither has (S: conntrack new, no SYN) is passed to O, which
+// no longer has the VIP and must not route it back to the VIP, that is to
+// S, which would pass it to O again, until its TTL runs out. While O held
+// the VIP the same segment reached O and stopped there (O answers it with
+// a reset).
+func TestNetnsDaisyChainReleaseNoLoop(t *testing.T) {
+	requireNetns(t)
+	l := newChainLab(t)
+	for _, n := range []string{"o", "s"} {
+		ipCmd(t, "netns", "exec", l.ns[n], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	}
+	ctx := context.Background()
+	old := l.start(t)
+	l.handoff(t, true)
+	mustServe(t, old, "through-s", "o")
+	// O holds the VIP: a stray segment, forwarded to O, stops there. (A
+	// loop takes microseconds: 300 ms after a send the counter has all.)
+	before := l.snmpIP(t, "o", "ForwDatagrams")
+	l.sendStray(t, 41000)
+	time.Sleep(300 * time.Millisecond)
+	if n := l.snmpIP(t, "o", "ForwDatagrams") - before; n != 0 {
+		t.Fatalf("O, holding the VIP, routed %d packets on", n)
+	}
+
+	if err := l.in("o", func(a *Announcer) error { return a.Withdraw(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Withdraw on O: %v", err)
+	}
+	before = l.snmpIP(t, "o", "ForwDatagrams")
+	l.sendStray(t, 41001)
+	time.Sleep(300 * time.Millisecond)
+	if looped := l.snmpIP(t, "o", "ForwDatagrams") - before; looped != 0 {
+		t.Fatalf("O routed %d packets on after one stray segment, sent after it released the VIP while S forwarded: the segment loops between O and S", looped)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on S: %v", err)
+	}
+	if got, err := exchange(old, "last"); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("old connection after StopForward answered %q, err %v; want a reset", got, err)
 	}
 }
