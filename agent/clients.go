@@ -23,9 +23,12 @@ import (
 //
 //   - every node publishes, once a second, the established connections it
 //     has on the VIPs it holds to every alive peer, as numbered deltas with
-//     a full set now and then (conns.Feed), over memberlist's reliable
-//     channel (TCP, encrypted under the cluster key like the rest of
-//     membership); each peer keeps a copy per publisher (conns.Mirror);
+//     a full set now and then (conns.Feed), each on a TCP stream of its
+//     own to the peer's membership port, from the publisher's bind
+//     address, sealed under the cluster key like the rest of membership
+//     (transport.go); each peer keeps a copy per publisher
+//     (conns.Mirror), taking a list only from the address of the member it
+//     names;
 //   - a node that claims a VIP other members held takes each one's list
 //     for the VIP (every member seen holding it in the last
 //     takeoverHorizon: an old holder still releasing and a successor that
@@ -180,11 +183,18 @@ func newClients(a *Agent, backend ConnsBackend) *clients {
 	}
 }
 
-// receive takes a message from a peer (memberlist's NotifyMsg).
-func (c *clients) receive(b []byte) {
+// receive takes a message from a peer, with the address it came from
+// (the transport's stream). A message is taken only from the membership
+// address of the member it names: a member cannot publish a list, or ask
+// for one, in another's name.
+func (c *clients) receive(b []byte, src netip.AddrPort) {
 	kind, from, body, err := parseClientsMessage(b)
 	if err != nil || from == c.self {
 		c.log.Debug("client connections message dropped", "err", err)
+		return
+	}
+	if !c.sentBy(from, src.Addr()) {
+		c.log.Debug("client connections message dropped: not from the address of the member it names", "peer", from, "from", src)
 		return
 	}
 	if kind == clientsWantFull {
@@ -216,6 +226,18 @@ func (c *clients) receive(b []byte) {
 		default:
 		}
 	}
+}
+
+// sentBy reports whether addr is the membership address of the member
+// named name.
+func (c *clients) sentBy(name string, addr netip.Addr) bool {
+	for _, m := range c.members() {
+		if m.Name == name {
+			ap, err := netip.ParseAddrPort(m.Address)
+			return err == nil && ap.Addr().Unmap() == addr.Unmap()
+		}
+	}
+	return false
 }
 
 // published returns what from last published of its connections to vip.

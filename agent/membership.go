@@ -61,8 +61,6 @@ type membership struct {
 	// rejected counts members refused admission, by reason.
 	rejected  func(reason string)
 	transport *transport
-	// onMsg takes memberlist user messages (NotifyMsg).
-	onMsg atomic.Pointer[func([]byte)]
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
@@ -396,27 +394,25 @@ func (m *membership) NodeMeta(limit int) []byte {
 	return append([]byte(nil), m.meta...)
 }
 
-// NotifyMsg implements memberlist.Delegate: the user messages vipd sends
-// through memberlist are the lists of client connections (clients.go); the
-// lease's heartbeats go through the transport.
-func (m *membership) NotifyMsg(b []byte) {
-	if f := m.onMsg.Load(); f != nil {
-		(*f)(b)
-	}
-}
+// NotifyMsg implements memberlist.Delegate. vipd sends no memberlist user
+// messages: the lists of client connections go on streams of the
+// transport, which knows where they came from (transport.go). An older
+// release's lists, which came this way without a sender, are dropped.
+func (m *membership) NotifyMsg([]byte) {}
 
-// setOnMsg sets the handler of memberlist user messages.
-func (m *membership) setOnMsg(f func([]byte)) { m.onMsg.Store(&f) }
+// setOnList sets the handler of the client connections lists, with the
+// address each came from.
+func (m *membership) setOnList(f func(b []byte, from netip.AddrPort)) { m.transport.list.Store(&f) }
 
-// sendReliable sends msg to a member over memberlist's reliable channel
-// (a TCP stream, encrypted under the cluster key when key_file is set).
+// sendReliable sends msg (a client connections list) to a member on a
+// stream of the transport (TCP, sealed under the cluster key when
+// key_file is set).
 func (m *membership) sendReliable(to memberInfo, msg []byte) error {
 	ap, err := netip.ParseAddrPort(to.Address)
 	if err != nil {
 		return fmt.Errorf("member %s: address %q: %w", to.Name, to.Address, err)
 	}
-	n := &memberlist.Node{Name: to.Name, Addr: ap.Addr().AsSlice(), Port: ap.Port()}
-	if err := m.list.SendReliable(n, msg); err != nil {
+	if err := m.transport.sendList(msg, ap); err != nil {
 		return fmt.Errorf("send to %s: %w", to.Name, err)
 	}
 	return nil

@@ -120,7 +120,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cb = nil
 	}
 	a.clients = newClients(a, cb)
-	ml.setOnMsg(a.clients.receive)
+	ml.setOnList(a.clients.receive)
 	a.goroutines.Go(func() { a.clients.run(bg) })
 	// A first status before the API serves: nothing held, nobody elected.
 	members := ml.snapshot()

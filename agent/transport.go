@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bufio"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/netip"
@@ -28,7 +30,13 @@ import (
 //   - the lease's heartbeats (agent/lease) are taken off the port here and
 //     never enter memberlist, whose packet path hands every message through
 //     two more goroutines. They are sealed with AES-GCM under the cluster
-//     key when key_file is set, like memberlist's own packets.
+//     key when key_file is set, like memberlist's own packets;
+//   - the lists of client connections (clients.go) come on TCP streams of
+//     their own, sealed the same way, and are handed over with the
+//     stream's source address: memberlist's user messages carry no sender,
+//     so a member could publish a list in another member's name. The
+//     sender dials from its bind address; the receiver takes a list only
+//     from the address of the member it names.
 type transport struct {
 	bind    netip.AddrPort
 	udp     *net.UDPConn
@@ -40,6 +48,9 @@ type transport struct {
 	// heartbeat takes a heartbeat's payload (opened) and where it came
 	// from (the sender's membership address).
 	heartbeat atomic.Pointer[func(payload []byte, from netip.AddrPort)]
+	// list takes a client connections message (opened) and the source
+	// address of the stream it came on.
+	list atomic.Pointer[func(payload []byte, from netip.AddrPort)]
 
 	packets  chan *memberlist.Packet
 	streams  chan net.Conn
@@ -51,6 +62,22 @@ type transport struct {
 // message type (below 32), a label marker (244) or an encryption version
 // (0 or 1), never with it.
 var leaseMagic = [2]byte{'V', 'L'}
+
+// listMagic starts a stream carrying a client connections list: the
+// stream is one sealed frame (as a heartbeat packet, with this magic),
+// then the sender closes it. memberlist's streams start with a message
+// type (below 32), a label marker (244) or an encryption version.
+var listMagic = [2]byte{'V', 'C'}
+
+const (
+	// maxListStream bounds a list stream: a full set of conns.MaxConns
+	// IPv6 connections, the largest a peer sends, takes about 5.2 MB.
+	maxListStream = 8 << 20
+	// streamPeekTimeout bounds the wait for a stream's first bytes.
+	streamPeekTimeout = 10 * time.Second
+	// listSendTimeout bounds sending one list.
+	listSendTimeout = 10 * time.Second
+)
 
 const (
 	leaseClear  = 0 // the payload follows in the clear
@@ -140,26 +167,92 @@ func (t *transport) acceptStreams() {
 			continue
 		}
 		delay = 0
-		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err != nil || !t.admits(ap.Addr()) {
+		ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+		if err != nil || !t.admits(ap.Addr()) {
 			t.dropped()
 			c.Close()
 			continue
 		}
-		t.streams <- c
+		t.wg.Add(1)
+		go t.classify(c, ap)
 	}
 }
 
-// seal makes a heartbeat packet of payload.
-func (t *transport) seal(payload []byte) ([]byte, error) {
+// classify reads a stream's first bytes: a client connections list is
+// read here, anything else goes to memberlist with those bytes still to
+// be read.
+func (t *transport) classify(c net.Conn, from netip.AddrPort) {
+	defer t.wg.Done()
+	_ = c.SetReadDeadline(time.Now().Add(streamPeekTimeout))
+	br := bufio.NewReader(c)
+	head, err := br.Peek(2)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if head[0] != listMagic[0] || head[1] != listMagic[1] {
+		_ = c.SetReadDeadline(time.Time{})
+		t.streams <- &peekedConn{Conn: c, r: br}
+		return
+	}
+	defer c.Close()
+	b, err := io.ReadAll(io.LimitReader(br, maxListStream+1))
+	if err != nil || len(b) > maxListStream || len(b) < 3 {
+		return
+	}
+	p, err := t.open(b)
+	if err != nil {
+		return
+	}
+	if f := t.list.Load(); f != nil {
+		(*f)(p, netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
+	}
+}
+
+// peekedConn is a stream whose first bytes were read into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// sendList sends a client connections message to a member's membership
+// address, on a stream of its own from this node's bind address (the
+// receiver checks it against the member the message names).
+func (t *transport) sendList(payload []byte, to netip.AddrPort) error {
+	b, err := t.seal(listMagic, payload)
+	if err != nil {
+		return err
+	}
+	d := net.Dialer{Timeout: listSendTimeout}
+	if a := t.bind.Addr(); !a.IsUnspecified() {
+		d.LocalAddr = &net.TCPAddr{IP: a.AsSlice()}
+	}
+	c, err := d.Dial("tcp", to.String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(listSendTimeout))
+	if _, err := c.Write(b); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// seal makes a heartbeat packet (leaseMagic) or a list stream
+// (listMagic) of payload.
+func (t *transport) seal(magic [2]byte, payload []byte) ([]byte, error) {
 	if t.keyring == nil {
-		return append([]byte{leaseMagic[0], leaseMagic[1], leaseClear}, payload...), nil
+		return append([]byte{magic[0], magic[1], leaseClear}, payload...), nil
 	}
 	aead, err := gcm(t.keyring.GetPrimaryKey())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]byte, 3+aead.NonceSize(), 3+aead.NonceSize()+len(payload)+aead.Overhead())
-	out[0], out[1], out[2] = leaseMagic[0], leaseMagic[1], leaseSealed
+	out[0], out[1], out[2] = magic[0], magic[1], leaseSealed
 	if _, err := rand.Read(out[3:]); err != nil {
 		return nil, err
 	}
@@ -199,7 +292,7 @@ func gcm(key []byte) (cipher.AEAD, error) {
 
 // sendHeartbeat seals payload and sends it to addr (host:port).
 func (t *transport) sendHeartbeat(payload []byte, addr netip.AddrPort) error {
-	b, err := t.seal(payload)
+	b, err := t.seal(leaseMagic, payload)
 	if err != nil {
 		return err
 	}
