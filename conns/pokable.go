@@ -25,7 +25,16 @@ type Takeover struct {
 //   - never a connection this node has itself (in own, this node's
 //     listing of the same VIPs): a poke would reach a live connection;
 //   - never a connection whose client is one of the VIPs (the previous
-//     holder's connection to itself).
+//     holder's connection to itself);
+//   - only unicast client addresses (no loopback, multicast, broadcast or
+//     unspecified one), and at most MaxPokesPerClient connections of one
+//     client address (the first in order).
+//
+// The last rule bounds what a list can make this node send: the list is
+// its publisher's word (the peers check only that it came from the
+// member it names), so a faulty or hostile member could list addresses of
+// its choosing; each then gets at most MaxPokesPerClient bare ACKs of 40
+// to 60 bytes, and the whole at most PokeConfig's rate for its timeout.
 //
 // A VIP without a Takeover is not poked.
 func Pokable(published, own Set, takeovers []Takeover) []Conn {
@@ -39,10 +48,26 @@ func Pokable(published, own Set, takeovers []Takeover) []Conn {
 		vips[a] = true
 	}
 	var out []Conn
+	per := map[netip.Addr]int{}
 	for c := range published.All() {
-		if may[c.Local.Addr()] && !vips[c.Remote.Addr()] && !own.Contains(c) {
+		r := c.Remote.Addr()
+		if may[c.Local.Addr()] && !vips[r] && unicast(r) && per[r] < MaxPokesPerClient && !own.Contains(c) {
+			per[r]++
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// MaxPokesPerClient bounds the connections of one client address a new
+// holder pokes. A kubelet keeps one or two connections to the apiserver;
+// clients behind one address translation with more than this many
+// connections to the VIP have the rest not reset (they wait for their own
+// timeouts, as without vipd).
+const MaxPokesPerClient = 256
+
+// unicast reports whether a is an address a client connects from.
+func unicast(a netip.Addr) bool {
+	return a.IsValid() && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() &&
+		a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }

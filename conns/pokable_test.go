@@ -76,3 +76,41 @@ func TestPokable(t *testing.T) {
 		})
 	}
 }
+
+// TestPokableBounds: what a publisher's list can make a new holder send
+// is bounded: pokes go only to unicast client addresses (no loopback,
+// multicast, broadcast or unspecified address), and at most
+// MaxPokesPerClient to one client address, however many connections the
+// list gives it.
+func TestPokableBounds(t *testing.T) {
+	vip := netip.MustParseAddr("192.0.2.10")
+	var cs []Conn
+	for p := range 1000 {
+		cs = append(cs, Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr("203.0.113.7"), uint16(1024+p))})
+	}
+	good := conn("192.0.2.10:6443", "198.51.100.8:40001")
+	bad := []Conn{
+		conn("192.0.2.10:6443", "127.0.0.1:40000"),
+		conn("192.0.2.10:6443", "224.0.0.1:40000"),
+		conn("192.0.2.10:6443", "255.255.255.255:40000"),
+		conn("192.0.2.10:6443", "0.0.0.0:40000"),
+		conn("[2001:db8::10]:6443", "[ff02::1]:40000"),
+		conn("[2001:db8::10]:6443", "[::1]:40000"),
+		conn("[2001:db8::10]:6443", "[::]:40000"),
+	}
+	published := NewSet(slices.Concat(cs, []Conn{good}, bad)...)
+	got := Pokable(published, Set{}, []Takeover{{VIP: vip, Held: true}, {VIP: netip.MustParseAddr("2001:db8::10"), Held: true}})
+	per := map[netip.Addr]int{}
+	for _, c := range got {
+		per[c.Remote.Addr()]++
+		if slices.Contains(bad, c) {
+			t.Errorf("poked %v: not a unicast client address", c)
+		}
+	}
+	if n := per[netip.MustParseAddr("203.0.113.7")]; n != MaxPokesPerClient {
+		t.Errorf("poked %d connections of one client address listed with 1000, want %d", n, MaxPokesPerClient)
+	}
+	if per[good.Remote.Addr()] != 1 {
+		t.Errorf("the other client was not poked: %v", per)
+	}
+}
