@@ -56,6 +56,11 @@ type transport struct {
 	streams  chan net.Conn
 	shutdown atomic.Bool
 	wg       sync.WaitGroup
+
+	// peeking are the streams whose first bytes are awaited (classify),
+	// closed by Shutdown.
+	peekMu  sync.Mutex
+	peeking map[net.Conn]bool
 }
 
 // leaseMagic starts a heartbeat packet; memberlist's packets start with a
@@ -183,6 +188,22 @@ func (t *transport) acceptStreams() {
 // be read.
 func (t *transport) classify(c net.Conn, from netip.AddrPort) {
 	defer t.wg.Done()
+	t.peekMu.Lock()
+	if t.shutdown.Load() {
+		t.peekMu.Unlock()
+		c.Close()
+		return
+	}
+	if t.peeking == nil {
+		t.peeking = map[net.Conn]bool{}
+	}
+	t.peeking[c] = true
+	t.peekMu.Unlock()
+	defer func() {
+		t.peekMu.Lock()
+		delete(t.peeking, c)
+		t.peekMu.Unlock()
+	}()
 	_ = c.SetReadDeadline(time.Now().Add(streamPeekTimeout))
 	br := bufio.NewReader(c)
 	head, err := br.Peek(2)
@@ -355,6 +376,11 @@ func (t *transport) Shutdown() error {
 		return nil
 	}
 	err := errors.Join(t.tcp.Close(), t.udp.Close())
+	t.peekMu.Lock()
+	for c := range t.peeking {
+		c.Close()
+	}
+	t.peekMu.Unlock()
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
 	for {
