@@ -229,7 +229,8 @@ type KubernetesConfig struct {
 	// kubelet's own, allowed by the Node authorizer to read its Node only.
 	// [the first found of /etc/kubernetes/kubelet.conf (kubeadm),
 	// /var/lib/rancher/rke2/agent/kubelet.kubeconfig (RKE2),
-	// /var/lib/rancher/k3s/agent/kubelet.kubeconfig (k3s)]
+	// /var/lib/rancher/k3s/agent/kubelet.kubeconfig (k3s),
+	// /etc/kubernetes/kubeconfig-kubelet (Talos)]
 	Kubeconfig string `toml:"kubeconfig"`
 	// NodeName is the Node to watch. [the name in the client
 	// certificate, system:node:NAME; else node_name]

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/nodewatch"
 )
 
 const goodConfig = `node_name = "cp-1"
@@ -92,7 +94,7 @@ func TestKubernetesDefaults(t *testing.T) {
 	}
 	k := c.Kubernetes
 	w := k.Watch()
-	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != 3 || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" {
+	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != len(nodewatch.DefaultKubeconfigs()) || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" {
 		t.Errorf("defaults: on %v explicit %v, watch %+v", k.On(), k.Explicit(), w)
 	}
 	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
