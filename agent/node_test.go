@@ -108,8 +108,8 @@ func TestNodeWithdrawsAndHandsOff(t *testing.T) {
 		do, undo func(*nodewatchtest.Server)
 	}{
 		{nodewatch.ReasonCordoned, func(s *nodewatchtest.Server) { s.Cordon(true) }, func(s *nodewatchtest.Server) { s.Cordon(false) }},
-		{nodewatch.ReasonExcluded, func(s *nodewatchtest.Server) { s.Label(nodewatch.LabelExcludeLB, "true") },
-			func(s *nodewatchtest.Server) { s.Unlabel(nodewatch.LabelExcludeLB) }},
+		{nodewatch.ReasonExcluded, func(s *nodewatchtest.Server) { s.Label(nodewatch.LabelExclude, "") },
+			func(s *nodewatchtest.Server) { s.Unlabel(nodewatch.LabelExclude) }},
 		{nodewatch.ReasonDeleted, (*nodewatchtest.Server).Delete, (*nodewatchtest.Server).Register},
 		{nodewatch.ReasonShutdown, func(s *nodewatchtest.Server) { s.Ready("False", "KubeletNotReady", "node is shutting down") },
 			func(s *nodewatchtest.Server) { s.Ready("True", "KubeletReady", "kubelet is posting ready status") }},

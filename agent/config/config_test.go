@@ -94,20 +94,20 @@ func TestKubernetesDefaults(t *testing.T) {
 	}
 	k := c.Kubernetes
 	w := k.Watch()
-	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != len(nodewatch.DefaultKubeconfigs()) || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" {
+	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != len(nodewatch.DefaultKubeconfigs()) || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" || w.Rules.FollowExclusionLabel {
 		t.Errorf("defaults: on %v explicit %v, watch %+v", k.On(), k.Explicit(), w)
 	}
 	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
 	if err != nil || c.Kubernetes.On() {
 		t.Errorf("enabled = false: %v, on %v", err, c != nil && c.Kubernetes.On())
 	}
-	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\n"))
+	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\nfollow_exclusion_label = true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w = c.Kubernetes.Watch()
 	if !c.Kubernetes.Explicit() || len(w.Kubeconfigs) != 1 || w.Kubeconfigs[0] != "/etc/vipd/kubeconfig" || w.NodeName != "node-1" ||
-		w.Server != "https://127.0.0.1:6443" || w.TLSServerName != "kubernetes" {
+		w.Server != "https://127.0.0.1:6443" || w.TLSServerName != "kubernetes" || !w.Rules.FollowExclusionLabel {
 		t.Errorf("watch %+v", w)
 	}
 }
