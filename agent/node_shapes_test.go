@@ -148,3 +148,21 @@ func TestNodeJoinKubeadm(t *testing.T) {
 		}, "c eligible, no warning")
 	}
 }
+
+// TestNodeWatchOffByDefault: without a [kubernetes] section no Node watch
+// runs (no kubeconfig is looked for, nothing is logged about one), and
+// status says the watch is off (vipctl turns that into how to turn it on).
+func TestNodeWatchOffByDefault(t *testing.T) {
+	c := newTestCluster(t, "a")
+	c.start("a")
+	c.waitHolders(10*time.Second, exactlyOne, "a alone")
+	c.waitStatus("a", func(s *apipb.StatusResponse) bool {
+		return s.Kubernetes != nil && !s.Kubernetes.Enabled && len(s.NodeWithdrawReasons) == 0
+	}, "the watch off")
+	if w := c.nodes["a"].agent.st.node.watcher; w != nil {
+		t.Error("a Node watch runs")
+	}
+	if n := c.log.count("kube"); n != 0 {
+		t.Errorf("%d log lines about the Node watch", n)
+	}
+}

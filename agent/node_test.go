@@ -308,7 +308,7 @@ func TestNodeWatchReload(t *testing.T) {
 	}
 	c.nodes[owner].agent.Reload()
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool {
-		return s.Kubernetes == nil && len(s.NodeWithdrawReasons) == 0 && eligibleIn(s, owner)
+		return s.Kubernetes != nil && !s.Kubernetes.Enabled && len(s.NodeWithdrawReasons) == 0 && eligibleIn(s, owner)
 	}, "the watch off, the Node's withdraw ended")
 }
 

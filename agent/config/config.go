@@ -222,8 +222,11 @@ func (c ConnectionsConfig) PokeTimeoutDuration() time.Duration { return c.pokeTi
 // and nothing but the Node makes it eligible again. An apiserver that cannot be
 // read changes nothing.
 type KubernetesConfig struct {
-	// Enabled turns the watch on or off. [on when a kubelet kubeconfig is
-	// found: absent, the watch looks for one and starts when it appears]
+	// Enabled turns the watch on. Off by default: the packaged unit runs
+	// vipd as user vipd, which cannot read the kubelet's credentials, so a
+	// watch on by default would fail on every host until the operator chose
+	// how vipd reads its Node (docs/install.md). `vipctl status` says how
+	// to turn it on. [false]
 	Enabled *bool `toml:"enabled"`
 	// Kubeconfig is the kubeconfig whose credentials read the Node: the
 	// kubelet's own, allowed by the Node authorizer to read its Node only.
@@ -586,8 +589,8 @@ func (c *Config) Speaker() bgp.Config {
 	return sc
 }
 
-// On reports whether the Node watch runs: enabled is true, or absent.
-func (k KubernetesConfig) On() bool { return k.Enabled == nil || *k.Enabled }
+// On reports whether the Node watch runs: enabled = true is written.
+func (k KubernetesConfig) On() bool { return k.Enabled != nil && *k.Enabled }
 
 // Explicit reports whether enabled = true is written: a kubeconfig that
 // cannot be found is then worth a warning.
