@@ -96,10 +96,16 @@ func (s Shape) Node() map[string]any {
 	return obj
 }
 
-// Labels, Annotations and Taints are the Node's, as the distribution sets
-// them.
-func (s Shape) Labels() map[string]any      { return Field(s.Node(), "metadata", "labels") }
+// Labels are the Node's labels, as the distribution sets them (a fresh
+// copy).
+func (s Shape) Labels() map[string]any { return Field(s.Node(), "metadata", "labels") }
+
+// Annotations are the Node's annotations, as the distribution sets them
+// (a fresh copy).
 func (s Shape) Annotations() map[string]any { return Field(s.Node(), "metadata", "annotations") }
+
+// Taints are the Node's taints, as the distribution sets them (a fresh
+// copy; none: nil).
 func (s Shape) Taints() []any {
 	t, _ := Field(s.Node(), "spec")["taints"].([]any)
 	return t
