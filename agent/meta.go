@@ -78,7 +78,7 @@ type NodeMeta struct {
 	// (vipctl decommission); the others forget it once it has stopped.
 	Removed bool
 	// NodeWithdrawn: the node's Kubernetes Node withdraws it (cordoned,
-	// excluded from external load balancers, being deleted, deleted,
+	// labelled vipd.io/exclude, being deleted, deleted,
 	// shutting down, out of service). Unlike Withdrawn it does not take the
 	// node out of the election for good: it is eligible when no other node
 	// can be (Elect's tiers).

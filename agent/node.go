@@ -199,10 +199,11 @@ func (a *Agent) reconnectNodeWatch() {
 	}
 }
 
-// kubernetesStatus is the watch as `vipctl status` shows it (nil: off).
+// kubernetesStatus is the watch as `vipctl status` shows it; off, only
+// Enabled false (vipctl says how to turn it on).
 func (n *nodeState) status() *apipb.KubernetesStatus {
 	if !n.cfg.On() {
-		return nil
+		return &apipb.KubernetesStatus{}
 	}
 	ks := &apipb.KubernetesStatus{
 		Enabled: true, Explicit: n.cfg.Explicit(), Node: n.st.Node, Server: n.st.Server, Kubeconfig: n.st.Kubeconfig,

@@ -17,38 +17,13 @@ import (
 )
 
 // kubeCluster is a test cluster whose nodes each follow their own Node,
-// served by a fake apiserver of their own with kubeadm-shaped credentials
-// (system:node:NAME), registered and schedulable.
+// served by a fake apiserver of their own, shaped as kubeadm makes them
+// (control-plane label and taint, exclude-from-external-load-balancers
+// label, kubelet.conf with system:node:NAME credentials), registered and
+// schedulable.
 func kubeCluster(t *testing.T, names ...string) (*testCluster, map[string]*nodewatchtest.Server) {
 	t.Helper()
-	c := newTestCluster(t, names...)
-	c.tail = map[string]string{}
-	apis := map[string]*nodewatchtest.Server{}
-	for _, n := range names {
-		dir := filepath.Join(c.dir, n, "kube")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		pki, err := nodewatchtest.NewPKI(dir, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		api, err := nodewatchtest.NewServer(pki, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(api.Stop)
-		api.Register()
-		kc := filepath.Join(dir, "kubelet.conf")
-		if err := pki.WriteKubeconfig(kc, api.URL()); err != nil {
-			t.Fatal(err)
-		}
-		apis[n] = api
-		c.tail[n] = fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", kc)
-		c.nodes[n].cfg = c.config(n, "")
-	}
-	c.beforeRun = func(_ string, a *Agent) { a.opts.NodeWatch = fastNodeWatch }
-	return c, apis
+	return shapedCluster(t, nodewatchtest.ShapeNamed("kubeadm"), names...)
 }
 
 // fastNodeWatch shortens the Node watch's timers for tests.
@@ -90,15 +65,21 @@ func eligibleIn(st *apipb.StatusResponse, node string) bool {
 	return false
 }
 
-// TestNodeWithdrawsAndHandsOff: each way a Node withdraws its node
-// (cordon, the exclusion label, a deletion held by a finalizer, the
+// TestNodeWithdrawsAndHandsOff: on every distribution's Node shape, each
+// way a Node withdraws its node (cordon, vipd's exclusion label, the
 // deletion, a graceful shutdown, the out-of-service taint) moves the VIP
 // off the owner make-before-break (the successor holds it before the owner
 // releases it), the reason shows in status and events, nothing is written
 // to state_dir, and the reverse makes the node eligible again without
 // moving the VIP back (no preempt).
 func TestNodeWithdrawsAndHandsOff(t *testing.T) {
-	c, apis := kubeCluster(t, "a", "b", "c")
+	for _, shape := range nodewatchtest.Shapes() {
+		t.Run(shape.Name, func(t *testing.T) { testNodeWithdrawsAndHandsOff(t, shape) })
+	}
+}
+
+func testNodeWithdrawsAndHandsOff(t *testing.T, shape nodewatchtest.Shape) {
+	c, apis := shapedCluster(t, shape, "a", "b", "c")
 	c.startSteady()
 	for _, n := range []string{"a", "b", "c"} {
 		c.waitNodeReasons(n)
@@ -108,8 +89,8 @@ func TestNodeWithdrawsAndHandsOff(t *testing.T) {
 		do, undo func(*nodewatchtest.Server)
 	}{
 		{nodewatch.ReasonCordoned, func(s *nodewatchtest.Server) { s.Cordon(true) }, func(s *nodewatchtest.Server) { s.Cordon(false) }},
-		{nodewatch.ReasonExcluded, func(s *nodewatchtest.Server) { s.Label(nodewatch.LabelExcludeLB, "true") },
-			func(s *nodewatchtest.Server) { s.Unlabel(nodewatch.LabelExcludeLB) }},
+		{nodewatch.ReasonExcluded, func(s *nodewatchtest.Server) { s.Label(nodewatch.LabelExclude, "") },
+			func(s *nodewatchtest.Server) { s.Unlabel(nodewatch.LabelExclude) }},
 		{nodewatch.ReasonDeleted, (*nodewatchtest.Server).Delete, (*nodewatchtest.Server).Register},
 		{nodewatch.ReasonShutdown, func(s *nodewatchtest.Server) { s.Ready("False", "KubeletNotReady", "node is shutting down") },
 			func(s *nodewatchtest.Server) { s.Ready("True", "KubeletReady", "kubelet is posting ready status") }},
@@ -327,7 +308,7 @@ func TestNodeWatchReload(t *testing.T) {
 	}
 	c.nodes[owner].agent.Reload()
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool {
-		return s.Kubernetes == nil && len(s.NodeWithdrawReasons) == 0 && eligibleIn(s, owner)
+		return s.Kubernetes != nil && !s.Kubernetes.Enabled && len(s.NodeWithdrawReasons) == 0 && eligibleIn(s, owner)
 	}, "the watch off, the Node's withdraw ended")
 }
 

@@ -1,12 +1,14 @@
 // Package nodewatch follows one Kubernetes Node object, this host's own,
 // and says whether the host should carry the apiserver VIP: eligible, or
-// withdraw with a reason (cordoned, excluded from external load balancers,
-// being deleted, deleted, shutting down, out of service).
+// withdraw with a reason (cordoned, labelled vipd.io/exclude, being
+// deleted, deleted, shutting down, out of service; excluded from external
+// load balancers only when Rules ask for it: kubeadm and Talos put that
+// label on every control-plane node).
 //
 // Judge is the verdict, a pure function of the Node's fields. Watcher does
 // the I/O: it reads a kubelet kubeconfig (kubeadm's
-// /etc/kubernetes/kubelet.conf, RKE2's and k3s's kubelet.kubeconfig, or a
-// path given), lists and watches the Node with a field selector on its name
+// /etc/kubernetes/kubelet.conf, RKE2's and k3s's kubelet.kubeconfig,
+// Talos's kubeconfig-kubelet, or a path given), lists and watches the Node with a field selector on its name
 // (the only read the Node authorizer grants a kubelet's credentials:
 // "node cannot read all nodes, only its own Node object"), follows
 // bookmarks, relists after 410 Gone, and backs off after errors. It reports

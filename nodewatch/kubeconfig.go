@@ -19,12 +19,13 @@ import (
 )
 
 // DefaultKubeconfigs returns the kubelet kubeconfigs looked for when none
-// is configured, in order: kubeadm's, RKE2's, k3s's.
+// is configured, in order: kubeadm's, RKE2's, k3s's, Talos's.
 func DefaultKubeconfigs() []string {
 	return []string{
 		"/etc/kubernetes/kubelet.conf",
 		"/var/lib/rancher/rke2/agent/kubelet.kubeconfig",
 		"/var/lib/rancher/k3s/agent/kubelet.kubeconfig",
+		"/etc/kubernetes/kubeconfig-kubelet",
 	}
 }
 

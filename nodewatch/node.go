@@ -13,18 +13,27 @@ const (
 	ReasonShutdown     = "node shutting down"
 	ReasonOutOfService = "node out of service"
 	ReasonCordoned     = "node cordoned"
-	ReasonExcluded     = "node excluded from external load balancers"
+	ReasonExcluded     = "node labelled " + LabelExclude
+	ReasonExcludedLB   = "node excluded from external load balancers"
 )
 
 // Reasons lists every withdraw reason, in the order Judge gives them.
 func Reasons() []string {
-	return []string{ReasonDeleted, ReasonDeleting, ReasonShutdown, ReasonOutOfService, ReasonCordoned, ReasonExcluded}
+	return []string{ReasonDeleted, ReasonDeleting, ReasonShutdown, ReasonOutOfService, ReasonCordoned, ReasonExcluded, ReasonExcludedLB}
 }
 
 // Well-known names Judge reads.
 const (
-	// LabelExcludeLB is the label that keeps a node out of external load
-	// balancers (its value does not matter).
+	// LabelExclude is vipd's own label: a Node that carries it (any
+	// value, "" included) withdraws its node. No distribution sets it, so
+	// it means what the operator who set it meant: `kubectl label node
+	// NAME vipd.io/exclude=` to take the node out, `kubectl label node
+	// NAME vipd.io/exclude-` to bring it back.
+	LabelExclude = "vipd.io/exclude"
+	// LabelExcludeLB is the Kubernetes label that keeps a node out of
+	// external load balancers (its value does not matter). kubeadm's
+	// mark-control-plane phase and Talos put it on every control-plane
+	// node, so Judge reads it only when Rules.FollowExclusionLabel says so.
 	LabelExcludeLB = "node.kubernetes.io/exclude-from-external-load-balancers"
 	// TaintOutOfService is the taint an operator puts on a node that is
 	// down for good (non-graceful node shutdown).
@@ -102,6 +111,18 @@ func (v Verdict) String() string {
 // Equal reports whether two verdicts give the same reasons.
 func (v Verdict) Equal(o Verdict) bool { return slices.Equal(v.Reasons, o.Reasons) }
 
+// Rules are the choices Judge leaves to the configuration.
+type Rules struct {
+	// FollowExclusionLabel: LabelExcludeLB withdraws the node, as
+	// LabelExclude does. Only for clusters where it is not on every
+	// control-plane node (not kubeadm's, not Talos's by default).
+	FollowExclusionLabel bool
+}
+
+// Judge returns the verdict for a Node under the default Rules; nil means
+// the Node was deleted. It is a pure function.
+func Judge(n *Node) Verdict { return Rules{}.Judge(n) }
+
 // Judge returns the verdict for a Node; nil means the Node was deleted. It
 // is a pure function.
 //
@@ -109,10 +130,15 @@ func (v Verdict) Equal(o Verdict) bool { return slices.Equal(v.Reasons, o.Reason
 // API rollout or `kubectl delete node`), when the kubelet reports a
 // graceful node shutdown in the Ready condition, when it carries the
 // out-of-service taint, when it is cordoned (spec.unschedulable: `kubectl
-// cordon`, `kubectl drain`, upgrade controllers), or when it has the
-// exclude-from-external-load-balancers label. Nothing else counts: a
-// NotReady node is the health check's business, not the Node's.
-func Judge(n *Node) Verdict {
+// cordon`, `kubectl drain`, upgrade controllers), when it has vipd's own
+// label LabelExclude, or, with FollowExclusionLabel, the
+// exclude-from-external-load-balancers label. Nothing else counts: the
+// labels and taints each distribution puts on its control-plane nodes
+// (node-role.kubernetes.io/control-plane, the control-plane NoSchedule
+// taint, kubeadm's and Talos's exclude-from-external-load-balancers) are
+// there on every healthy one; a NotReady node is the health check's
+// business, not the Node's.
+func (rules Rules) Judge(n *Node) Verdict {
 	if n == nil {
 		return Verdict{Reasons: []string{ReasonDeleted}}
 	}
@@ -135,8 +161,11 @@ func Judge(n *Node) Verdict {
 	if n.Spec.Unschedulable {
 		r = append(r, ReasonCordoned)
 	}
-	if _, ok := n.Metadata.Labels[LabelExcludeLB]; ok {
+	if _, ok := n.Metadata.Labels[LabelExclude]; ok {
 		r = append(r, ReasonExcluded)
+	}
+	if _, ok := n.Metadata.Labels[LabelExcludeLB]; ok && rules.FollowExclusionLabel {
+		r = append(r, ReasonExcludedLB)
 	}
 	return Verdict{Reasons: r}
 }

@@ -18,8 +18,9 @@ func TestJudge(t *testing.T) {
 		{"node without status yet", &Node{}, "eligible"},
 		{"deleted", nil, ReasonDeleted},
 		{"cordoned", &Node{Spec: NodeSpec{Unschedulable: true}}, ReasonCordoned},
-		{"exclusion label, empty value", &Node{Metadata: ObjectMeta{Labels: map[string]string{LabelExcludeLB: ""}}}, ReasonExcluded},
-		{"exclusion label, any value", &Node{Metadata: ObjectMeta{Labels: map[string]string{LabelExcludeLB: "false"}}}, ReasonExcluded},
+		{"vipd's exclusion label, empty value", &Node{Metadata: ObjectMeta{Labels: map[string]string{LabelExclude: ""}}}, ReasonExcluded},
+		{"vipd's exclusion label, any value", &Node{Metadata: ObjectMeta{Labels: map[string]string{LabelExclude: "false"}}}, ReasonExcluded},
+		{"Kubernetes exclusion label (on every kubeadm control plane)", &Node{Metadata: ObjectMeta{Labels: map[string]string{LabelExcludeLB: ""}}}, "eligible"},
 		{"other labels", &Node{Metadata: ObjectMeta{Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}}, "eligible"},
 		{"being deleted (finalizer pending)", &Node{Metadata: ObjectMeta{DeletionTimestamp: "2026-11-26T12:00:00Z"}}, ReasonDeleting},
 		{"graceful shutdown", &Node{Status: NodeStatus{Conditions: []Condition{
@@ -38,15 +39,15 @@ func TestJudge(t *testing.T) {
 		{"drained: cordoned and its unschedulable taint", &Node{Spec: NodeSpec{Unschedulable: true,
 			Taints: []Taint{{Key: "node.kubernetes.io/unschedulable", Effect: "NoSchedule"}}}}, ReasonCordoned},
 		{"everything at once, in a fixed order", &Node{
-			Metadata: ObjectMeta{DeletionTimestamp: "2026-11-26T12:00:00Z", Labels: map[string]string{LabelExcludeLB: "true"}},
+			Metadata: ObjectMeta{DeletionTimestamp: "2026-11-26T12:00:00Z", Labels: map[string]string{LabelExcludeLB: "true", LabelExclude: ""}},
 			Spec:     NodeSpec{Unschedulable: true, Taints: []Taint{{Key: TaintOutOfService, Effect: "NoExecute"}}},
 			Status: NodeStatus{Conditions: []Condition{
 				{Type: "Ready", Status: "False", Message: "node is shutting down"}}},
-		}, strings.Join([]string{ReasonDeleting, ReasonShutdown, ReasonOutOfService, ReasonCordoned, ReasonExcluded}, ", ")},
+		}, strings.Join([]string{ReasonDeleting, ReasonShutdown, ReasonOutOfService, ReasonCordoned, ReasonExcluded, ReasonExcludedLB}, ", ")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := Judge(c.node)
+			v := Rules{FollowExclusionLabel: strings.HasPrefix(c.name, "everything")}.Judge(c.node)
 			if got := v.String(); got != c.want {
 				t.Errorf("Judge = %q; want %q", got, c.want)
 			}
@@ -71,7 +72,7 @@ func TestJudgeKubectlJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(doc), &n); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := Judge(&n).String(), ReasonCordoned+", "+ReasonExcluded; got != want {
+	if got, want := Judge(&n).String(), ReasonCordoned; got != want {
 		t.Errorf("Judge = %q; want %q", got, want)
 	}
 	if n.Metadata.Name != "cp-1" || n.Metadata.ResourceVersion != "4711" {

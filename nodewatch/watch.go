@@ -41,6 +41,9 @@ type Config struct {
 	// (kubeadm's apiserver certificate is valid for "kubernetes", not
 	// for 127.0.0.1). Default: the kubeconfig's.
 	Server, TLSServerName string
+	// Rules are the choices Judge leaves to the configuration. Default:
+	// the Kubernetes exclusion label does not withdraw the node.
+	Rules Rules
 	// AccessHint is added to the error when the kubeconfig, or a file it
 	// names, cannot be read for lack of permission: what lets this process
 	// read it (vipd names its systemd drop-in). Default: none.
@@ -555,7 +558,7 @@ func (w *Watcher) observe(n *Node) {
 	switch {
 	case n != nil:
 		w.seen = true
-		st.Registered, st.Verdict = true, Judge(n)
+		st.Registered, st.Verdict = true, w.cfg.Rules.Judge(n)
 	case w.seen:
 		st.Registered, st.Verdict = false, Judge(nil)
 	default:

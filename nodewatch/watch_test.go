@@ -33,27 +33,44 @@ func setup(t *testing.T, cfg Config) (*nodewatchtest.Server, *stateLog, *logBuff
 	return api, states, logs
 }
 
-// TestWatchFollowsNode: cordon, the exclusion label, shutdown, deletion and
-// their reverses reach the verdict through the watch, with one list.
+// TestWatchFollowsNode: on every distribution's Node shape, cordon, vipd's
+// exclusion label, shutdown, the out-of-service taint, deletion and their
+// reverses reach the verdict through the watch, with one list; the
+// distribution's own labels and taints (kubeadm's and Talos's
+// exclude-from-external-load-balancers among them) withdraw nothing.
 func TestWatchFollowsNode(t *testing.T) {
+	for _, shape := range nodewatchtest.Shapes() {
+		t.Run(shape.Name, func(t *testing.T) { testWatchFollowsNode(t, shape) })
+	}
+}
+
+func testWatchFollowsNode(t *testing.T, shape nodewatchtest.Shape) {
 	api, states, _ := setup(t, Config{})
 	s := states.last()
 	if s.Node != "cp-1" || !strings.HasPrefix(s.Server, "https://127.0.0.1:") {
 		t.Errorf("state %+v: want node cp-1 (from the certificate) read from the fake", s)
+	}
+	own := func(extra ...string) []string {
+		var keys []string
+		for _, tt := range shape.Taints() {
+			keys = append(keys, tt.(map[string]any)["key"].(string))
+		}
+		return append(keys, extra...)
 	}
 	steps := []struct {
 		what   string
 		change func()
 		want   string
 	}{
+		{"labelled and tainted as " + shape.Name + " does", func() { api.Shape(shape) }, "eligible"},
 		{"kubectl cordon", func() { api.Cordon(true) }, ReasonCordoned},
-		{"exclusion label", func() { api.Label(LabelExcludeLB, "") }, ReasonCordoned + ", " + ReasonExcluded},
+		{"vipd's exclusion label", func() { api.Label(LabelExclude, "") }, ReasonCordoned + ", " + ReasonExcluded},
 		{"kubectl uncordon", func() { api.Cordon(false) }, ReasonExcluded},
-		{"label removed", func() { api.Unlabel(LabelExcludeLB) }, "eligible"},
+		{"label removed", func() { api.Unlabel(LabelExclude) }, "eligible"},
 		{"graceful shutdown", func() { api.Ready("False", "KubeletNotReady", "node is shutting down") }, ReasonShutdown},
 		{"shutdown cancelled", func() { api.Ready("True", "KubeletReady", "kubelet is posting ready status") }, "eligible"},
-		{"out-of-service taint", func() { api.Taint(TaintOutOfService) }, ReasonOutOfService},
-		{"taint removed", func() { api.Taint() }, "eligible"},
+		{"out-of-service taint", func() { api.Taint(own(TaintOutOfService)...) }, ReasonOutOfService},
+		{"taint removed", func() { api.Taint(own()...) }, "eligible"},
 		{"deletion held by a finalizer", api.MarkDeleting, ReasonDeleting},
 		{"kubectl delete node", api.Delete, ReasonDeleted},
 		{"kubelet registers it again", api.Register, "eligible"},
@@ -386,4 +403,15 @@ func TestServerOverride(t *testing.T) {
 	if s.Server != "https://localhost:"+port {
 		t.Errorf("server %q; want the override", s.Server)
 	}
+}
+
+// TestWatchFollowsExclusionLabel: Config.Rules reach the watch's verdict:
+// following the Kubernetes exclusion label, kubeadm's marking of the Node
+// withdraws it.
+func TestWatchFollowsExclusionLabel(t *testing.T) {
+	api, states, _ := setup(t, Config{Rules: Rules{FollowExclusionLabel: true}})
+	api.Shape(nodewatchtest.ShapeNamed("kubeadm"))
+	states.waitFor(t, "kubeadm's labels -> "+ReasonExcludedLB, isVerdict(ReasonExcludedLB))
+	api.Unlabel(LabelExcludeLB)
+	states.waitFor(t, "label removed -> eligible", isVerdict("eligible"))
 }

@@ -137,7 +137,7 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		KnownMembers: st.GetKnownMembers(), AliveMembers: st.GetAliveMembers(),
 		NodeWithdrawReasons: append([]string{}, st.GetNodeWithdrawReasons()...), Warnings: append([]string{}, st.GetWarnings()...),
 	}
-	if k := st.GetKubernetes(); k != nil {
+	if k := st.GetKubernetes(); k.GetEnabled() {
 		out.Kubernetes = &KubernetesJSON{Explicit: k.GetExplicit(), Node: k.GetNode(), Server: k.GetServer(), Kubeconfig: k.GetKubeconfig(),
 			Reachable: k.GetReachable(), Error: k.GetError(), Since: unixTime(k.GetSinceUnixNano()), Registered: k.GetRegistered(),
 			VerdictSince: unixTime(k.GetVerdictSinceUnixNano())}

@@ -101,7 +101,8 @@ type Config struct {
 	// VIPs are the virtual addresses this cluster keeps reachable.
 	VIPs []VIPConfig `toml:"vip"`
 	// Kubernetes configures the watch of this host's Node object: a
-	// cordoned, excluded, deleted or shutting-down Node withdraws the node.
+	// cordoned, excluded (vipd.io/exclude), deleted or shutting-down Node
+	// withdraws the node.
 	Kubernetes KubernetesConfig `toml:"kubernetes"`
 
 	// Path is the file the configuration was read from.
@@ -216,20 +217,23 @@ func (c ConnectionsConfig) PortList() []uint16 {
 func (c ConnectionsConfig) PokeTimeoutDuration() time.Duration { return c.pokeTimeout }
 
 // KubernetesConfig configures the watch of this host's own Node object
-// (nodewatch): a Node that is cordoned, labelled
-// node.kubernetes.io/exclude-from-external-load-balancers, being deleted,
-// deleted, shutting down or out of service withdraws this node, and
-// nothing but the Node makes it eligible again. An apiserver that cannot be
+// (nodewatch): a Node that is cordoned, labelled vipd.io/exclude, being
+// deleted, deleted, shutting down or out of service withdraws this node,
+// and nothing but the Node makes it eligible again. An apiserver that cannot be
 // read changes nothing.
 type KubernetesConfig struct {
-	// Enabled turns the watch on or off. [on when a kubelet kubeconfig is
-	// found: absent, the watch looks for one and starts when it appears]
+	// Enabled turns the watch on. Off by default: the packaged unit runs
+	// vipd as user vipd, which cannot read the kubelet's credentials, so a
+	// watch on by default would fail on every host until the operator chose
+	// how vipd reads its Node (docs/install.md). `vipctl status` says how
+	// to turn it on. [false]
 	Enabled *bool `toml:"enabled"`
 	// Kubeconfig is the kubeconfig whose credentials read the Node: the
 	// kubelet's own, allowed by the Node authorizer to read its Node only.
 	// [the first found of /etc/kubernetes/kubelet.conf (kubeadm),
 	// /var/lib/rancher/rke2/agent/kubelet.kubeconfig (RKE2),
-	// /var/lib/rancher/k3s/agent/kubelet.kubeconfig (k3s)]
+	// /var/lib/rancher/k3s/agent/kubelet.kubeconfig (k3s),
+	// /etc/kubernetes/kubeconfig-kubelet (Talos)]
 	Kubeconfig string `toml:"kubeconfig"`
 	// NodeName is the Node to watch. [the name in the client
 	// certificate, system:node:NAME; else node_name]
@@ -241,6 +245,13 @@ type KubernetesConfig struct {
 	// against ("kubernetes" for https://127.0.0.1:6443 on kubeadm). [the
 	// kubeconfig's, else the server's host]
 	TLSServerName string `toml:"tls_server_name"`
+	// FollowExclusionLabel: a Node labelled
+	// node.kubernetes.io/exclude-from-external-load-balancers withdraws
+	// this node too. kubeadm's mark-control-plane phase and Talos put that
+	// label on every control-plane node, so there it would withdraw every
+	// node at once; set it only where the label marks the odd node out
+	// (RKE2, k3s, or a control plane that schedules workloads). [false]
+	FollowExclusionLabel bool `toml:"follow_exclusion_label"`
 
 	watch nodewatch.Config
 }
@@ -578,8 +589,8 @@ func (c *Config) Speaker() bgp.Config {
 	return sc
 }
 
-// On reports whether the Node watch runs: enabled is true, or absent.
-func (k KubernetesConfig) On() bool { return k.Enabled == nil || *k.Enabled }
+// On reports whether the Node watch runs: enabled = true is written.
+func (k KubernetesConfig) On() bool { return k.Enabled != nil && *k.Enabled }
 
 // Explicit reports whether enabled = true is written: a kubeconfig that
 // cannot be found is then worth a warning.
@@ -598,7 +609,8 @@ func (k KubernetesConfig) Watch() nodewatch.Config {
 // restarts the watch when they do not).
 func (k KubernetesConfig) Equal(o KubernetesConfig) bool {
 	return k.On() == o.On() && k.Explicit() == o.Explicit() && k.Kubeconfig == o.Kubeconfig && k.NodeName == o.NodeName &&
-		k.Server == o.Server && k.TLSServerName == o.TLSServerName && k.watch.FallbackNodeName == o.watch.FallbackNodeName
+		k.Server == o.Server && k.TLSServerName == o.TLSServerName && k.FollowExclusionLabel == o.FollowExclusionLabel &&
+		k.watch.FallbackNodeName == o.watch.FallbackNodeName
 }
 
 // Addr returns the VIP's parsed address.

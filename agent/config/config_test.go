@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/nodewatch"
 )
 
 const goodConfig = `node_name = "cp-1"
@@ -82,30 +84,38 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 }
 
 // TestKubernetesDefaults: without a [kubernetes] section the Node watch is
-// on, looks for the kubelet's kubeconfig where kubeadm, RKE2 and k3s put
-// it, and falls back to node_name for the Node's name; enabled = false
-// turns it off, and the section's keys reach the watch.
+// off (under the packaged unit it could not read the kubelet's
+// credentials); turned on, it looks for the kubelet's kubeconfig where
+// kubeadm, RKE2, k3s and Talos put it, and falls back to node_name for the
+// Node's name; the section's keys reach the watch.
 func TestKubernetesDefaults(t *testing.T) {
 	c, err := Parse("good.toml", []byte(goodConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Kubernetes.On() || c.Kubernetes.Explicit() {
+		t.Errorf("no [kubernetes] section: on %v, explicit %v; want off", c.Kubernetes.On(), c.Kubernetes.Explicit())
+	}
+	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	k := c.Kubernetes
 	w := k.Watch()
-	if !k.On() || k.Explicit() || len(w.Kubeconfigs) != 3 || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" {
+	if !k.On() || !k.Explicit() || len(w.Kubeconfigs) != len(nodewatch.DefaultKubeconfigs()) || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" || w.Rules.FollowExclusionLabel {
 		t.Errorf("defaults: on %v explicit %v, watch %+v", k.On(), k.Explicit(), w)
 	}
 	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
 	if err != nil || c.Kubernetes.On() {
 		t.Errorf("enabled = false: %v, on %v", err, c != nil && c.Kubernetes.On())
 	}
-	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\n"))
+	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\nfollow_exclusion_label = true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w = c.Kubernetes.Watch()
 	if !c.Kubernetes.Explicit() || len(w.Kubeconfigs) != 1 || w.Kubeconfigs[0] != "/etc/vipd/kubeconfig" || w.NodeName != "node-1" ||
-		w.Server != "https://127.0.0.1:6443" || w.TLSServerName != "kubernetes" {
+		w.Server != "https://127.0.0.1:6443" || w.TLSServerName != "kubernetes" || !w.Rules.FollowExclusionLabel {
 		t.Errorf("watch %+v", w)
 	}
 }
@@ -141,6 +151,38 @@ func TestKubernetesHostCheck(t *testing.T) {
 				if w.Line != 21 {
 					t.Errorf("warning at line %d, want 21 (kubernetes.enabled): %v", w.Line, w)
 				}
+			}
+		}
+		if found != tc.warn {
+			t.Errorf("%q: warned %v, want %v (%v)", tc.section, found, tc.warn, warnings)
+		}
+	}
+}
+
+// TestKubernetesOffButConfigured: a [kubernetes] section that sets keys
+// but not enabled = true leaves the watch off, and --check says so at the
+// section, with the fix; enabled = false written, or the keys left out,
+// is not worth a warning.
+func TestKubernetesOffButConfigured(t *testing.T) {
+	env := HostEnv{Interfaces: func() ([]HostInterface, error) { return nil, nil }, Euid: func() int { return 1000 }}
+	for _, tc := range []struct {
+		section string
+		warn    bool
+	}{
+		{"[kubernetes]\nkubeconfig = \"/etc/vipd/kubeconfig\"\n", true},
+		{"[kubernetes]\nnode_name = \"cp-1\"\n", true},
+		{"[kubernetes]\nenabled = false\nkubeconfig = \"/etc/vipd/kubeconfig\"\n", false},
+		{"", false},
+	} {
+		c, err := Parse("k.toml", []byte(goodConfig+tc.section))
+		if err != nil {
+			t.Fatal(err)
+		}
+		warnings, _ := CheckHost(c, env)
+		found := false
+		for _, w := range warnings {
+			if strings.Contains(w.Msg, "the Node watch is off") && strings.Contains(w.Msg, "enabled = true") {
+				found = true
 			}
 		}
 		if found != tc.warn {

@@ -116,6 +116,9 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 		}
 	}
 	kubeconfig := ""
+	if k := c.Kubernetes; k.Enabled == nil && (k.Kubeconfig != "" || k.NodeName != "" || k.Server != "" || k.TLSServerName != "" || k.FollowExclusionLabel) {
+		v.at("kubernetes", "[kubernetes] sets keys but not enabled = true, so the Node watch is off and a cordoned or deleted Node does not withdraw this node: add enabled = true")
+	}
 	if k := c.Kubernetes; k.On() {
 		kubeconfig = nodewatch.FindKubeconfig(k.watch.Kubeconfigs)
 		if kubeconfig == "" && k.Explicit() {

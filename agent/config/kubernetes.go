@@ -12,7 +12,8 @@ import (
 // they are about.
 func (v *validator) checkKubernetes(c *Config) {
 	k := &c.Kubernetes
-	w := nodewatch.Config{NodeName: k.NodeName, FallbackNodeName: c.NodeName, Server: k.Server, TLSServerName: k.TLSServerName}
+	w := nodewatch.Config{NodeName: k.NodeName, FallbackNodeName: c.NodeName, Server: k.Server, TLSServerName: k.TLSServerName,
+		Rules: nodewatch.Rules{FollowExclusionLabel: k.FollowExclusionLabel}}
 	if k.Kubeconfig != "" {
 		w.Kubeconfigs = []string{k.Kubeconfig}
 	} else {

@@ -11,22 +11,55 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/nodewatch/nodewatchtest"
 )
 
-// nodeManifest is a Node object as a kubelet registers it, for the lab's
-// nodes (the lab runs no kubelet: the admin creates them).
+// nodeManifest is a Node object for each of the lab's nodes (the lab runs
+// no kubelet: the admin creates them) as kubeadm makes it once `kubeadm
+// init` or `kubeadm join --control-plane` is done: the labels,
+// annotations and taints of nodewatchtest's kubeadm shape
+// (node-role.kubernetes.io/control-plane="",
+// node.kubernetes.io/exclude-from-external-load-balancers="", the taint
+// node-role.kubernetes.io/control-plane:NoSchedule), its own hostname.
 func nodeManifest(names ...string) string {
+	return shapedManifest(nodewatchtest.ShapeNamed("kubeadm"), names...)
+}
+
+// registeredManifest is a Node as the kubelet registers it, before
+// kubeadm's mark-control-plane phase labels and taints it: the hostname
+// label only.
+func registeredManifest(name string) string {
+	return fmt.Sprintf("---\napiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n  labels:\n    kubernetes.io/hostname: %s\n", name, name)
+}
+
+// shapedManifest is a Node for each name, labelled, annotated and tainted
+// as shape.
+func shapedManifest(shape nodewatchtest.Shape, names ...string) string {
 	var b strings.Builder
 	for _, n := range names {
-		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n  labels:\n    kubernetes.io/hostname: %s\n", n, n)
+		labels := shape.Labels()
+		labels["kubernetes.io/hostname"] = n
+		obj := map[string]any{"apiVersion": "v1", "kind": "Node",
+			"metadata": map[string]any{"name": n, "labels": labels, "annotations": shape.Annotations()},
+			"spec":     map[string]any{"taints": shape.Taints()}}
+		y, err := yaml.Marshal(obj)
+		if err != nil {
+			panic(err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
 	}
 	return b.String()
 }
 
 // nodeWatchLab is the real control plane with vipd following each node's
 // Node through the VIP with the node's own credentials (system:node:NAME,
-// as a kubelet's kubeconfig gives them), and the Node objects created.
+// as a kubelet's kubeconfig gives them; the last node a least-privilege
+// identity of its own), and the Node objects created as kubeadm leaves
+// them.
 type nodeWatchLab struct {
 	t  *testing.T
 	l  *netlab.Lab
@@ -43,10 +76,22 @@ func startNodeWatchLab(t *testing.T) *nodeWatchLab {
 		names = append(names, n.Name)
 	}
 	nl.applyNodes(names...)
+	// The last node reads its Node with the least-privilege identity of
+	// docs/drain.md ("Turning the Node watch on"): a user vipd:NAME that a
+	// ClusterRole lets get, list and watch that one Node (resourceNames:
+	// the watch's field selector on the name is what lets list and watch
+	// through). The others use their kubelet's credentials.
+	lp := l.Nodes[len(l.Nodes)-1]
+	nl.kubectl("create", "clusterrole", "vipd-node-"+lp.Name, "--verb=get,list,watch", "--resource=nodes", "--resource-name="+lp.Name)
+	nl.kubectl("create", "clusterrolebinding", "vipd-node-"+lp.Name, "--clusterrole=vipd-node-"+lp.Name, "--user=vipd:"+lp.Name)
 	server := fmt.Sprintf("https://%s", netip.AddrPortFrom(cp.VIP, APIServerPort))
 	kubeconfigs := map[string]string{}
 	for _, n := range l.Nodes {
-		pair, err := cp.PKI.ClientPair("node-"+n.Name, NodeIdentity(n.Name))
+		pairName, id := "node-"+n.Name, NodeIdentity(n.Name)
+		if n == lp {
+			pairName, id = "vipd-"+n.Name, Identity{User: "vipd:" + n.Name}
+		}
+		pair, err := cp.PKI.ClientPair(pairName, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,11 +120,15 @@ func startNodeWatchLab(t *testing.T) *nodeWatchLab {
 	return nl
 }
 
-// applyNodes creates (or re-creates) the Node objects.
-func (nl *nodeWatchLab) applyNodes(names ...string) {
+// applyNodes creates (or re-creates) the Node objects, as kubeadm leaves
+// them.
+func (nl *nodeWatchLab) applyNodes(names ...string) { nl.apply(nodeManifest(names...)) }
+
+// apply runs kubectl apply on a manifest.
+func (nl *nodeWatchLab) apply(manifest string) {
 	nl.t.Helper()
 	path := filepath.Join(nl.l.Dir, "nodes.yaml")
-	if err := os.WriteFile(path, []byte(nodeManifest(names...)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
 		nl.t.Fatal(err)
 	}
 	nl.kubectl("apply", "-f", path)
@@ -131,7 +180,7 @@ func eligible(s netlab.Status, node string) bool {
 // move runs act on the holder with the clients running through the VIP,
 // and checks that the VIP went to another node, never without a holder;
 // it returns the old and the new holder, and what the clients saw.
-func (nl *nodeWatchLab) move(what string, act func(holder *netlab.Host)) (from, to *netlab.Host, st ClientStats) {
+func (nl *nodeWatchLab) move(what string, act func(holder *netlab.Host)) (from, to *netlab.Host, st ClientStats, moved time.Duration) {
 	nl.t.Helper()
 	holder, err := nl.cp.WaitSteady(nl.a, steadyTimeout)
 	if err != nil {
@@ -153,7 +202,7 @@ func (nl *nodeWatchLab) move(what string, act func(holder *netlab.Host)) (from, 
 	if err != nil {
 		nl.t.Fatalf("%s on %s: %v", what, holder.Name, err)
 	}
-	moved := time.Since(ev)
+	moved = time.Since(ev)
 	backErr := waitBack(cl, ev)
 	r, stopErr := cl.Stop()
 	samples, _ := rec.Stop()
@@ -167,28 +216,98 @@ func (nl *nodeWatchLab) move(what string, act func(holder *netlab.Host)) (from, 
 	if none != 0 {
 		nl.t.Errorf("%s: %d samples without a holder: the handoff broke before it made", what, none)
 	}
-	return holder, nl.l.Node(newHolder), st
+	if none != 0 || st.Failed != 0 || moved > netlab.Scaled(2*time.Second) {
+		// What the old and the new holder's vipd said, for the reader.
+		for _, h := range []*netlab.Host{holder, nl.l.Node(newHolder)} {
+			log, _ := h.VipdLog()
+			lines := strings.Split(strings.TrimSpace(log), "\n")
+			nl.t.Logf("%s's vipd log, last lines:\n%s", h.Name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+		}
+	}
+	return holder, nl.l.Node(newHolder), st, moved
 }
 
 // TestNodeWatchRealAPIServer: vipd follows its Node on a real kube-apiserver
 // (v1.37.2, the Node authorizer), through the VIP, with the node's own
-// credentials. kubectl cordon on the owner's Node moves the VIP, never
-// without a holder and with no failed client request beyond what
-// checkPlanned allows a planned move, as the planned handoff of vipctl
-// withdraw --wait (measured first, as the reference) does, and uncordon makes the node eligible again; a
-// real kubectl drain does the same; the exclusion label and deleting the
-// Node each withdraw; a vipctl withdraw survives an uncordon; every
-// apiserver stopped for 30 s moves nothing; every node cordoned keeps the
-// VIP, with the warning in status and once in the log.
+// credentials, the Nodes labelled and tainted as kubeadm makes them. At
+// rest no node is withdrawn and nothing warns. A node that joins as
+// kubeadm join does (vipd first, its Node registered unlabelled, then
+// labelled and tainted) moves the VIP 0 times. kubectl cordon on the
+// owner's Node moves the VIP within 2 s, never without a holder, with no
+// failed client request (checkPlanned) and no watch stalled more than
+// plannedStall, as the planned handoff of vipctl withdraw --wait (measured
+// first, as the reference) does, and uncordon makes the node eligible
+// again; a real kubectl drain does the same; vipd's label vipd.io/exclude
+// and deleting the Node each withdraw; a vipctl withdraw survives an
+// uncordon; every apiserver stopped for 30 s moves nothing; every node
+// cordoned keeps the VIP, with the warning in status and once in the log.
 func TestNodeWatchRealAPIServer(t *testing.T) {
 	nl := startNodeWatchLab(t)
 	l, cp := nl.l, nl.cp
+
+	// At rest, kubeadm-shaped: nobody withdrawn, no warning.
+	for _, n := range l.Nodes {
+		st := nl.waitStatus(n, "at rest", func(s netlab.Status) bool {
+			return len(s.NodeWithdrawReasons) == 0 && len(s.Warnings) == 0 && eligible(s, n.Name)
+		})
+		for _, m := range l.Nodes {
+			if !eligible(st, m.Name) {
+				t.Errorf("at rest: %s sees %s not eligible", n.Name, m.Name)
+			}
+		}
+	}
+
+	// kubeadm join: a node's vipd runs before its kubelet registered the
+	// Node; the Node appears unlabelled, then kubeadm's mark-control-plane
+	// phase labels and taints it. The VIP does not move.
+	holder, err := cp.WaitSteady(nl.a, steadyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joiner *netlab.Host
+	for _, n := range l.Nodes {
+		if n != holder {
+			joiner = n
+			break
+		}
+	}
+	rec := l.RecordHolders(cp.VIP, 20*time.Millisecond, 5*time.Minute)
+	if err := nl.a.Stop(joiner); err != nil {
+		t.Fatal(err)
+	}
+	nl.kubectl("delete", "node", joiner.Name)
+	if err := nl.a.Start(joiner); err != nil {
+		t.Fatal(err)
+	}
+	nl.waitStatus(joiner, "its Node not registered yet", func(s netlab.Status) bool {
+		return s.Kubernetes != nil && s.Kubernetes.Reachable && !s.Kubernetes.Registered
+	})
+	nl.waitStatus(holder, joiner.Name+" back", func(s netlab.Status) bool { return eligible(s, joiner.Name) })
+	time.Sleep(2 * time.Second)
+	nl.apply(registeredManifest(joiner.Name))
+	nl.waitStatus(joiner, "its Node registered", func(s netlab.Status) bool {
+		return s.Kubernetes != nil && s.Kubernetes.Registered
+	})
+	time.Sleep(2 * time.Second)
+	nl.kubectl("label", "node", joiner.Name, "node-role.kubernetes.io/control-plane=", "node.kubernetes.io/exclude-from-external-load-balancers=")
+	nl.kubectl("taint", "node", joiner.Name, "node-role.kubernetes.io/control-plane:NoSchedule")
+	time.Sleep(3 * time.Second)
+	samples, _ := rec.Stop()
+	t.Logf("kubeadm join of %s: %d moves, %d samples without a holder; %v", joiner.Name, Moves(samples), samples.Count(0), samples.Transitions())
+	if Moves(samples) != 0 || samples.Count(0) != 0 {
+		t.Errorf("kubeadm join of %s: %d moves, %d samples without a holder; want the VIP to stay on %s", joiner.Name, Moves(samples), samples.Count(0), holder.Name)
+	}
+	for _, n := range l.Nodes {
+		nl.waitStatus(n, "after the join: "+joiner.Name+" eligible, no warning", func(s netlab.Status) bool {
+			return eligible(s, joiner.Name) && len(s.Warnings) == 0 && len(s.NodeWithdrawReasons) == 0
+		})
+	}
 
 	// The reference: the planned handoff of vipctl withdraw --wait. The
 	// Node's withdraws are the same handoff; the issue wants 0 failed
 	// client requests of both (the old holder closes its connections
 	// once the successor holds the VIP: TestClientsThroughFailovers).
-	_, _, ref := nl.move("vipctl withdraw --wait", func(h *netlab.Host) {
+	_, _, ref, _ := nl.move("vipctl withdraw --wait", func(h *netlab.Host) {
 		if out, err := l.Vipctl(h, "withdraw", "--wait", "--timeout", "30s"); err != nil {
 			t.Fatalf("vipctl withdraw on %s: %v %s", h.Name, err, out)
 		}
@@ -213,18 +332,23 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 			func(h *netlab.Host) {
 				nl.kubectl("drain", h.Name, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout", "60s")
 			}, func(h *netlab.Host) { nl.kubectl("uncordon", h.Name) }},
-		{"exclusion label", "node excluded from external load balancers",
-			func(h *netlab.Host) {
-				nl.kubectl("label", "node", h.Name, "node.kubernetes.io/exclude-from-external-load-balancers=true")
-			}, func(h *netlab.Host) {
-				nl.kubectl("label", "node", h.Name, "node.kubernetes.io/exclude-from-external-load-balancers-")
-			}},
+		{"vipd.io/exclude label", "node labelled vipd.io/exclude",
+			func(h *netlab.Host) { nl.kubectl("label", "node", h.Name, "vipd.io/exclude=") },
+			func(h *netlab.Host) { nl.kubectl("label", "node", h.Name, "vipd.io/exclude-") }},
 		{"kubectl delete node", "node deleted",
 			func(h *netlab.Host) { nl.kubectl("delete", "node", h.Name, "--wait=false") }, func(h *netlab.Host) { nl.applyNodes(h.Name) }},
 	} {
-		from, to, cs := nl.move(step.what, step.do)
+		from, to, cs, moved := nl.move(step.what, step.do)
 		if msg := checkPlanned(cs); msg != "" {
 			t.Errorf("%s: %s (vipctl withdraw --wait: %d failed)", step.what, msg, ref.Failed)
+		}
+		if step.what == "kubectl cordon" {
+			if moved > netlab.Scaled(2*time.Second) {
+				t.Errorf("kubectl cordon: the VIP moved after %v, want within %v", moved.Round(time.Millisecond), netlab.Scaled(2*time.Second))
+			}
+			if cs.Stall > netlab.Scaled(plannedStall) {
+				t.Errorf("kubectl cordon: a watch (%s) stalled %v, want at most %v", cs.StallWatch, cs.Stall, netlab.Scaled(plannedStall))
+			}
 		}
 		st := nl.waitStatus(from, step.reason, func(s netlab.Status) bool { return slices.Contains(s.NodeWithdrawReasons, step.reason) })
 		if st.Withdrawn {
@@ -238,7 +362,7 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 	}
 
 	// A manual withdraw survives an uncordon.
-	holder, err := cp.WaitSteady(nl.a, steadyTimeout)
+	holder, err = cp.WaitSteady(nl.a, steadyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +387,7 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := l.RecordHolders(cp.VIP, 20*time.Millisecond, 5*time.Minute)
+	rec = l.RecordHolders(cp.VIP, 20*time.Millisecond, 5*time.Minute)
 	for _, n := range l.Nodes {
 		if err := cp.Signal(n, syscall.SIGSTOP, false, true); err != nil {
 			t.Fatal(err)
@@ -289,7 +413,7 @@ func TestNodeWatchRealAPIServer(t *testing.T) {
 	for _, n := range l.Nodes {
 		nl.waitStatus(n, "the API readable again", func(s netlab.Status) bool { return s.Kubernetes != nil && s.Kubernetes.Reachable })
 	}
-	samples, _ := rec.Stop()
+	samples, _ = rec.Stop()
 	t.Logf("apiservers stopped 30 s: %d moves, %d samples without a holder; %v", Moves(samples), samples.Count(0), samples.Transitions())
 	if Moves(samples) != 0 || samples.Count(0) != 0 {
 		t.Errorf("apiservers stopped: %d moves, %d samples without a holder; want the VIP to stay on %s", Moves(samples), samples.Count(0), holder.Name)

@@ -11,6 +11,10 @@
 // name. It keeps the Node as the apiserver sends it (JSON with kind and
 // apiVersion), and can be made to fail, stall, expire resource versions,
 // cut or end watches, and stop and start again on the same address.
+//
+// Shapes are each distribution's control-plane Node and kubelet
+// kubeconfig (kubeadm, RKE2, k3s, Talos) as the distribution writes them,
+// each file naming the source that writes it, for every Node-aware test.
 package nodewatchtest
 
 import (

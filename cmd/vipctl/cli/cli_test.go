@@ -308,7 +308,7 @@ func TestStatusShowsEligibility(t *testing.T) {
 // TestStatusShowsKubernetes: the Node watch in one line, the Node's
 // withdraw and what the API's trouble does; a warning line when this node is
 // kept eligible against its Node; members withdrawn by their Node say so;
-// nothing when the watch is off.
+// one line saying how to turn it on when the watch is off.
 func TestStatusShowsKubernetes(t *testing.T) {
 	at := func(h, m, s int) int64 { return time.Date(2026, 5, 4, h, m, s, 0, time.UTC).UnixNano() }
 	for _, tc := range []struct {
@@ -336,7 +336,10 @@ func TestStatusShowsKubernetes(t *testing.T) {
 			Error: "open /etc/kubernetes/kubelet.conf: permission denied (user vipd cannot read it: link /usr/share/vipd/systemd/kubelet-credentials.conf ...)"}},
 			[]string{`(?m)^kubernetes: the kubeconfig cannot be used, so a cordoned or deleted Node does not withdraw this node: open /etc/kubernetes/kubelet\.conf: permission denied \(user vipd cannot read it: link /usr/share/vipd/systemd/kubelet-credentials\.conf \.\.\.\)$`},
 			[]string{"no kubeconfig is found", "waiting for"}},
-		{"off", &apipb.StatusResponse{Node: "cp-1"}, nil, []string{"kubernetes", "warning"}},
+		{"off", &apipb.StatusResponse{Node: "cp-1", Kubernetes: &apipb.KubernetesStatus{}},
+			[]string{`(?m)^kubernetes: off: a cordon, drain or deletion of this host's Node does not move the VIP; to follow it, set \[kubernetes\] enabled = true \(docs/drain\.md\)$`},
+			[]string{"warning"}},
+		{"an older vipd, off", &apipb.StatusResponse{Node: "cp-1"}, nil, []string{"kubernetes", "warning"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := serve(t, &fakeVipd{status: tc.st})

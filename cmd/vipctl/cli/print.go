@@ -160,11 +160,16 @@ func (p printer) quorumLine(st *apipb.StatusResponse) string {
 
 // kubernetesLine is the Node watch in one line: "kubernetes: node cp-1
 // cordoned → withdrawn", "kubernetes: node cp-1 → eligible", with the
-// apiserver's trouble when it cannot be read; "" when the watch is off.
+// apiserver's trouble when it cannot be read; off, how to turn it on;
+// "" for a vipd that does not say (older ones said nothing when it was
+// off).
 func (p printer) kubernetesLine(st *apipb.StatusResponse) string {
 	k := st.GetKubernetes()
 	if k == nil {
 		return ""
+	}
+	if !k.GetEnabled() {
+		return "kubernetes: off: a cordon, drain or deletion of this host's Node does not move the VIP; to follow it, set [kubernetes] enabled = true (docs/drain.md)"
 	}
 	if k.GetKubeconfig() == "" {
 		// A kubeconfig found but not read (no permission, broken): the

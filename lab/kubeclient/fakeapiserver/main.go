@@ -1,7 +1,8 @@
 // Command fakeapiserver serves one Node from nodewatch/nodewatchtest's fake
 // apiserver, for lab/kubeclient.sh: it writes a kubelet kubeconfig for the
 // Node to DIR/kubelet.conf, registers the Node with the bulk a real one
-// has (labels, conditions, images), cordons and uncordons it every
+// has (labels, conditions, images) and kubeadm's control-plane labels and
+// taint, cordons and uncordons it every
 // -period so a watcher decodes a change that often, and serves until
 // SIGTERM or SIGINT.
 package main
@@ -54,6 +55,8 @@ func main() {
 			map[string]any{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"},
 		}
 	})
+	// The labels and taint kubeadm's mark-control-plane phase adds.
+	api.Shape(nodewatchtest.ShapeNamed("kubeadm"))
 	conf := filepath.Join(*dir, "kubelet.conf")
 	if err := pki.WriteKubeconfig(conf+".tmp", api.URL()); err != nil {
 		log.Fatal(err)
