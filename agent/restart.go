@@ -124,7 +124,9 @@ func saveRestart(dir string, r restartRecord) error {
 
 // loadRestart reads the restart record and says how long it is good for:
 // left is zero (and the record of no use) when there is none, it is of
-// another boot or a newer protocol, or its deadline has passed.
+// another boot or a newer protocol, or its deadline has passed; and never
+// more than config.MaxRestartGrace, whatever deadline it names (no peer
+// waits longer).
 func loadRestart(dir string) (r restartRecord, left time.Duration, err error) {
 	b, err := readStateFile(filepath.Join(dir, restartFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -143,7 +145,15 @@ func loadRestart(dir string) (r restartRecord, left time.Duration, err error) {
 	if r.Version < 1 || r.Version > RestartProtocol || r.BootID != id {
 		return r, 0, nil
 	}
-	return r, max(time.Duration(r.DeadlineNs)-now, 0), nil
+	return r, min(max(time.Duration(r.DeadlineNs)-now, 0), config.MaxRestartGrace), nil
+}
+
+// recordHold is how long a process started for a restart in place holds
+// what it adopts on the record's word at most: 0.98 of its grace, as the
+// stopping process writes its deadline (the peers count the grace from
+// when they heard of the restart, on clocks that may run 1% fast).
+func recordHold(grace time.Duration) time.Duration {
+	return grace - grace/50
 }
 
 func dropRestart(dir string) error {
@@ -227,7 +237,7 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	// The next process holds on the record's word until 0.98 of the grace:
 	// the peers count the grace from when they heard of the restart (after
 	// now) on clocks that may run 1% fast.
-	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + grace - grace/50), VIPs: []restartVIP{}}
+	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + recordHold(grace)), VIPs: []restartVIP{}}
 	var held []*vipState
 	for _, name := range a.vipNames() {
 		if v := a.st.vips[name]; v.held {
@@ -327,7 +337,10 @@ func (a *Agent) readAdoption(c *config.Config) adoption {
 		}
 		return adoption{}
 	}
-	ad := adoption{vips: map[string]restartVIP{}, until: a.now().Add(left)}
+	// A deadline further ahead than this process's grace allows (a buggy
+	// or later release's record, a grace lowered meanwhile) is not
+	// believed: the peers wait out no more than a grace.
+	ad := adoption{vips: map[string]restartVIP{}, until: a.now().Add(min(left, recordHold(c.Cluster.RestartGraceDuration())))}
 	for _, rv := range rec.VIPs {
 		for _, vc := range c.VIPs {
 			if vc.Name == rv.Name && vc.Addr().String() == rv.Address && vc.Mode == rv.Mode && vc.Interface == rv.Interface {

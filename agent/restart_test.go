@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -195,6 +197,48 @@ func TestRestartLifetime(t *testing.T) {
 	} {
 		if got := restartLifetime(grace); got != want {
 			t.Errorf("restartLifetime(%v) = %v, want %v", grace, got, want)
+		}
+	}
+}
+
+// TestRestartRecordDeadlineCapped: a record whose deadline lies further
+// ahead than the grace (a record of a buggy or future release, a grace
+// lowered in the configuration) is held on for no longer than what is
+// left of this process's grace: the peers wait out no more (their wait is
+// capped too). RestartLeft, for vipd cleanup, counts no more than the
+// longest grace any configuration allows.
+func TestRestartRecordDeadlineCapped(t *testing.T) {
+	id, now, err := bootClock()
+	if err != nil {
+		t.Skipf("no boot clock here: %v", err)
+	}
+	c := newTestCluster(t, "a")
+	cfg := c.nodes["a"].cfg
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	grace := cfg.Cluster.RestartGraceDuration()
+	for _, ahead := range []time.Duration{time.Hour, grace + time.Second, grace} {
+		rec := restartRecord{Version: RestartProtocol, Node: "a", BootID: id, DeadlineNs: int64(now + ahead),
+			VIPs: []restartVIP{{Name: "apiserver", Address: c.vip.String(), Mode: config.ModeL2, Interface: "fake0", Healthy: true}}}
+		if err := saveRestart(cfg.StateDir, rec); err != nil {
+			t.Fatal(err)
+		}
+		left, err := RestartLeft(cfg.StateDir, false)
+		if err != nil || left <= 0 || left > config.MaxRestartGrace {
+			t.Errorf("deadline %v ahead: RestartLeft %v, %v; want at most %v", ahead, left, err, config.MaxRestartGrace)
+		}
+		a, err := New(cfg, Options{Backends: fakeBackendsFor(c.w, "a", false), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad := a.readAdoption(cfg)
+		t1 := a.now()
+		if len(ad.vips) != 1 {
+			t.Fatalf("deadline %v ahead: the record's VIP not adopted: %v", ahead, ad.vips)
+		}
+		if held := ad.until.Sub(t1); held > grace-grace/50 {
+			t.Errorf("deadline %v ahead: held on the record's word for %v, want at most %v (the grace %v less 2%%)", ahead, held, grace-grace/50, grace)
 		}
 	}
 }
