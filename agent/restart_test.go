@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,4 +244,72 @@ func TestRestartRecordDeadlineCapped(t *testing.T) {
 			t.Errorf("deadline %v ahead: held on the record's word for %v, want at most %v (the grace %v less 2%%)", ahead, held, grace-grace/50, grace)
 		}
 	}
+}
+
+// TestClusterRestartBindAddressLate: the owner stops for a restart in
+// place and its next process starts with its bind address not (yet) on
+// the host (cluster.bind_address changed, the address comes later), so it
+// waits without membership or lease for longer than the grace. The
+// address it adopted keeps the kernel lifetime the previous process gave
+// it until this process's lease is live and a pass confirmed it holds the
+// VIP: it goes by itself, the peers claim once the grace has run out, and
+// there are never two holders, neither while the owner waits nor after
+// its bind address comes and it joins again.
+func TestClusterRestartBindAddressLate(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	grace := config.DefaultRestartGrace
+	var bindAt time.Time
+	c.beforeRun = func(name string, a *Agent) {
+		if bindAt.IsZero() {
+			return
+		}
+		a.probeBind = func(addr netip.Addr, port int) error {
+			if time.Now().Before(bindAt) {
+				return fmt.Errorf("membership port %s: %w", netip.AddrPortFrom(addr, uint16(port)), syscall.EADDRNOTAVAIL)
+			}
+			return probeBind(addr, port)
+		}
+	}
+	owner, _, samples, stopped := c.stopOwnerForRestart()
+	bindAt = stopped.Add(grace + 2*time.Second)
+	c.start(owner)
+	// Waiting for its bind address: the adopted address must still go by
+	// itself.
+	time.Sleep(300 * time.Millisecond)
+	if h := c.w.holdersOf(c.vip); slices.Contains(h, owner) && !c.w.expiring(owner, c.vip) {
+		t.Errorf("holders %v: the process waiting for its bind address made the adopted address permanent", h)
+	}
+	// Past the owner's bind address and its return: it is a member again
+	// and nobody holds the VIP twice.
+	time.Sleep(time.Until(bindAt))
+	for n := range c.nodes {
+		if n != owner {
+			c.waitMember(owner, n, StateAlive)
+		}
+	}
+	time.Sleep(claimSettle + time.Second)
+	ss := samples()
+	two, first := 0, []string(nil)
+	for _, s := range ss {
+		if len(s) > 1 {
+			two++
+			if first == nil {
+				first = s
+			}
+		}
+	}
+	if two > 0 {
+		t.Errorf("two holders in %d of %d samples over the restart (first: %v)", two, len(ss), first)
+	}
+	h := c.w.holdersOf(c.vip)
+	if len(h) != 1 {
+		t.Fatalf("holders %v after the owner is back, want one", h)
+	}
+	for n := range c.nodes {
+		c.waitOwner(n, h[0])
+	}
+	if c.log.count("node="+owner, "giving up a VIP taken over") == 0 {
+		t.Error("the owner's log does not say it gave the VIP taken over up")
+	}
+	t.Logf("%d samples; %s holds; %s came back %v after it stopped", len(ss), h[0], owner, time.Since(stopped).Round(100*time.Millisecond))
 }
