@@ -209,6 +209,12 @@ type fakeConns struct {
 	closed int
 	// idleCalls counts DestroyIdle's calls (a quiesce).
 	idleCalls int
+	// idleHold, when set, keeps the connections DestroyIdle is asked to
+	// close busy until it is closed, or the call cancelled: then they are
+	// closed busy (busyClosed), as conns.Table.DestroyIdle closes what is
+	// left.
+	idleHold   chan struct{}
+	busyClosed int
 	// onPoke, when set, runs at each Poke (with f's lock held).
 	onPoke func()
 }
@@ -252,12 +258,28 @@ func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 	return n, nil
 }
 
-// DestroyIdle closes them as Destroy does, every one idle.
-func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
-	n, err := f.Destroy(flt)
+// DestroyIdle closes them as Destroy does, every one idle, or, with
+// idleHold, once they are idle, or busy when the call is cancelled first.
+func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
 	f.mu.Lock()
 	f.idleCalls++
+	hold := f.idleHold
 	f.mu.Unlock()
+	busy := false
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			busy = true
+		}
+	}
+	n, err := f.Destroy(flt)
+	if busy {
+		f.mu.Lock()
+		f.busyClosed += n
+		f.mu.Unlock()
+		return conns.DestroyResult{Busy: n}, err
+	}
 	return conns.DestroyResult{Idle: n}, err
 }
 

@@ -228,6 +228,10 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	if kind != StopRestart {
 		return false
 	}
+	if what := a.finishHandoffs(ctx); what != "" {
+		a.log.Warn("restart: handing the VIPs off instead of keeping them", "reason", "a handoff did not finish in time", "vip", what)
+		return false
+	}
 	if why := a.restartBlocked(ctx); why != "" {
 		a.log.Warn("restart: handing the VIPs off instead of keeping them", "reason", why)
 		return false
@@ -311,6 +315,52 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	a.events.publish(&apipb.Event{Kind: "restart", Node: a.self, Message: fmt.Sprintf("restarting in place: %d VIPs kept for %s", len(held), grace)})
 	a.log.Info("stopped for a restart in place: VIPs kept for the next process", "vips", names, "grace", grace, "lifetime", life)
 	return true
+}
+
+// handoffUnderway names the VIP this node is in the middle of a planned
+// handoff of ("": none), as its old holder (handing it off, draining,
+// quiescing) or its new one (forwarding the old holder's connections).
+func (a *Agent) handoffUnderway() string {
+	for _, name := range a.vipNames() {
+		v := a.st.vips[name]
+		if v.quiesce != nil || v.forward != nil || (v.held && (!v.handoffStarted.IsZero() || !v.drainStarted.IsZero())) {
+			return name
+		}
+	}
+	return ""
+}
+
+// finishHandoffs lets the planned handoffs under way finish before a
+// restart in place, passes running as the loop's would, and returns the
+// VIP still in one when time is up ("": none left). Cut short, a handoff
+// would move its VIP twice: the quiescing old holder would record the VIP
+// as held and its next process take it back (while its quiesce rules go
+// with the process and its busy connections are closed), and a forwarding
+// new holder's rules would vanish under the old holder's clients.
+// Bounded by the longest a forward lasts (a quiesce included) or a
+// handoff, whichever is longer.
+func (a *Agent) finishHandoffs(ctx context.Context) string {
+	what := a.handoffUnderway()
+	if what == "" {
+		return ""
+	}
+	limit := max(a.st.cfg.Cluster.HandoffTimeoutDuration(), forwardMax)
+	a.log.Info("restart: finishing the handoff under way first", "vip", what, "timeout", limit)
+	deadline := a.now().Add(limit)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for a.now().Before(deadline) {
+		a.reconcile(ctx)
+		if what = a.handoffUnderway(); what == "" {
+			return ""
+		}
+		select {
+		case <-a.members.changed:
+		case <-a.wake:
+		case <-t.C:
+		}
+	}
+	return what
 }
 
 // restartAnnounceTimeout bounds the wait for every member's answer to the

@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/conns"
 )
 
 // holderSamples samples the wire's holders of c's VIP every 20 ms until
@@ -312,4 +314,136 @@ func TestClusterRestartBindAddressLate(t *testing.T) {
 		t.Error("the owner's log does not say it gave the VIP taken over up")
 	}
 	t.Logf("%d samples; %s holds; %s came back %v after it stopped", len(ss), h[0], owner, time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// chainHandoffUnderway starts c with announcers that forward and quiesce,
+// gives the owner two client connections that stay busy until hold is
+// closed, and withdraws the owner: it returns once the successor forwards
+// the owner's connections to it and the owner quiesces, with the claims
+// before the withdraw.
+func (c *testCluster) chainHandoffUnderway() (owner, succ string, hold chan struct{}, claims0 int) {
+	c.t.Helper()
+	c.chain = true
+	owner = c.startSteady()
+	conn := func(client string, port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(c.vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr(client), port)}
+	}
+	n := &c.nodes[owner].conns
+	n.set(conn("198.51.100.7", 40000), conn("198.51.100.8", 40001))
+	hold = make(chan struct{})
+	n.mu.Lock()
+	n.idleHold = hold
+	n.mu.Unlock()
+	claims0 = c.w.claimCount()
+	mark := len(c.w.stepsSince(0))
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		quiescing := false
+		for _, s := range c.w.stepsSince(mark) {
+			if name, _, ok := strings.Cut(s, " forward to "); ok {
+				succ = name
+			}
+			quiescing = quiescing || s == owner+" quiesce"
+		}
+		if succ != "" && quiescing {
+			return owner, succ, hold, claims0
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no daisy-chained handoff under way: steps %q", c.w.stepsSince(mark))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopWhileBusy stops node (for a restart in place) and, a second into
+// the stop, lets the quiescing owner's connections go idle (closes hold):
+// it returns once the stop has returned.
+func (c *testCluster) stopWhileBusy(node string, hold chan struct{}) {
+	c.t.Helper()
+	c.nodes[node].restart.Store(true)
+	stopped := make(chan struct{})
+	go func() { c.stop(node); close(stopped) }()
+	time.Sleep(time.Second)
+	close(hold)
+	select {
+	case <-stopped:
+	case <-time.After(40 * time.Second):
+		c.t.Fatalf("%s did not stop", node)
+	}
+}
+
+// TestClusterRestartWhileQuiescing: the owner is restarted in place while
+// it quiesces for its successor (a daisy-chained handoff, its clients'
+// connections still busy). The restart finishes the handoff first: the
+// connections are closed at their idle moment, not busy; the address is
+// withdrawn, not left with a lifetime next to the successor's; the record
+// keeps no VIP; and the next process does not take the VIP back: it moved
+// once.
+func TestClusterRestartWhileQuiescing(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, succ, hold, claims0 := c.chainHandoffUnderway()
+	c.stopWhileBusy(owner, hold)
+	if rec, left, err := loadRestart(c.nodes[owner].cfg.StateDir); err != nil || (left > 0 && len(rec.VIPs) > 0) {
+		t.Errorf("the quiescing owner left a restart record of %v (%v): the VIP it was handing off recorded as held", rec.VIPs, err)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the quiescing owner stopped, want [%s]", h, succ)
+	}
+	n := &c.nodes[owner].conns
+	n.mu.Lock()
+	busy := n.busyClosed
+	n.mu.Unlock()
+	if busy > 0 {
+		t.Errorf("the restart closed %d busy connections of the quiescing owner", busy)
+	}
+	c.start(owner)
+	c.waitMember(owner, succ, StateAlive)
+	time.Sleep(claimSettle + time.Second)
+	if got := c.w.claimsSince(claims0); !slices.Equal(got, []string{succ}) {
+		t.Errorf("claims since the withdraw %v, want [%s]: the VIP moved more than once", got, succ)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the owner's next process started, want [%s]", h, succ)
+	}
+}
+
+// TestClusterRestartWhileForwarding: the successor of a daisy-chained
+// handoff is restarted in place while it forwards the old owner's busy
+// connections to it. The restart finishes the handoff first: the old owner
+// closes its connections at their idle moment and releases, the successor
+// stops forwarding after that (its rules do not vanish under the old
+// owner's clients), then exits leaving the VIP for its next process, which
+// keeps it: the VIP moved once.
+func TestClusterRestartWhileForwarding(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, succ, hold, claims0 := c.chainHandoffUnderway()
+	mark := len(c.w.stepsSince(0))
+	c.stopWhileBusy(succ, hold)
+	steps := c.w.stepsSince(mark)
+	released, stopped := slices.Index(steps, owner+" withdraw"), slices.Index(steps, succ+" stop forward")
+	if released < 0 || stopped < released {
+		t.Errorf("steps during the successor's stop %q: want %q, then %q", steps, owner+" withdraw", succ+" stop forward")
+	}
+	if rec, left, err := loadRestart(c.nodes[succ].cfg.StateDir); err != nil || left <= 0 || len(rec.VIPs) != 1 {
+		t.Errorf("the successor's restart record: %v, %v, %v; want the VIP kept for its next process", rec.VIPs, left, err)
+	}
+	n := &c.nodes[owner].conns
+	n.mu.Lock()
+	busy := n.busyClosed
+	n.mu.Unlock()
+	if busy > 0 {
+		t.Errorf("the old owner closed %d busy connections", busy)
+	}
+	c.start(succ)
+	c.waitStatus(succ, func(st *apipb.StatusResponse) bool { return len(st.Vips) == 1 && st.Vips[0].Held }, "held by the new process")
+	time.Sleep(config.DefaultRestartGrace)
+	if got := c.w.claimsSince(claims0); !slices.Equal(got, []string{succ}) {
+		t.Errorf("claims since the withdraw %v, want [%s]: the VIP moved more than once", got, succ)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the successor's next process started, want [%s]", h, succ)
+	}
 }
