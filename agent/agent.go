@@ -183,6 +183,8 @@ type Agent struct {
 	// encodeMeta is NodeMeta.Encode; tests make a node speak another
 	// metadata version.
 	encodeMeta func(NodeMeta) ([]byte, error)
+	// probeBind is probeBind; tests make the bind address missing.
+	probeBind func(addr netip.Addr, port int) error
 
 	// Channels into the loop.
 	reqs      chan *loopRequest // run on the loop goroutine (Agent.do)
@@ -283,7 +285,11 @@ type vipState struct {
 	ann Announcer
 
 	// What this node has and sees.
-	held    bool
+	held bool
+	// adopted: held on the previous process's word (a restart in place),
+	// its address still with the kernel lifetime that process gave it,
+	// until this process's lease confirms it (confirmAdopted).
+	adopted bool
 	down    bool // the VIP's L2 interface is down or has no carrier
 	healthy bool
 	// healthDetail is the last verdict in words; healthSince when it
@@ -373,6 +379,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		self:       cfg.NodeName,
 		events:     newBroker(),
 		encodeMeta: NodeMeta.Encode,
+		probeBind:  probeBind,
 		reqs:       make(chan *loopRequest),
 		reloadCh:   make(chan struct{}, 1),
 		health:     make(chan healthResult, 16),

@@ -34,9 +34,11 @@ type wire struct {
 	mu      sync.Mutex
 	holders map[netip.Addr]map[string]bool
 	// expires are the kernel lifetimes set on held addresses
-	// (SetLifetime): the wire drops an address when its time comes, as
-	// the kernel does.
+	// (SetLifetime): the wire drops an address when its time comes on
+	// its clock (now: the agents' clock), as the kernel does, whether or
+	// not an agent runs.
 	expires map[netip.Addr]map[string]time.Time
+	now     func() time.Time
 	drains  map[string]int
 	overlap int // announcements made while another node held the address
 	// claims lists, in order, every node that put an address on the wire
@@ -72,12 +74,13 @@ func (w *wire) remove(node string, a netip.Addr) {
 }
 
 func newWire() *wire {
-	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}, stuck: map[string]bool{}}
+	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}, stuck: map[string]bool{},
+		now: time.Now}
 }
 
 // expireLocked drops the addresses whose lifetime has run out.
 func (w *wire) expireLocked() {
-	now := time.Now()
+	now := w.now()
 	for a, byNode := range w.expires {
 		for n, at := range byNode {
 			if !now.Before(at) {
@@ -86,6 +89,15 @@ func (w *wire) expireLocked() {
 			}
 		}
 	}
+}
+
+// expiring reports whether node holds a with a lifetime (SetLifetime).
+func (w *wire) expiring(node string, a netip.Addr) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expireLocked()
+	_, ok := w.expires[a][node]
+	return ok
 }
 
 func (w *wire) holdersOf(a netip.Addr) []string {
@@ -121,6 +133,15 @@ func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 	}
 	f.w.holders[a][f.node] = true
 	return nil
+}
+
+// Held reports whether the node's address is on the wire, whatever its
+// lifetime.
+func (f *fakeAnnouncer) Held(a netip.Addr) (bool, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.expireLocked()
+	return f.w.holders[a][f.node], nil
 }
 
 // Verify reports whether the node's address is still on the wire as
@@ -160,7 +181,7 @@ func (f *fakeAnnouncer) SetLifetime(_ context.Context, a netip.Addr, life time.D
 	if life == 0 {
 		delete(f.w.expires[a], f.node)
 	} else {
-		f.w.expires[a][f.node] = time.Now().Add(life)
+		f.w.expires[a][f.node] = f.w.now().Add(life)
 	}
 	return nil
 }
@@ -188,6 +209,12 @@ type fakeConns struct {
 	closed int
 	// idleCalls counts DestroyIdle's calls (a quiesce).
 	idleCalls int
+	// idleHold, when set, keeps the connections DestroyIdle is asked to
+	// close busy until it is closed, or the call cancelled: then they are
+	// closed busy (busyClosed), as conns.Table.DestroyIdle closes what is
+	// left.
+	idleHold   chan struct{}
+	busyClosed int
 	// onPoke, when set, runs at each Poke (with f's lock held).
 	onPoke func()
 }
@@ -231,12 +258,28 @@ func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 	return n, nil
 }
 
-// DestroyIdle closes them as Destroy does, every one idle.
-func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
-	n, err := f.Destroy(flt)
+// DestroyIdle closes them as Destroy does, every one idle, or, with
+// idleHold, once they are idle, or busy when the call is cancelled first.
+func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
 	f.mu.Lock()
 	f.idleCalls++
+	hold := f.idleHold
 	f.mu.Unlock()
+	busy := false
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			busy = true
+		}
+	}
+	n, err := f.Destroy(flt)
+	if busy {
+		f.mu.Lock()
+		f.busyClosed += n
+		f.mu.Unlock()
+		return conns.DestroyResult{Busy: n}, err
+	}
 	return conns.DestroyResult{Idle: n}, err
 }
 
@@ -436,6 +479,7 @@ func (c *testCluster) start(name string) {
 		Logger:   lg,
 		Backends: fakeBackendsFor(c.w, name, c.chain),
 		Notify:   func(string) {},
+		Now:      c.w.now,
 		Tick:     50 * time.Millisecond,
 		LinkUp:   func(string) bool { return !n.linkDown.Load() },
 		LinkEvents: func(ctx context.Context, changed func(string)) error {

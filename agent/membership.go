@@ -61,6 +61,12 @@ type membership struct {
 	// rejected counts members refused admission, by reason.
 	rejected  func(reason string)
 	transport *transport
+	// advertised is this node's membership address; misplaced is set when
+	// a state exchange shows a peer knowing this node at another one (it
+	// came back under a new address, and the peer still has its old
+	// process's entry): the rejoin loop then exchanges state again.
+	advertised netip.AddrPort
+	misplaced  atomic.Bool
 }
 
 // memberlistConfig builds memberlist's configuration from ours.
@@ -101,14 +107,15 @@ func memberlistConfig(c *config.Config) *memberlist.Config {
 // memberlist's configuration last (tests that turn gossip and probes off).
 func newMembership(c *config.Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time, rejected func(string), tune func(*memberlist.Config)) (*membership, error) {
 	m := &membership{
-		rejected: rejected,
-		self:     c.NodeName,
-		log:      lg,
-		now:      now,
-		meta:     meta,
-		nodes:    map[string]memberInfo{},
-		changed:  make(chan struct{}, 1),
-		publish:  make(chan struct{}, 1),
+		rejected:   rejected,
+		advertised: netip.AddrPortFrom(c.Cluster.BindAddr().Unmap(), uint16(c.Cluster.BindPort)),
+		self:       c.NodeName,
+		log:        lg,
+		now:        now,
+		meta:       meta,
+		nodes:      map[string]memberInfo{},
+		changed:    make(chan struct{}, 1),
+		publish:    make(chan struct{}, 1),
 	}
 	nets := admissionNetworks(c)
 	m.allowed.Store(&nets)
@@ -232,8 +239,17 @@ func (m *membership) admit(n *memberlist.Node) error {
 func (m *membership) NotifyAlive(n *memberlist.Node) error { return m.admit(n) }
 
 // NotifyMerge implements memberlist.MergeDelegate: a push/pull exchange
-// (join) that would bring in a node admit refuses is cancelled.
+// (join) that would bring in a node admit refuses is cancelled. A peer's
+// state that has this node at another address sets misplaced.
 func (m *membership) NotifyMerge(peers []*memberlist.Node) error {
+	for _, n := range peers {
+		if n.Name != m.self {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(n.Addr); ok && netip.AddrPortFrom(a.Unmap(), n.Port) != m.advertised {
+			m.misplaced.Store(true)
+		}
+	}
 	for _, n := range peers {
 		if err := m.admit(n); err != nil {
 			return fmt.Errorf("merge refused: %w", err)

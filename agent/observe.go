@@ -90,7 +90,9 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 	for _, name := range names {
 		v := a.st.vips[name]
 		ver, ok := v.ann.(Verifier)
-		if !ok || !v.held || v.down {
+		if !ok || !v.held || v.down || v.adopted {
+			// An adopted VIP is not put back: dropAdopted gives it up
+			// when its address is gone.
 			continue
 		}
 		vctx, cancel := withTimeout(ctx)

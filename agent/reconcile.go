@@ -41,6 +41,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	names := a.vipNames()
 	wantDrive := false // a VIP wants a fence: this node drives lease rounds
 	a.observeLinks(names)
+	a.dropAdopted(ctx, false)
 	a.verifyHeld(ctx, names, now, a.st.verifyNow)
 	a.st.verifyNow = false
 	for _, name := range names {
@@ -72,6 +73,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
+		a.confirmAdopted(ctx, v, d)
 		if d.Do == actClaim && v.held {
 			a.startForward(ctx, v, view, addrs)
 		}

@@ -69,6 +69,15 @@ func (a *Agent) joinAll(addrs []string) int {
 
 // rejoinLoop joins, every rejoin_interval, the known peers that are not
 // alive members, so a node cut off for a while comes back by itself.
+//
+// A node that came back under another address (cluster.bind_address
+// changed across a restart without a leave) is refused by its peers until
+// its old process's entry has been dead for memberlist's
+// DeadNodeReclaimTime, and its own view has them alive, so nothing above
+// would try again before memberlist's periodic state exchange (10 s, 30 s
+// with lan timers). While a state exchange shows a peer knowing this node
+// at another address (membership.misplaced), every misplacedRetry it joins
+// every known peer again.
 func (a *Agent) rejoinLoop(ctx context.Context) {
 	var interval time.Duration
 	if err := a.do(ctx, func() { interval = a.st.cfg.Cluster.RejoinIntervalDuration() }); err != nil {
@@ -76,18 +85,30 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	mt := time.NewTicker(misplacedRetry)
+	defer mt.Stop()
+	logged := false
 	for {
+		misplaced := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-a.rejoinKick:
+		case <-mt.C:
+			if misplaced = a.members.misplaced.Swap(false); !misplaced {
+				continue
+			}
 		}
 		// Read without a request to the loop: a rejoin tick that finds
 		// every peer alive must not wake it.
 		members := a.members.snapshot()
-		if a.rejoinEvery.Swap(false) {
+		if a.rejoinEvery.Swap(false) || misplaced {
 			members = nil // every known peer, alive ones included
+		}
+		if misplaced && !logged {
+			logged = true
+			a.log.Info("a peer knows this node at another address (it came back under a new one): joining the peers again until they take it", "address", a.members.advertised)
 		}
 		targets := rejoinTargets(a.self, a.cache.get(), *a.peers.Load(), members)
 		if also := a.rejoinAlso.Swap(nil); also != nil {
@@ -105,6 +126,10 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		a.metrics.rejoinJoined.Add(float64(a.joinAll(targets)))
 	}
 }
+
+// misplacedRetry is how often the rejoin loop joins the peers again while
+// one knows this node at another address.
+const misplacedRetry = time.Second
 
 // kickRejoin makes the rejoin loop run now (after quorum is regained, the
 // state exchange of a join brings this node's stale view up to date).

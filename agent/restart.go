@@ -72,9 +72,12 @@ type Restarter interface {
 
 // Lifetimer is implemented by announcers whose address can get a kernel
 // lifetime: a VIP left for a restart in place goes by itself when no
-// process takes it over (l2.Announcer.SetLifetime; 0: forever).
+// process takes it over (l2.Announcer.SetLifetime; 0: forever). Held
+// reports whether the address is on the host, whatever its lifetime
+// (Verify reports an IPv6 address with one as not as Announce leaves it).
 type Lifetimer interface {
 	SetLifetime(ctx context.Context, addr netip.Addr, life time.Duration) error
+	Held(addr netip.Addr) (bool, error)
 }
 
 // restartFile is the record a process stopping for a restart in place
@@ -124,7 +127,9 @@ func saveRestart(dir string, r restartRecord) error {
 
 // loadRestart reads the restart record and says how long it is good for:
 // left is zero (and the record of no use) when there is none, it is of
-// another boot or a newer protocol, or its deadline has passed.
+// another boot or a newer protocol, or its deadline has passed; and never
+// more than config.MaxRestartGrace, whatever deadline it names (no peer
+// waits longer).
 func loadRestart(dir string) (r restartRecord, left time.Duration, err error) {
 	b, err := readStateFile(filepath.Join(dir, restartFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -143,7 +148,15 @@ func loadRestart(dir string) (r restartRecord, left time.Duration, err error) {
 	if r.Version < 1 || r.Version > RestartProtocol || r.BootID != id {
 		return r, 0, nil
 	}
-	return r, max(time.Duration(r.DeadlineNs)-now, 0), nil
+	return r, min(max(time.Duration(r.DeadlineNs)-now, 0), config.MaxRestartGrace), nil
+}
+
+// recordHold is how long a process started for a restart in place holds
+// what it adopts on the record's word at most: 0.98 of its grace, as the
+// stopping process writes its deadline (the peers count the grace from
+// when they heard of the restart, on clocks that may run 1% fast).
+func recordHold(grace time.Duration) time.Duration {
+	return grace - grace/50
 }
 
 func dropRestart(dir string) error {
@@ -215,6 +228,10 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	if kind != StopRestart {
 		return false
 	}
+	if what := a.finishHandoffs(ctx); what != "" {
+		a.log.Warn("restart: handing the VIPs off instead of keeping them", "reason", "a handoff did not finish in time", "vip", what)
+		return false
+	}
 	if why := a.restartBlocked(ctx); why != "" {
 		a.log.Warn("restart: handing the VIPs off instead of keeping them", "reason", why)
 		return false
@@ -227,7 +244,7 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	// The next process holds on the record's word until 0.98 of the grace:
 	// the peers count the grace from when they heard of the restart (after
 	// now) on clocks that may run 1% fast.
-	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + grace - grace/50), VIPs: []restartVIP{}}
+	rec := restartRecord{Version: RestartProtocol, Node: a.self, BootID: id, DeadlineNs: int64(now + recordHold(grace)), VIPs: []restartVIP{}}
 	var held []*vipState
 	for _, name := range a.vipNames() {
 		if v := a.st.vips[name]; v.held {
@@ -300,6 +317,52 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	return true
 }
 
+// handoffUnderway names the VIP this node is in the middle of a planned
+// handoff of ("": none), as its old holder (handing it off, draining,
+// quiescing) or its new one (forwarding the old holder's connections).
+func (a *Agent) handoffUnderway() string {
+	for _, name := range a.vipNames() {
+		v := a.st.vips[name]
+		if v.quiesce != nil || v.forward != nil || (v.held && (!v.handoffStarted.IsZero() || !v.drainStarted.IsZero())) {
+			return name
+		}
+	}
+	return ""
+}
+
+// finishHandoffs lets the planned handoffs under way finish before a
+// restart in place, passes running as the loop's would, and returns the
+// VIP still in one when time is up ("": none left). Cut short, a handoff
+// would move its VIP twice: the quiescing old holder would record the VIP
+// as held and its next process take it back (while its quiesce rules go
+// with the process and its busy connections are closed), and a forwarding
+// new holder's rules would vanish under the old holder's clients.
+// Bounded by the longest a forward lasts (a quiesce included) or a
+// handoff, whichever is longer.
+func (a *Agent) finishHandoffs(ctx context.Context) string {
+	what := a.handoffUnderway()
+	if what == "" {
+		return ""
+	}
+	limit := max(a.st.cfg.Cluster.HandoffTimeoutDuration(), forwardMax)
+	a.log.Info("restart: finishing the handoff under way first", "vip", what, "timeout", limit)
+	deadline := a.now().Add(limit)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for a.now().Before(deadline) {
+		a.reconcile(ctx)
+		if what = a.handoffUnderway(); what == "" {
+			return ""
+		}
+		select {
+		case <-a.members.changed:
+		case <-a.wake:
+		case <-t.C:
+		}
+	}
+	return what
+}
+
 // restartAnnounceTimeout bounds the wait for every member's answer to the
 // restart.
 const restartAnnounceTimeout = 500 * time.Millisecond
@@ -327,7 +390,10 @@ func (a *Agent) readAdoption(c *config.Config) adoption {
 		}
 		return adoption{}
 	}
-	ad := adoption{vips: map[string]restartVIP{}, until: a.now().Add(left)}
+	// A deadline further ahead than this process's grace allows (a buggy
+	// or later release's record, a grace lowered meanwhile) is not
+	// believed: the peers wait out no more than a grace.
+	ad := adoption{vips: map[string]restartVIP{}, until: a.now().Add(min(left, recordHold(c.Cluster.RestartGraceDuration())))}
 	for _, rv := range rec.VIPs {
 		for _, vc := range c.VIPs {
 			if vc.Name == rv.Name && vc.Addr().String() == rv.Address && vc.Mode == rv.Mode && vc.Interface == rv.Interface {
@@ -352,25 +418,27 @@ func (ad adoption) resumeRoutes(c *config.Config) []netip.Addr {
 }
 
 // adopt takes over the VIPs of ad that are still on this host: held from
-// now, with the health they had, their addresses forever again and
-// recorded for cleanup. A VIP no longer there, or not as vipd leaves it, is
-// removed (with the route the BGP speaker resumed) and left to the
-// election.
+// now, with the health they had, and recorded for cleanup. Their addresses
+// keep the kernel lifetime the previous process gave them (v.adopted)
+// until this process's lease is live and a pass has confirmed it holds
+// them (confirmAdopted): this process may wait for its bind address, or
+// for peers that do not answer, past the grace the peers wait out, and
+// then the addresses go by themselves instead of making a second holder
+// (dropAdopted). A VIP no longer there is removed (with the route the BGP
+// speaker resumed) and left to the election.
 func (a *Agent) adopt(ctx context.Context, ad adoption) {
 	for name, rv := range ad.vips {
 		v := a.st.vips[name]
 		if v == nil {
 			continue
 		}
-		// Forever again first: an IPv6 address with a lifetime is not as
-		// Announce leaves it (deprecated and permanent), and Verify says
-		// so. SetLifetime fails for an address not there.
-		err := a.keepForever(ctx, v)
-		if vf, ok := v.ann.(Verifier); ok && err == nil {
-			var there bool
-			if there, err = vf.Verify(ctx, v.cfg.Addr()); err == nil && !there {
-				err = errors.New("not on this host as vipd leaves it")
-			}
+		var err error
+		if lt, ok := v.ann.(Lifetimer); !ok {
+			err = errors.New("its address cannot have a lifetime")
+		} else if there, herr := lt.Held(v.cfg.Addr()); herr != nil {
+			err = herr
+		} else if !there {
+			err = errors.New("not on this host")
 		}
 		if err != nil {
 			a.log.Warn("restart: VIP not taken over", "vip", name, "err", err)
@@ -380,12 +448,70 @@ func (a *Agent) adopt(ctx context.Context, ad adoption) {
 			continue
 		}
 		a.record(v, true)
-		v.held = true
+		v.held, v.adopted = true, true
 		v.healthy, v.healthSince = rv.Healthy, a.now()
 		a.startWatch(ctx, v)
 		a.log.Info("holding VIP", "vip", name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", "taken over from the previous process (restart in place)")
 		a.events.publish(&apipb.Event{Kind: "hold", Vip: name, Node: a.self, Reason: "restart in place"})
 	}
+}
+
+// dropAdopted gives up the VIPs taken over from the previous process that
+// this process may no longer hold on its word: those whose address is gone
+// (its lifetime ran out before this process confirmed it), and with late
+// (before membership starts: no lease yet) all of them once the record's
+// deadline has passed. They are released, not put back: the election
+// decides where they go, and the peers may have claimed them meanwhile.
+func (a *Agent) dropAdopted(ctx context.Context, late bool) {
+	past := !a.now().Before(a.st.adoptUntil)
+	for _, name := range a.vipNames() {
+		v := a.st.vips[name]
+		if !v.adopted || !v.held {
+			continue
+		}
+		why := ""
+		if late && past {
+			why = "the previous process's deadline passed before this process had a lease"
+		} else if there, err := v.ann.(Lifetimer).Held(v.cfg.Addr()); err != nil {
+			a.log.Warn("restart: read back a VIP taken over", "vip", name, "err", err)
+		} else if !there {
+			why = "its address expired before this process's lease confirmed it"
+		}
+		if why == "" {
+			continue
+		}
+		v.adopted = false
+		a.log.Warn("restart: giving up a VIP taken over from the previous process", "vip", name, "reason", why)
+		a.release(ctx, v, why)
+	}
+}
+
+// confirmAdopted ends v's adoption once this process's lease is live (a
+// majority acked its heartbeats, or quorum is not required) and this pass
+// kept v: its address is made forever again, then read back at the next
+// pass as any held VIP's.
+func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d decision) {
+	if !v.adopted {
+		return
+	}
+	if !v.held {
+		v.adopted = false
+		return
+	}
+	ls := a.st.lease
+	if d.Do != actKeep || !ls.CanHold() || ls.Adopting() || ls.Evidence().IsZero() {
+		return
+	}
+	if err := a.keepForever(ctx, v); err != nil {
+		// Gone meanwhile (its lifetime ran out): not put back.
+		v.adopted = false
+		a.log.Warn("restart: giving up a VIP taken over from the previous process", "vip", v.cfg.Name, "err", err)
+		a.release(ctx, v, "its address could not be kept")
+		return
+	}
+	v.adopted = false
+	a.st.verifyNow = true
+	a.log.Info("restart: VIP taken over confirmed by this process's lease: its address is forever again", "vip", v.cfg.Name)
 }
 
 // keepForever makes v's address forever again (Lifetimer), if its

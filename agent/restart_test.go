@@ -2,12 +2,19 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/conns"
 )
 
 // holderSamples samples the wire's holders of c's VIP every 20 ms until
@@ -196,5 +203,247 @@ func TestRestartLifetime(t *testing.T) {
 		if got := restartLifetime(grace); got != want {
 			t.Errorf("restartLifetime(%v) = %v, want %v", grace, got, want)
 		}
+	}
+}
+
+// TestRestartRecordDeadlineCapped: a record whose deadline lies further
+// ahead than the grace (a record of a buggy or future release, a grace
+// lowered in the configuration) is held on for no longer than what is
+// left of this process's grace: the peers wait out no more (their wait is
+// capped too). RestartLeft, for vipd cleanup, counts no more than the
+// longest grace any configuration allows.
+func TestRestartRecordDeadlineCapped(t *testing.T) {
+	id, now, err := bootClock()
+	if err != nil {
+		t.Skipf("no boot clock here: %v", err)
+	}
+	c := newTestCluster(t, "a")
+	cfg := c.nodes["a"].cfg
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	grace := cfg.Cluster.RestartGraceDuration()
+	for _, ahead := range []time.Duration{time.Hour, grace + time.Second, grace} {
+		rec := restartRecord{Version: RestartProtocol, Node: "a", BootID: id, DeadlineNs: int64(now + ahead),
+			VIPs: []restartVIP{{Name: "apiserver", Address: c.vip.String(), Mode: config.ModeL2, Interface: "fake0", Healthy: true}}}
+		if err := saveRestart(cfg.StateDir, rec); err != nil {
+			t.Fatal(err)
+		}
+		left, err := RestartLeft(cfg.StateDir, false)
+		if err != nil || left <= 0 || left > config.MaxRestartGrace {
+			t.Errorf("deadline %v ahead: RestartLeft %v, %v; want at most %v", ahead, left, err, config.MaxRestartGrace)
+		}
+		a, err := New(cfg, Options{Backends: fakeBackendsFor(c.w, "a", false), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad := a.readAdoption(cfg)
+		t1 := a.now()
+		if len(ad.vips) != 1 {
+			t.Fatalf("deadline %v ahead: the record's VIP not adopted: %v", ahead, ad.vips)
+		}
+		if held := ad.until.Sub(t1); held > grace-grace/50 {
+			t.Errorf("deadline %v ahead: held on the record's word for %v, want at most %v (the grace %v less 2%%)", ahead, held, grace-grace/50, grace)
+		}
+	}
+}
+
+// TestClusterRestartBindAddressLate: the owner stops for a restart in
+// place and its next process starts with its bind address not (yet) on
+// the host (cluster.bind_address changed, the address comes later), so it
+// waits without membership or lease for longer than the grace. The
+// address it adopted keeps the kernel lifetime the previous process gave
+// it until this process's lease is live and a pass confirmed it holds the
+// VIP: it goes by itself, the peers claim once the grace has run out, and
+// there are never two holders, neither while the owner waits nor after
+// its bind address comes and it joins again.
+func TestClusterRestartBindAddressLate(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	grace := config.DefaultRestartGrace
+	var bindAt time.Time
+	c.beforeRun = func(name string, a *Agent) {
+		if bindAt.IsZero() {
+			return
+		}
+		a.probeBind = func(addr netip.Addr, port int) error {
+			if time.Now().Before(bindAt) {
+				return fmt.Errorf("membership port %s: %w", netip.AddrPortFrom(addr, uint16(port)), syscall.EADDRNOTAVAIL)
+			}
+			return probeBind(addr, port)
+		}
+	}
+	owner, _, samples, stopped := c.stopOwnerForRestart()
+	bindAt = stopped.Add(grace + 2*time.Second)
+	c.start(owner)
+	// Waiting for its bind address: the adopted address must still go by
+	// itself.
+	time.Sleep(300 * time.Millisecond)
+	if h := c.w.holdersOf(c.vip); slices.Contains(h, owner) && !c.w.expiring(owner, c.vip) {
+		t.Errorf("holders %v: the process waiting for its bind address made the adopted address permanent", h)
+	}
+	// Past the owner's bind address and its return: it is a member again
+	// and nobody holds the VIP twice.
+	time.Sleep(time.Until(bindAt))
+	for n := range c.nodes {
+		if n != owner {
+			c.waitMember(owner, n, StateAlive)
+		}
+	}
+	time.Sleep(claimSettle + time.Second)
+	ss := samples()
+	two, first := 0, []string(nil)
+	for _, s := range ss {
+		if len(s) > 1 {
+			two++
+			if first == nil {
+				first = s
+			}
+		}
+	}
+	if two > 0 {
+		t.Errorf("two holders in %d of %d samples over the restart (first: %v)", two, len(ss), first)
+	}
+	h := c.w.holdersOf(c.vip)
+	if len(h) != 1 {
+		t.Fatalf("holders %v after the owner is back, want one", h)
+	}
+	for n := range c.nodes {
+		c.waitOwner(n, h[0])
+	}
+	if c.log.count("node="+owner, "giving up a VIP taken over") == 0 {
+		t.Error("the owner's log does not say it gave the VIP taken over up")
+	}
+	t.Logf("%d samples; %s holds; %s came back %v after it stopped", len(ss), h[0], owner, time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// chainHandoffUnderway starts c with announcers that forward and quiesce,
+// gives the owner two client connections that stay busy until hold is
+// closed, and withdraws the owner: it returns once the successor forwards
+// the owner's connections to it and the owner quiesces, with the claims
+// before the withdraw.
+func (c *testCluster) chainHandoffUnderway() (owner, succ string, hold chan struct{}, claims0 int) {
+	c.t.Helper()
+	c.chain = true
+	owner = c.startSteady()
+	conn := func(client string, port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(c.vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr(client), port)}
+	}
+	n := &c.nodes[owner].conns
+	n.set(conn("198.51.100.7", 40000), conn("198.51.100.8", 40001))
+	hold = make(chan struct{})
+	n.mu.Lock()
+	n.idleHold = hold
+	n.mu.Unlock()
+	claims0 = c.w.claimCount()
+	mark := len(c.w.stepsSince(0))
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		quiescing := false
+		for _, s := range c.w.stepsSince(mark) {
+			if name, _, ok := strings.Cut(s, " forward to "); ok {
+				succ = name
+			}
+			quiescing = quiescing || s == owner+" quiesce"
+		}
+		if succ != "" && quiescing {
+			return owner, succ, hold, claims0
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no daisy-chained handoff under way: steps %q", c.w.stepsSince(mark))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopWhileBusy stops node (for a restart in place) and, a second into
+// the stop, lets the quiescing owner's connections go idle (closes hold):
+// it returns once the stop has returned.
+func (c *testCluster) stopWhileBusy(node string, hold chan struct{}) {
+	c.t.Helper()
+	c.nodes[node].restart.Store(true)
+	stopped := make(chan struct{})
+	go func() { c.stop(node); close(stopped) }()
+	time.Sleep(time.Second)
+	close(hold)
+	select {
+	case <-stopped:
+	case <-time.After(40 * time.Second):
+		c.t.Fatalf("%s did not stop", node)
+	}
+}
+
+// TestClusterRestartWhileQuiescing: the owner is restarted in place while
+// it quiesces for its successor (a daisy-chained handoff, its clients'
+// connections still busy). The restart finishes the handoff first: the
+// connections are closed at their idle moment, not busy; the address is
+// withdrawn, not left with a lifetime next to the successor's; the record
+// keeps no VIP; and the next process does not take the VIP back: it moved
+// once.
+func TestClusterRestartWhileQuiescing(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, succ, hold, claims0 := c.chainHandoffUnderway()
+	c.stopWhileBusy(owner, hold)
+	if rec, left, err := loadRestart(c.nodes[owner].cfg.StateDir); err != nil || (left > 0 && len(rec.VIPs) > 0) {
+		t.Errorf("the quiescing owner left a restart record of %v (%v): the VIP it was handing off recorded as held", rec.VIPs, err)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the quiescing owner stopped, want [%s]", h, succ)
+	}
+	n := &c.nodes[owner].conns
+	n.mu.Lock()
+	busy := n.busyClosed
+	n.mu.Unlock()
+	if busy > 0 {
+		t.Errorf("the restart closed %d busy connections of the quiescing owner", busy)
+	}
+	c.start(owner)
+	c.waitMember(owner, succ, StateAlive)
+	time.Sleep(claimSettle + time.Second)
+	if got := c.w.claimsSince(claims0); !slices.Equal(got, []string{succ}) {
+		t.Errorf("claims since the withdraw %v, want [%s]: the VIP moved more than once", got, succ)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the owner's next process started, want [%s]", h, succ)
+	}
+}
+
+// TestClusterRestartWhileForwarding: the successor of a daisy-chained
+// handoff is restarted in place while it forwards the old owner's busy
+// connections to it. The restart finishes the handoff first: the old owner
+// closes its connections at their idle moment and releases, the successor
+// stops forwarding after that (its rules do not vanish under the old
+// owner's clients), then exits leaving the VIP for its next process, which
+// keeps it: the VIP moved once.
+func TestClusterRestartWhileForwarding(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner, succ, hold, claims0 := c.chainHandoffUnderway()
+	mark := len(c.w.stepsSince(0))
+	c.stopWhileBusy(succ, hold)
+	steps := c.w.stepsSince(mark)
+	released, stopped := slices.Index(steps, owner+" withdraw"), slices.Index(steps, succ+" stop forward")
+	if released < 0 || stopped < released {
+		t.Errorf("steps during the successor's stop %q: want %q, then %q", steps, owner+" withdraw", succ+" stop forward")
+	}
+	if rec, left, err := loadRestart(c.nodes[succ].cfg.StateDir); err != nil || left <= 0 || len(rec.VIPs) != 1 {
+		t.Errorf("the successor's restart record: %v, %v, %v; want the VIP kept for its next process", rec.VIPs, left, err)
+	}
+	n := &c.nodes[owner].conns
+	n.mu.Lock()
+	busy := n.busyClosed
+	n.mu.Unlock()
+	if busy > 0 {
+		t.Errorf("the old owner closed %d busy connections", busy)
+	}
+	c.start(succ)
+	c.waitStatus(succ, func(st *apipb.StatusResponse) bool { return len(st.Vips) == 1 && st.Vips[0].Held }, "held by the new process")
+	time.Sleep(config.DefaultRestartGrace)
+	if got := c.w.claimsSince(claims0); !slices.Equal(got, []string{succ}) {
+		t.Errorf("claims since the withdraw %v, want [%s]: the VIP moved more than once", got, succ)
+	}
+	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
+		t.Errorf("holders %v after the successor's next process started, want [%s]", h, succ)
 	}
 }

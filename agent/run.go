@@ -94,11 +94,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.keyring = kr
 	}
-	meta, err := a.encodeMeta(a.localMeta())
-	if err != nil {
-		return err
-	}
-	ml, err := a.startMembership(ctx, meta)
+	ml, err := a.startMembership(ctx, bg)
 	if err != nil {
 		return err
 	}
@@ -174,8 +170,11 @@ const (
 // address may not be configured yet (network-online.target can be reached
 // before DHCP or a network manager adds it): vipd then waits for it, saying
 // so in its STATUS, instead of failing and running into systemd's start
-// limit. It returns nil, nil when ctx ends while waiting.
-func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, error) {
+// limit. It returns nil, nil when ctx ends while waiting. The first
+// metadata is what this node holds once the address is there: VIPs taken
+// over from the previous process that lapsed meanwhile are not in it
+// (dropAdopted), so no peer hands its VIP to this node for them.
+func (a *Agent) startMembership(ctx, work context.Context) (*membership, error) {
 	c := a.st.cfg
 	waiting := false
 	var extended time.Time
@@ -184,9 +183,14 @@ func (a *Agent) startMembership(ctx context.Context, meta []byte) (*membership, 
 	for {
 		// memberlist reports bind errors as text; try the port first to
 		// tell "not configured yet" from "in use".
-		err := probeBind(c.Cluster.BindAddr(), c.Cluster.BindPort)
+		err := a.probeBind(c.Cluster.BindAddr(), c.Cluster.BindPort)
 		var ml *membership
 		if err == nil {
+			a.dropAdopted(work, true)
+			var meta []byte
+			if meta, err = a.encodeMeta(a.localMeta()); err != nil {
+				return nil, err
+			}
 			ml, err = newMembership(c, a.log, meta, a.keyring, a.now, func(reason string) {
 				a.metrics.rejected.WithLabelValues(reason).Inc()
 			}, nil)

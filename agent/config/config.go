@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/lease"
 	"github.com/vipd/vipd/bgp"
 	"github.com/vipd/vipd/conns"
 	"github.com/vipd/vipd/nodewatch"
@@ -43,9 +44,11 @@ const (
 	// MinRestartGrace and MaxRestartGrace bound cluster.restart_grace:
 	// the addresses left for the next process get a kernel lifetime of the
 	// grace less a second, in whole seconds (the kernel's expiry has a
-	// second of slack), so at least a second of it.
+	// second of slack), so at least a second of it. A peer's word counts
+	// for no longer than MaxRestartGrace, whatever it says (the lease caps
+	// it on receipt).
 	MinRestartGrace         = 2 * time.Second
-	MaxRestartGrace         = 60 * time.Second
+	MaxRestartGrace         = lease.MaxRestartGrace
 	DefaultHealthInterval   = 300 * time.Millisecond
 	DefaultHealthTimeout    = 500 * time.Millisecond
 	DefaultHealthRise       = 2

@@ -88,7 +88,8 @@
 // next process) ends the grace; when it runs out the node is a silent
 // driver like any other, gone on votes or a refused connection. The word
 // can come from the metadata too (MarkRestarting), for a member that
-// joined meanwhile. The next process may hold the VIPs it adopts without
+// joined meanwhile. Either way the grace counts for at most
+// MaxRestartGrace, whatever the word says. The next process may hold the VIPs it adopts without
 // evidence until the same deadline (HoldUntil), and from then on only with
 // it: the peers claim nothing before it, and it holds nothing after it
 // without a majority hearing it.

@@ -68,6 +68,11 @@ const (
 	maxRestart = time.Duration(math.MaxUint32) * time.Millisecond
 )
 
+// MaxRestartGrace is the longest restart grace a peer's word counts for,
+// whatever its heartbeat or metadata says (they carry up to about 49
+// days): cluster.restart_grace allows no more (config.MaxRestartGrace).
+const MaxRestartGrace = 60 * time.Second
+
 // encode returns the wire form.
 func (h heartbeat) encode() ([]byte, error) {
 	if len(h.From) > 255 || len(h.Ask) > 255 || len(h.Entries) > 255 {

@@ -227,3 +227,51 @@ func TestRunnerHoldUntil(t *testing.T) {
 		t.Error("may still hold once HoldUntil has passed, without evidence")
 	}
 }
+
+// TestLeaseRestartGraceCapped: a peer's restart grace, from its heartbeat
+// or its metadata, counts for at most MaxRestartGrace (cluster.restart_grace
+// allows no more): a buggy or later peer that claims a longer one (a
+// heartbeat carries up to about 49 days) is a silent driver like any other
+// once MaxRestartGrace has passed, not "alive and holding" for days.
+func TestLeaseRestartGraceCapped(t *testing.T) {
+	base := []string{"a", "b", "c"}
+	for _, tt := range []struct {
+		name  string
+		grace time.Duration
+		meta  bool // learnt from the metadata (MarkRestarting), not a heartbeat
+		want  time.Duration
+	}{
+		{"heartbeat, within the bound", 3 * time.Second, false, 3 * time.Second},
+		{"heartbeat, the bound", MaxRestartGrace, false, MaxRestartGrace},
+		{"heartbeat, an hour", time.Hour, false, MaxRestartGrace},
+		{"heartbeat, the wire's longest", maxRestart, false, MaxRestartGrace},
+		{"metadata, within the bound", 3 * time.Second, true, 3 * time.Second},
+		{"metadata, an hour", time.Hour, true, MaxRestartGrace},
+		{"metadata, the wire's longest", maxRestart, true, MaxRestartGrace},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, _, t0 := fastTracker("a")
+			l.receive(heartbeat{From: "b", Epoch: 5, Seq: 1, Driver: true}, base, t0)
+			if tt.meta {
+				l.markRestarting("b", tt.grace, t0)
+			} else {
+				// Through the wire, as a peer sends it.
+				p, err := heartbeat{From: "b", Epoch: 5, Seq: 2, Driver: true, Restart: tt.grace}.encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				hb, err := decodeHeartbeat(p, func(string) bool { return true })
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.receive(hb, base, t0)
+			}
+			if !l.peers["b"].restarting(t0.Add(tt.want - time.Millisecond)) {
+				t.Errorf("b not restarting %v after it said so with a grace of %v", tt.want-time.Millisecond, tt.grace)
+			}
+			if l.peers["b"].restarting(t0.Add(tt.want)) {
+				t.Errorf("b still restarting %v after it said so with a grace of %v (until %v)", tt.want, tt.grace, l.peers["b"].restartUntil.Sub(t0))
+			}
+		})
+	}
+}

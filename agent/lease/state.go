@@ -34,7 +34,7 @@ type State struct {
 }
 
 func (s State) sameAs(o State) bool {
-	if s.canHold != o.canHold || s.required != o.required || len(s.expired) != len(o.expired) || len(s.restarting) != len(o.restarting) {
+	if s.canHold != o.canHold || s.adopting != o.adopting || s.required != o.required || len(s.expired) != len(o.expired) || len(s.restarting) != len(o.restarting) {
 		return false
 	}
 	for n := range s.restarting {

@@ -329,7 +329,7 @@ func (l *tracker) receive(hb heartbeat, base []string, now time.Time) (heartbeat
 	case hb.Restart > 0 && (p.restartUntil.IsZero() || p.restartEpoch != hb.Epoch):
 		// The first word of this process's restart starts the grace;
 		// repeats do not stretch it.
-		p.restartUntil, p.restartEpoch = now.Add(hb.Restart), hb.Epoch
+		p.restartUntil, p.restartEpoch = now.Add(capGrace(hb.Restart)), hb.Epoch
 	case hb.Restart == 0 && !p.restartUntil.IsZero() && hb.Epoch != p.restartEpoch:
 		p.restartUntil = time.Time{} // its next process: back
 		p.backEpoch, p.back = hb.Epoch, true
@@ -406,8 +406,15 @@ func (l *tracker) markRestarting(name string, grace time.Duration, now time.Time
 		return // the successor heard: the word is its predecessor's
 	}
 	if p.restartUntil.IsZero() || p.restartEpoch != p.epoch {
-		p.restartUntil, p.restartEpoch = now.Add(grace), p.epoch
+		p.restartUntil, p.restartEpoch = now.Add(capGrace(grace)), p.epoch
 	}
+}
+
+// capGrace bounds a peer's announced restart grace by MaxRestartGrace: a
+// buggy or later peer's word holds the VIP for no longer than any
+// configuration can ask.
+func capGrace(grace time.Duration) time.Duration {
+	return min(grace, MaxRestartGrace)
 }
 
 // fence reports whether this node may hold VIPs now: without required

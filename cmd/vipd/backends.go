@@ -234,6 +234,12 @@ func (r *routedVIP) Verify(ctx context.Context, addr netip.Addr) (bool, error) {
 
 var _ agent.Lifetimer = (*routedVIP)(nil)
 
+// Held implements agent.Lifetimer: the local address is on the host,
+// whatever its lifetime.
+func (r *routedVIP) Held(addr netip.Addr) (bool, error) {
+	return r.bind.Held(addr)
+}
+
 // SetLifetime implements agent.Lifetimer on the local address: after a
 // restart in place that no process took over, the address goes by itself
 // (the routers drop the route at their restart time).

@@ -44,6 +44,7 @@ func (f *fakeHalf) SetLifetime(_ context.Context, _ netip.Addr, life time.Durati
 	f.life = life
 	return nil
 }
+func (f *fakeHalf) Held(netip.Addr) (bool, error) { return f.present, f.err }
 func (f *fakeHalf) Announced(context.Context, netip.Addr) (bool, error) {
 	return f.present, f.err
 }

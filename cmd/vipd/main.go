@@ -45,7 +45,8 @@ try-restart, as the package scripts run) keeps them in place instead, for
 the next process to take over within cluster.restart_grace (peers claim as
 for a crash if it is not back by then). SIGUSR2 restarts in place for a
 supervisor other than systemd: exit, leaving the VIPs for the vipd it starts
-next. SIGHUP reloads the configuration; an invalid file keeps the running
+next (under systemd it hands off unless systemd's job is a restart: use
+systemctl restart). SIGHUP reloads the configuration; an invalid file keeps the running
 one and logs every problem.
 
 Environment: GOMAXPROCS (default 1 for vipd: its goroutines wake on timers

@@ -18,10 +18,21 @@ import (
 )
 
 // stopKinds tells the agent what a stop is for (agent.Options.StopKind):
-// a restart in place when SIGUSR2 asked for one, or when systemd's job for
-// this unit is a restart (systemctl restart, try-restart: the package
-// scripts); a stop otherwise (systemctl stop, a shutdown, a package
-// removal), and whenever systemd cannot be asked.
+// under systemd, a restart in place when systemd's job for this unit is a
+// restart (systemctl restart, try-restart: the package scripts), whatever
+// the signal; outside it, when SIGUSR2 asked for one; a stop otherwise
+// (systemctl stop, a shutdown, a package removal, SIGTERM outside
+// systemd), and whenever systemd cannot be asked.
+//
+// A SIGUSR2 under systemd without a restart job hands off: vipd would exit
+// 0, and Restart=on-failure does not start a unit that exited 0, so the
+// VIPs would be left for a process that never comes (dark for the grace,
+// and the unit down for good). Making the unit come back instead is not
+// vipd's to do: exiting non-zero makes ExecStopPost's cleanup see a
+// failure and remove the addresses (and counts towards the start limit),
+// and asking systemd for a restart job over D-Bus needs a privilege the
+// unit's user (vipd) does not have. `systemctl restart vipd` is the way to
+// restart in place under systemd.
 type stopKinds struct {
 	lg *slog.Logger
 	// usr2: SIGUSR2 ended the daemon: a supervisor other than systemd
@@ -34,11 +45,12 @@ type stopKinds struct {
 
 // kind implements agent.Options.StopKind.
 func (s *stopKinds) kind() agent.StopKind {
-	if s.usr2.Load() {
-		return agent.StopRestart
-	}
-	if os.Getenv("INVOCATION_ID") == "" {
-		return agent.StopHandoff // not a systemd service
+	usr2 := s.usr2.Load()
+	if !underSystemd() {
+		if usr2 {
+			return agent.StopRestart
+		}
+		return agent.StopHandoff // SIGTERM outside systemd
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), systemdTimeout)
 	defer cancel()
@@ -48,7 +60,16 @@ func (s *stopKinds) kind() agent.StopKind {
 		return agent.StopHandoff
 	}
 	s.lg.Info("systemd job for this unit", "job", orNone(job))
-	return stopKindOfJob(job)
+	k := stopKindOfJob(job)
+	if usr2 && k != agent.StopRestart {
+		s.lg.Warn("SIGUSR2 under systemd without a restart job: handing the VIPs off (systemd would not start the next vipd); restart in place with systemctl restart")
+	}
+	return k
+}
+
+// underSystemd reports whether this process runs as a systemd service.
+func underSystemd() bool {
+	return os.Getenv("INVOCATION_ID") != "" || os.Getenv("NOTIFY_SOCKET") != ""
 }
 
 // stopKindOfJob maps a systemd job type to what the stop is for.

@@ -212,3 +212,57 @@ func TestRestartFailedStart(t *testing.T) {
 	t.Logf("the next vipd of %s failed to start: cleanup %v after the exit removed the address, %s took over %v after the exit (grace %v)",
 		owner.Name, cleaned.Sub(exited).Round(time.Millisecond), next, took.Round(time.Millisecond), grace)
 }
+
+// TestRestartBindAddressLate: SIGUSR2 on the owner, and its next vipd
+// started while its bind address is not on the host (as when
+// cluster.bind_address changed to an address configured later); the
+// address comes 2 s after the grace. Never two holders: the adopted VIP
+// keeps its kernel lifetime while the new vipd waits (no lease, no
+// membership), so it goes before the peers claim at the end of the grace,
+// and the new vipd gives it up instead of putting it back; once the owner
+// is back, one node holds the VIP.
+func TestRestartBindAddressLate(t *testing.T) {
+	l, vip, owner := cluster(t, netlab.VIP4)
+	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
+	start := time.Now()
+	exited := stopForRestart(t, l, owner)
+	prefix := owner.IP.String() + "/24"
+	if out, err := l.Exec(owner, "ip", "addr", "del", prefix, "dev", owner.Iface()); err != nil {
+		t.Fatalf("remove %s's address: %v %s", owner.Name, err, out)
+	}
+	if _, err := l.StartVipdNoWait(owner, l.VipdConfig(owner, options(vip))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(exited.Add(grace + 2*time.Second)))
+	added := time.Now()
+	if out, err := l.Exec(owner, "ip", "addr", "add", prefix, "dev", owner.Iface()); err != nil {
+		t.Fatalf("add %s's address back: %v %s", owner.Name, err, out)
+	}
+	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
+		t.Fatalf("%s after its address came: %v", owner.Name, err)
+	}
+	back := time.Since(added)
+	// Watch past the owner's return (its settle included).
+	time.Sleep(3 * time.Second)
+	samples, errs := rec.Stop()
+	for _, e := range errs {
+		t.Errorf("holder sampling: %s", e)
+	}
+	ss := samples.Between(start, time.Now())
+	if two := len(ss) - ss.Count(0) - ss.Count(1); two > 0 {
+		t.Errorf("%d of %d samples with two holders: %v", two, len(ss), ss.Transitions())
+	}
+	h, err := l.OneHolder(vip)
+	if err != nil {
+		t.Errorf("after %s is back: %v", owner.Name, err)
+	}
+	log, _ := owner.VipdLog()
+	if lines := netlab.LogLines(log, "giving up a VIP taken over"); len(lines) != 1 {
+		t.Errorf("the new vipd's log does not say it gave the VIP up: %q", lines)
+	}
+	t.Logf("%s restarted with its bind address %v late: %d holder samples, transitions %v; %s holds; %s alive on every node %v after its address came",
+		owner.Name, added.Sub(exited).Round(time.Millisecond), len(ss), ss.Transitions(), h, owner.Name, back.Round(time.Millisecond))
+	if t.Failed() {
+		l.DumpLogs()
+	}
+}
