@@ -196,7 +196,7 @@ func TestParseBadConfigs(t *testing.T) {
 		{
 			name: "bad addresses and durations, all listed",
 			toml: "[cluster]\nbind_address = \"192.0.2.300\"\npeers = [\"192.0.2.12\", \"192.0.2.400:7946\"]\nrejoin_interval = \"30 seconds\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.1000\"\ninterface=\"eth0\"\n",
-			want: []string{`2:1: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: invalid address "192.0.2.1000"`},
+			want: []string{`2:1: cluster.bind_address: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: vip[0].address: invalid address "192.0.2.1000"`},
 		},
 		{
 			name: "kubernetes section checked by the Node watch's rules",
@@ -268,7 +268,7 @@ func TestParseBadConfigs(t *testing.T) {
 			// there must not start a line without the file name.
 			name: "syntax error at a newline stays on one line",
 			toml: "a = 0b\nb = 0o\tc\n",
-			want: []string{`1:5: not a binary number: '0b\n'`},
+			want: []string{`1:5: a: not a binary number: '0b\n'`},
 		},
 		{
 			name: "health needs url or command, bad url",
