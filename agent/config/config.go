@@ -556,6 +556,18 @@ func (c *Config) applyDefaults(written func(path string) bool) {
 	}
 }
 
+// Problem places a problem about the key at path ("api.socket_group",
+// "vip[0].interface"; its closest enclosing table when it is not written)
+// in the file c was read from, as Parse places its own.
+func (c *Config) Problem(path, format string, args ...any) Problem {
+	v := &validator{path: c.Path, keys: c.keys}
+	if v.keys == nil {
+		v.keys = indexKeys(nil)
+	}
+	v.at(path, format, args...)
+	return v.problems[0]
+}
+
 // Level returns log_level as a slog level.
 func (c *Config) Level() slog.Level {
 	var l slog.Level

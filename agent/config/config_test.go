@@ -111,8 +111,9 @@ func TestKubernetesDefaults(t *testing.T) {
 }
 
 // TestKubernetesHostCheck: enabled = true with no kubeconfig to be found
-// is a --check warning, placed at the key; absent, it is not (the watch
-// waits quietly for kubeadm to write one).
+// is a --check warning, placed at kubernetes.kubeconfig when that names
+// the file (and saying it does not exist, not to set it); absent, it is
+// not (the watch waits quietly for kubeadm to write one).
 func TestKubernetesHostCheck(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "kubelet.conf")
 	env := HostEnv{Interfaces: func() ([]HostInterface, error) { return nil, nil }, Euid: func() int { return 1000 }}
@@ -136,10 +137,10 @@ func TestKubernetesHostCheck(t *testing.T) {
 		warnings, _ := CheckHost(c, env)
 		found := false
 		for _, w := range warnings {
-			if strings.Contains(w.Msg, "no kubeconfig is found") {
+			if strings.Contains(w.Msg, "does not exist (yet)") {
 				found = true
-				if w.Line != 21 {
-					t.Errorf("warning at line %d, want 21 (kubernetes.enabled): %v", w.Line, w)
+				if w.Line != 22 || strings.Contains(w.Msg, "set kubernetes.kubeconfig") {
+					t.Errorf("warning at line %d, want 22 (kubernetes.kubeconfig), not asking to set it: %v", w.Line, w)
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,5 +152,103 @@ func TestLoadDirectory(t *testing.T) {
 	_, err := Load(dir)
 	if err == nil || !strings.Contains(err.Error(), dir+" is a directory: --config takes the configuration file (such as "+DefaultConfigPath+")") {
 		t.Errorf("Load(dir) = %v, want it to say the path is a directory and what to give", err)
+	}
+}
+
+// TestCheckHostNewcomerMistakes: what only this host can tell is wrong:
+// a VIP or a BGP peer that is one of this host's own addresses (errors:
+// vipd would remove the host's address at start, or peer with itself), a
+// bind address not on the host (a warning: vipd waits for it), no peers, a
+// kubeconfig that is named but missing or not a kubeconfig, and state_dir
+// or api.socket outside the paths vipd.service may write.
+func TestCheckHostNewcomerMistakes(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.conf")
+	if err := os.WriteFile(garbage, []byte("\x01\x02 not yaml: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unit := filepath.Join(dir, "vipd.service")
+	b, err := os.ReadFile("../../packaging/systemd/vipd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unit, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := HostEnv{
+		Interfaces: func() ([]HostInterface, error) {
+			return []HostInterface{{Name: "eth0", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.5/24")}}}, nil
+		},
+		Euid:      func() int { return 1000 },
+		UnitFiles: []string{unit}, DropInDirs: []string{filepath.Join(dir, "none")},
+	}
+	tests := []struct {
+		name          string
+		toml          string
+		errors, warns []string
+	}{
+		{
+			name:   "a VIP that is this host's address",
+			toml:   "[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.5\"\ninterface = \"eth0\"\n",
+			errors: []string{`6:1: vip "api": address 192.0.2.5 is this host's own address (on eth0)`},
+		},
+		{
+			name:   "a BGP peer that is this host, and a bind address not on it",
+			toml:   "[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\"]\n[bgp]\nasn = 64513\n[[bgp.peer]]\naddress = \"192.0.2.5\"\nasn = 64512\n[[vip]]\nname = \"api\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n",
+			errors: []string{`7:1: bgp.peer[0].address 192.0.2.5 is this host's own address (on eth0)`},
+			warns:  []string{`2:1: cluster.bind_address 192.0.2.11 is not an address of this host (yet): vipd waits for it at start`},
+		},
+		{
+			name:  "no peers",
+			toml:  "[cluster]\nbind_address = \"192.0.2.5\"\npeers = []\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n",
+			warns: []string{`3:1: cluster.peers is empty`},
+		},
+		{
+			name: "a named kubeconfig that does not exist",
+			toml: "[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n" +
+				fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", filepath.Join(dir, "missing.conf")),
+			warns: []string{`10:1: kubernetes.kubeconfig ` + filepath.Join(dir, "missing.conf") + ` does not exist (yet)`},
+		},
+		{
+			name: "a garbage kubeconfig",
+			toml: "[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n" +
+				fmt.Sprintf("[kubernetes]\nkubeconfig = %q\n", garbage),
+			warns: []string{`9:1: kubernetes.kubeconfig ` + garbage + `: not a kubeconfig the Node watch can use`},
+		},
+		{
+			name: "state_dir and api.socket outside the unit's writable paths",
+			toml: "state_dir = \"/srv/vipd\"\n[api]\nsocket = \"/var/run/vipd-api/vipd.sock\"\n[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n",
+			warns: []string{`1:1: state_dir /srv/vipd is outside the paths vipd.service may write (` + unit + `: /run/vipd, /var/lib/vipd)`,
+				`3:1: api.socket /var/run/vipd-api/vipd.sock is outside the paths vipd.service may write`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "vipd.toml")
+			if err := os.WriteFile(path, []byte(tt.toml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warns, errs := CheckHost(c, env)
+			for _, set := range []struct {
+				what string
+				want []string
+				got  []Problem
+			}{{"errors", tt.errors, errs}, {"warnings", tt.warns, warns}} {
+				var lines []string
+				for _, p := range set.got {
+					lines = append(lines, p.Error())
+				}
+				text := strings.Join(lines, "\n")
+				for _, w := range set.want {
+					if !strings.Contains(text, path+":"+w) {
+						t.Errorf("%s miss %q:\n%s", set.what, w, text)
+					}
+				}
+			}
+		})
 	}
 }

@@ -109,10 +109,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	warnings, hostErrs := config.CheckHost(cfg, config.HostEnv{CheckL2: checkL2})
+	// The same checks for --check and for the start: a file --check
+	// accepts is one the daemon starts with, short of binding.
+	warnings, hostErrs := agent.Preflight(cfg, config.HostEnv{CheckL2: checkL2})
 	if *check {
-		for _, w := range append(warnings, hostErrs...) {
+		for _, w := range warnings {
 			fmt.Fprintln(stderr, "warning:", w.Error())
+		}
+		for _, e := range hostErrs {
+			fmt.Fprintln(stderr, e.Error())
+		}
+		if len(hostErrs) > 0 {
+			return 1
 		}
 		fmt.Fprintln(stdout, "configuration OK")
 		return 0

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckRefusesWhatStartRefuses: every configuration the daemon refuses
+// at start-up before it binds or announces (agent.Run's and main's own
+// refusals; agent's TestRunRefusesWhatPreflightRefuses shows Run refuses
+// them) is refused by --check too, exit 1, with the problem placed at its
+// key: ExecStartPre's --check is where an operator reads why.
+func TestCheckRefusesWhatStartRefuses(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	head := func(stateDir, socket string) string {
+		return fmt.Sprintf("node_name = \"cp-1\"\nstate_dir = %q\n[api]\nsocket = %q\n", stateDir, socket)
+	}
+	state, sock := filepath.Join(dir, "state"), filepath.Join(dir, "run", "vipd.sock")
+	const tail = "[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"lo\"\n"
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"state_dir cannot be created", head(filepath.Join(blocker, "state"), sock) + tail, `:2:1: state_dir ` + filepath.Join(blocker, "state") + `: cannot be created`},
+		{"the socket's directory cannot be created", head(state, filepath.Join(blocker, "vipd.sock")) + tail, `:4:1: api.socket ` + filepath.Join(blocker, "vipd.sock") + `: its directory cannot be created`},
+		{"socket_group does not exist", head(state, sock) + "socket_group = \"nosuchgroup-vipd\"\n" + tail, `:5:1: api.socket_group "nosuchgroup-vipd" does not exist`},
+		{"the VIP's interface does not exist", head(state, sock) + strings.Replace(tail, `"lo"`, `"vtcheck-none"`, 1), `:11:1: vip "apiserver": interface "vtcheck-none" does not exist on this host`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "vipd.toml")
+			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"--check", "--config", path}, &stdout, &stderr)
+			if code != 1 {
+				t.Errorf("vipd --check exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+			if !strings.Contains(stderr.String(), path+tc.want) {
+				t.Errorf("stderr does not hold %q:\n%s", path+tc.want, stderr.String())
+			}
+			if strings.Contains(stdout.String(), "configuration OK") {
+				t.Errorf("stdout says configuration OK")
+			}
+		})
+	}
+}
