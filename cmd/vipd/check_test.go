@@ -52,3 +52,31 @@ func TestCheckRefusesWhatStartRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestHelp: vipd --help (and -h) prints the usage to standard output and
+// exits 0, its flags spelt with two dashes as every document spells them;
+// a bad flag prints it to standard error and exits 2.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{arg}, &stdout, &stderr); code != 0 {
+			t.Errorf("vipd %s: exit %d, want 0", arg, code)
+		}
+		out := stdout.String()
+		if !strings.Contains(out, "\n  --check\n") || !strings.Contains(out, "\n  --config PATH\n") {
+			t.Errorf("vipd %s: the flags are not listed as --check and --config PATH:\n%s", arg, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+				t.Errorf("vipd %s: a flag with one dash: %q", arg, line)
+			}
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("vipd %s: standard error %q, want nothing", arg, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--chek"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--check") || stdout.Len() != 0 {
+		t.Errorf("vipd --chek: exit %d, stdout %q, stderr %q; want 2 and the usage on standard error", code, stdout.String(), stderr.String())
+	}
+}

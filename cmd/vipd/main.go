@@ -29,7 +29,10 @@ Usage:
   vipd [--config PATH]            run the daemon
   vipd [--config PATH] --check    validate the configuration and this host
                                   (interfaces, key file access, the sysctls
-                                  an L2 VIP needs) and exit
+                                  an L2 VIP needs, the socket group and
+                                  directories): every check the start runs
+                                  short of binding, so vipd refuses nothing
+                                  --check accepted; then exit
   vipd cleanup [--config PATH]    remove every VIP address vipd may have left on
                                   this host: those the configuration names and
                                   those recorded in state_dir (systemd runs it
@@ -68,18 +71,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("vipd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	configPath := fs.String("config", config.DefaultConfigPath, "configuration file")
+	fs.Usage = func() {} // printed below: --help to stdout, a bad flag's to stderr
+	configPath := fs.String("config", config.DefaultConfigPath, "the configuration file, at `PATH`")
 	check := fs.Bool("check", false, "validate the configuration: print \"configuration OK\" and exit 0, or list every problem as PATH:LINE:COL: message and exit 1")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	restartProtocol := fs.Bool("restart-protocol", false, "print the version of the restart record this vipd takes over (restarts in place) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
 			return 0
 		}
+		printUsage(stderr, fs)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -198,6 +200,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// printUsage writes the usage and the flags, spelt with two dashes as the
+// documents spell them (the flag package accepts one or two).
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, usage)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			help += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, help)
+	})
 }
 
 // checkL2 is the agent's HostEnv.CheckL2: l2.CheckHost, one line per

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,21 +69,27 @@ func (e *env) run(args []string, version string) int {
 		return ExitUsage
 	}
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	var xe *exitError
+	code, msg := ExitOK, ""
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &xe):
-		if xe.msg != "" {
-			fmt.Fprintln(e.stderr, xe.msg)
-		}
-		return xe.code
+		code, msg = xe.code, xe.msg
 	default:
 		// cobra's own errors: unknown command, bad flag, wrong arguments.
-		fmt.Fprintf(e.stderr, "vipctl: %v\nSee 'vipctl --help'.\n", err)
-		return ExitUsage
+		code, msg = ExitUsage, fmt.Sprintf("vipctl: %v\nSee 'vipctl --help'.", err)
 	}
+	if msg != "" {
+		fmt.Fprintln(e.stderr, msg)
+	}
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+		// A script reading --json output reads the failure too.
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"exit_code": code, "message": msg}})
+		fmt.Fprintf(e.stdout, "%s\n", b)
+	}
+	return code
 }
 
 // Command returns vipctl's command tree, for documentation and completion
