@@ -136,8 +136,9 @@ type ClusterConfig struct {
 	BindAddress string `toml:"bind_address"`
 	// BindPort is the memberlist TCP and UDP port. [7946]
 	BindPort int `toml:"bind_port"`
-	// Peers are addresses ("ip" or "ip:port", port defaulting to
-	// bind_port) joined at start, together with the cached peers.
+	// Peers are addresses ("ip", "ip:port", "[ipv6]:port", "host" or
+	// "host:port", port defaulting to bind_port) joined at start, together
+	// with the cached peers.
 	Peers []string `toml:"peers"`
 	// RejoinInterval is how often peers that are not alive members are
 	// joined again. [30s]

@@ -256,9 +256,12 @@ func (e *env) eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "recent ownership, membership and health events",
-		Long: `Prints this node's recent events (ownership, hold, release, membership,
-health, withdraw, conflict, fence, node: what its Kubernetes Node says);
---follow keeps streaming new ones, --json prints one JSON object per line.`,
+		Long: `Prints this node's recent events, by kind: ownership, hold, release,
+membership, health, withdraw, conflict, drift (a held VIP found missing and
+announced again), clients (the VIP's clients reset or closed when it moved),
+fence, node (what its Kubernetes Node says) and restart (a restart in
+place); docs/operations.md lists what each says. --follow keeps streaming
+new ones, --json prints one JSON object per line.`,
 		Args:              noArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
