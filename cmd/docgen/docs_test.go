@@ -145,3 +145,68 @@ func TestEveryExitCodeIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// anchor is GitHub's anchor for a markdown heading's text.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// TestLongDocsHaveContents: a document of more than 500 lines starts
+// with a "Contents" list that links every one of its "## " sections.
+func TestLongDocsHaveContents(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := 0
+	for _, d := range docs {
+		text := readDoc(t, d)
+		if strings.Count(text, "\n") <= 500 {
+			continue
+		}
+		long++
+		i := strings.Index(text, "\n## Contents\n")
+		if i < 0 {
+			t.Errorf("%s has %d lines and no \"## Contents\"", filepath.Base(d), strings.Count(text, "\n"))
+			continue
+		}
+		toc := section(t, text, "## Contents")
+		for _, m := range regexp.MustCompile("(?m)^## (.+)$").FindAllStringSubmatch(text[i+1+len(toc):], -1) {
+			if !strings.Contains(toc, "](#"+anchor(m[1])+")") {
+				t.Errorf("%s: Contents does not link section %q (#%s)", filepath.Base(d), m[1], anchor(m[1]))
+			}
+		}
+	}
+	if long < 2 {
+		t.Fatalf("found %d long documents; design.md and operations.md are", long)
+	}
+}
+
+// TestDocsReadme: docs/README.md says what to read in what order for each
+// reader, and links every document of docs/.
+func TestDocsReadme(t *testing.T) {
+	text := readDoc(t, "../../docs/README.md")
+	for _, reader := range []string{"## First install", "## Bootstrapping a cluster with kubeadm", "## Upgrading", "## On call"} {
+		if !strings.Contains(text, "\n"+reader) {
+			t.Errorf("docs/README.md has no section %q", reader)
+		}
+	}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		if b := filepath.Base(d); b != "README.md" && !strings.Contains(text, "]("+b) {
+			t.Errorf("docs/README.md does not link %s", b)
+		}
+	}
+}
