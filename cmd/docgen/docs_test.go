@@ -195,7 +195,7 @@ func TestLongDocsHaveContents(t *testing.T) {
 // reader, and links every document of docs/.
 func TestDocsReadme(t *testing.T) {
 	text := readDoc(t, "../../docs/README.md")
-	for _, reader := range []string{"## First install", "## Bootstrapping a cluster with kubeadm", "## Upgrading", "## On call"} {
+	for _, reader := range []string{"## First install", "## Bootstrapping a cluster with kubeadm", "## Upgrading", "## On call", "## Coming from keepalived"} {
 		if !strings.Contains(text, "\n"+reader) {
 			t.Errorf("docs/README.md has no section %q", reader)
 		}

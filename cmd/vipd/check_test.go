@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // TestCheckRefusesWhatStartRefuses: every configuration the daemon refuses
@@ -78,5 +80,26 @@ func TestHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"--chek"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--check") || stdout.Len() != 0 {
 		t.Errorf("vipd --chek: exit %d, stdout %q, stderr %q; want 2 and the usage on standard error", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestConvertKeepalived: vipd convert-keepalived FILE prints the vipd.toml
+// for the kubeadm HA guide's keepalived.conf on standard output, one that
+// vipd accepts, and what it could not carry over on standard error.
+func TestConvertKeepalived(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"convert-keepalived", "../../internal/keepalived/testdata/kubeadm-ha-guide-unicast.conf"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, stderr.String())
+	}
+	if _, err := config.Parse("converted.toml", stdout.Bytes()); err != nil {
+		t.Errorf("vipd refuses the converted file: %v\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "vipd convert-keepalived: not carried over: line 18: priority 100") {
+		t.Errorf("standard error does not list what was not carried over:\n%s", stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"convert-keepalived"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "vipd convert-keepalived FILE") {
+		t.Errorf("without a file: exit %d, stderr %q; want 2 and the usage", code, stderr.String())
 	}
 }

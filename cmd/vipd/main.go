@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/keepalived"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -39,6 +41,11 @@ Usage:
                                   as ExecStopPost, so a crashed agent leaves
                                   nothing behind); needs no secrets and works
                                   with a broken configuration file
+  vipd convert-keepalived FILE    print the vipd.toml that does what a
+                                  keepalived.conf does (the kubeadm HA
+                                  guide's shapes), and on standard error
+                                  what it could not carry over
+                                  (docs/keepalived.md)
   vipd --version
 
 Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
@@ -68,6 +75,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 && args[0] == "cleanup" {
 		cmd, args = "cleanup", args[1:]
+	}
+	if len(args) > 0 && args[0] == "convert-keepalived" {
+		return convertKeepalived(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("vipd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -198,6 +208,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// journal shows for the failed start.
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	return 0
+}
+
+// convertKeepalived is `vipd convert-keepalived FILE`.
+func convertKeepalived(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: vipd convert-keepalived FILE (a keepalived.conf; see docs/keepalived.md)")
+		return 2
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: %v\n", err)
+		return 1
+	}
+	conf, err := keepalived.Parse(string(b))
+	if err != nil {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: %s: %v\n", args[0], err)
+		return 1
+	}
+	out, notes := keepalived.Convert(conf)
+	fmt.Fprint(stdout, out)
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: not carried over: %s\n", n)
 	}
 	return 0
 }
