@@ -62,8 +62,11 @@ func KubeconfigAccessHint(user string) string {
 type HostInterface struct {
 	// Name is the interface's name ("eth0").
 	Name string
-	// Prefixes are its addresses with their prefix lengths.
+	// Prefixes are its networks: its addresses with their prefix
+	// lengths, masked (192.0.2.0/24 for 192.0.2.11/24).
 	Prefixes []netip.Prefix
+	// Addrs are its addresses (192.0.2.11).
+	Addrs []netip.Addr
 }
 
 // CheckHost checks the configuration against this host: what `vipd --check`
@@ -115,9 +118,9 @@ func CheckHost(c *Config, env HostEnv) (warnings, errs []Problem) {
 	ownedBy := map[netip.Addr]string{} // this host's addresses, by interface
 	for _, ifi := range ifaces {
 		byName[ifi.Name] = ifi
-		for _, p := range ifi.Prefixes {
-			if _, ok := ownedBy[p.Addr()]; !ok {
-				ownedBy[p.Addr()] = ifi.Name
+		for _, a := range ifi.Addrs {
+			if _, ok := ownedBy[a]; !ok {
+				ownedBy[a] = ifi.Name
 			}
 		}
 	}
@@ -319,6 +322,7 @@ func hostInterfaces() ([]HostInterface, error) {
 					if ip, ok := netip.AddrFromSlice(n.IP); ok {
 						ones, _ := n.Mask.Size()
 						hi.Prefixes = append(hi.Prefixes, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+						hi.Addrs = append(hi.Addrs, ip.Unmap())
 					}
 				}
 			}

@@ -177,7 +177,8 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 	}
 	env := HostEnv{
 		Interfaces: func() ([]HostInterface, error) {
-			return []HostInterface{{Name: "eth0", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.5/24")}}}, nil
+			// As hostInterfaces reads them: the networks masked.
+			return []HostInterface{{Name: "eth0", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.5")}}}, nil
 		},
 		Euid:      func() int { return 1000 },
 		UnitFiles: []string{unit}, DropInDirs: []string{filepath.Join(dir, "none")},
@@ -250,5 +251,49 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckHostRealAddresses: on this host's real interfaces (loopback is
+// always there), an address the host has is known as one: 127.0.0.1 as a
+// bind address draws no "not an address of this host" warning, and another
+// address of the host as a BGP peer is refused as this host's own.
+func TestCheckHostRealAddresses(t *testing.T) {
+	ifs, err := hostInterfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, other := false, netip.Addr{}
+	for _, ifi := range ifs {
+		for _, a := range ifi.Addrs {
+			switch {
+			case a == netip.MustParseAddr("127.0.0.1"):
+				found = true
+			case !other.IsValid() && !a.IsLinkLocalUnicast() && !a.Is4In6():
+				other = a
+			}
+		}
+	}
+	if !found || !other.IsValid() {
+		t.Skipf("this host lacks 127.0.0.1 (%v) or a second address (%v)", found, other)
+	}
+	path := filepath.Join(t.TempDir(), "vipd.toml")
+	text := fmt.Sprintf("[cluster]\nbind_address = \"127.0.0.1\"\npeers = [\"192.0.2.12\"]\n[bgp]\nasn = 64513\nrouter_id = \"192.0.2.11\"\n[[bgp.peer]]\naddress = %q\nasn = 64512\n", other) +
+		"[[vip]]\nname = \"api\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warns, errs := CheckHost(c, HostEnv{Euid: func() int { return 1000 }, UnitFiles: []string{}})
+	for _, w := range warns {
+		if strings.Contains(w.Msg, "is not an address of this host") {
+			t.Errorf("warned about the host's own 127.0.0.1: %v", w)
+		}
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Msg, fmt.Sprintf("bgp.peer[0].address %s is this host's own address", other)) {
+		t.Errorf("errors %v, want the BGP peer at %s refused", errs, other)
 	}
 }
