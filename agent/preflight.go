@@ -19,12 +19,23 @@ import (
 // prints both and fails on errors.
 func Preflight(c *config.Config, env config.HostEnv) (warnings, errs []config.Problem) {
 	warnings, errs = config.CheckHost(c, env)
-	if err := creatableDir(c.StateDir); err != nil {
-		errs = append(errs, c.Problem("state_dir", "state_dir %s: cannot be created: %v", c.StateDir, err))
+	// The packaged unit's systemd creates the default directories for the
+	// service user before ExecStartPre (StateDirectory=,
+	// RuntimeDirectory=); checked by hand before the first start, a
+	// missing one that this user cannot create is a warning.
+	dir := func(key, path, managed, what string) {
+		err := creatableDir(path)
+		if err == nil {
+			return
+		}
+		if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) && filepath.Clean(path) == managed {
+			warnings = append(warnings, c.Problem(key, "%s: %v: systemd creates it for vipd.service (StateDirectory=, RuntimeDirectory=); vipd started otherwise fails", what, err))
+			return
+		}
+		errs = append(errs, c.Problem(key, "%s: %v", what, err))
 	}
-	if err := creatableDir(filepath.Dir(c.API.Socket)); err != nil {
-		errs = append(errs, c.Problem("api.socket", "api.socket %s: its directory cannot be created: %v", c.API.Socket, err))
-	}
+	dir("state_dir", c.StateDir, config.DefaultStateDir, fmt.Sprintf("state_dir %s: cannot be created", c.StateDir))
+	dir("api.socket", filepath.Dir(c.API.Socket), filepath.Dir(config.DefaultSocket), fmt.Sprintf("api.socket %s: its directory cannot be created", c.API.Socket))
 	if _, err := socketGroup(c.API.SocketGroup); err != nil {
 		errs = append(errs, c.Problem("api.socket_group", "%v", err))
 	}
