@@ -4,6 +4,7 @@
 //
 // The data flow, file by file (docs/design.md has the long form):
 //
+//	preflight.go  what start-up refuses short of binding, for vipd --check too
 //	run.go        Run: start-up wiring, then the loop, then shutdown
 //	loop.go       the one goroutine that owns the agent's state
 //	observe.go    read the world: links, addresses, routes

@@ -90,7 +90,7 @@ func socketGroup(name string) (int, error) {
 	g, err := user.LookupGroup(name)
 	if err != nil {
 		if explicit {
-			return 0, fmt.Errorf("api socket_group %q: %w", name, err)
+			return 0, fmt.Errorf("api.socket_group %q does not exist on this host (%v): create it (groupadd --system %s) or leave socket_group out (then the %s group if it exists, else root only)", name, err, name, DefaultSocketGroup)
 		}
 		return -1, nil
 	}
@@ -312,7 +312,7 @@ func (peerCredTransport) OverrideServerName(string) error { return nil }
 // root:root 0750, which would lock the group out). Shared directories (/run,
 // /tmp) are left as they are.
 func socketDir(dir string, gid int) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := makeDir(dir, 0o750); err != nil {
 		return fmt.Errorf("api socket directory %s: %w", dir, err)
 	}
 	if gid < 0 {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -153,13 +152,9 @@ func stampOf(path string) caStamp {
 func newHTTPClient(h *healthCheck) (*http.Client, error) {
 	tlsConf := &tls.Config{InsecureSkipVerify: h.InsecureSkipVerify, ServerName: h.TLSServerName} //nolint:gosec // opt-in, documented
 	if h.CAFile != "" {
-		pem, err := os.ReadFile(h.CAFile)
+		pool, err := config.CertPool(h.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificates", h.CAFile)
+			return nil, err
 		}
 		tlsConf.RootCAs = pool
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -21,7 +20,7 @@ import (
 // only after every goroutine it started has ended.
 func (a *Agent) Run(ctx context.Context) error {
 	c := a.st.cfg
-	if err := os.MkdirAll(c.StateDir, 0o750); err != nil {
+	if err := makeDir(c.StateDir, 0o750); err != nil {
 		return fmt.Errorf("create state_dir: %w", err)
 	}
 	ws := loadWithdraw(c.StateDir)

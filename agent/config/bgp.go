@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net/netip"
 	"strings"
@@ -21,6 +22,10 @@ import (
 func (v *validator) checkBGP(c *Config) {
 	b, cl := c.BGP, &c.Cluster
 	sc := bgp.Config{ASN: b.ASN}
+	if !v.written("bgp.asn") {
+		v.at("bgp", "bgp.asn is required: this node's AS number (a private one, 64512-65534, when the routers are yours; docs/bgp.md)")
+		v.placed["bgp.asn"] = true
+	}
 	switch {
 	case b.RouterID != "":
 		a, err := netip.ParseAddr(b.RouterID)
@@ -68,13 +73,20 @@ func (v *validator) checkBGP(c *Config) {
 			v.at(p+".address", "invalid peer address %q", pr.Address)
 		} else {
 			peer.Address = a.Unmap()
+			if peer.Address == cl.bindAddr {
+				v.at(p+".address", "%s.address %s is this node's cluster.bind_address: list the routers this node peers with, not the node", p, peer.Address)
+			}
 		}
 		peer.HoldTime, _ = v.duration(p+".hold_time", pr.HoldTime)
 		peer.Keepalive, _ = v.duration(p+".keepalive", pr.Keepalive)
 		peer.BFD.MinInterval, _ = v.duration(p+".bfd_min_interval", pr.BFDMinInterval)
 		if pr.PasswordFile != "" {
 			pw, err := readSecretFile(pr.PasswordFile)
-			if err != nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				f := pr.PasswordFile
+				v.at(p+".password_file", "password_file %v: write the router's password to it (umask 077; printf '%%s' PASSWORD > %s), then chown vipd %s", err, f, f)
+			case err != nil:
 				v.at(p+".password_file", "password_file %v", err)
 			}
 			peer.Password = pw

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -9,11 +10,13 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -27,6 +30,8 @@ type validator struct {
 	problems []Problem
 	// placed are the key paths problems were recorded at.
 	placed map[string]bool
+	// generic is the file decoded without types (nil in CheckHost).
+	generic map[string]any
 }
 
 func (v *validator) err() error {
@@ -40,7 +45,11 @@ func (v *validator) err() error {
 		}
 		return a.Col < b.Col
 	})
-	return &ConfigError{Problems: v.problems}
+	ps := v.problems
+	if n := len(ps) - MaxProblems; n > 0 {
+		ps = append(ps[:MaxProblems:MaxProblems], Problem{Path: v.path, Msg: fmt.Sprintf("and %d more problems", n)})
+	}
+	return &ConfigError{Problems: ps}
 }
 
 // at records a problem about the key at path ("vip[0].address").
@@ -55,13 +64,17 @@ func (v *validator) at(path, format string, args ...any) {
 
 func (v *validator) unknownKey(k toml.Key) {
 	plain := strings.Join(k, ".")
+	msg := fmt.Sprintf("unknown key %q", plain)
+	if s := suggest(plain); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	}
 	places := v.keys.plain[plain]
 	if len(places) == 0 {
-		v.at("", "unknown key %q", plain)
+		v.at("", "%s", msg)
 		return
 	}
 	for _, path := range places {
-		v.at(path, "unknown key %q", plain)
+		v.at(path, "%s", msg)
 	}
 }
 
@@ -233,7 +246,7 @@ func (v *validator) checkCluster(cl *ClusterConfig) {
 	if cl.BindAddress == "" {
 		v.at("cluster", "cluster.bind_address is required")
 	} else if a, err := netip.ParseAddr(cl.BindAddress); err != nil || a.Zone() != "" {
-		v.at("cluster.bind_address", "invalid address %q", cl.BindAddress)
+		v.at("cluster.bind_address", "cluster.bind_address: invalid address %q%s", cl.BindAddress, prefixHint(cl.BindAddress))
 	} else if a = a.Unmap(); a.IsUnspecified() || a.IsMulticast() {
 		v.at("cluster.bind_address", "bind_address %s is not an address other nodes can reach: use this node's address on the cluster network (it is also what peers are told to call)", a)
 	} else {
@@ -444,7 +457,7 @@ func (v *validator) checkVIPs(c *Config) {
 		if vip.Address == "" {
 			v.at(p, "vip.address is required")
 		} else if a, err := netip.ParseAddr(vip.Address); err != nil || a.Zone() != "" {
-			v.at(p+".address", "invalid address %q", vip.Address)
+			v.at(p+".address", "%s.address: invalid address %q%s", p, vip.Address, prefixHint(vip.Address))
 		} else {
 			a = a.Unmap()
 			vip.addr = a
@@ -455,6 +468,9 @@ func (v *validator) checkVIPs(c *Config) {
 			switch {
 			case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback():
 				v.at(p+".address", "address %s cannot be a VIP", a)
+			case a.IsLinkLocalUnicast() && vip.Mode == ModeL2:
+				// (The bgp package refuses it for mode "bgp".)
+				v.at(p+".address", "vip %q: address %s is link-local: it is reachable on one link only, and clients would need its zone; use a global or unique-local address", vip.Name, a)
 			case a == c.Cluster.bindAddr:
 				v.at(p+".address", "vip %q: address %s is this node's cluster.bind_address; a VIP needs an address no host uses", vip.Name, a)
 			default:
@@ -491,6 +507,27 @@ func (v *validator) checkVIPs(c *Config) {
 			v.checkHealth(p+".health", vip.Health)
 		}
 	}
+	for i, vip := range c.VIPs {
+		h := vip.Health
+		if h == nil || h.URL == "" {
+			continue
+		}
+		u, err := url.Parse(h.URL)
+		if err != nil {
+			continue
+		}
+		a, err := netip.ParseAddr(u.Hostname())
+		if err != nil {
+			continue
+		}
+		if j, ok := addrs[a.Unmap()]; ok {
+			what := "the VIP itself"
+			if j != i {
+				what = fmt.Sprintf("the address of vip %q", c.VIPs[j].Name)
+			}
+			v.at(fmt.Sprintf("vip[%d].health.url", i), "vip %q: health url %q is %s: the check would ask whichever node holds the VIP, not this one; check the local server (https://127.0.0.1:6443/readyz for an apiserver)", vip.Name, h.URL, what)
+		}
+	}
 	if needBGP && c.BGP == nil {
 		v.at("", "a VIP has mode \"bgp\" but there is no [bgp] section")
 	}
@@ -513,6 +550,15 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 		u, err := url.Parse(h.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.at(p+".url", "health url must be http:// or https:// with a host, got %q", h.URL)
+		} else if u.Scheme == "http" {
+			for _, k := range []struct {
+				key string
+				set bool
+			}{{"ca_file", h.CAFile != ""}, {"tls_server_name", h.TLSServerName != ""}, {"insecure_skip_verify", h.InsecureSkipVerify}} {
+				if k.set {
+					v.at(p+"."+k.key, "%s.%s applies to https:// URLs only, and this url is http://: use https:// or remove %s", stripIndexes(p), k.key, k.key)
+				}
+			}
 		}
 	case h.Command[0] == "":
 		v.at(p+".command", "health command has an empty program name")
@@ -527,5 +573,40 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 	}
 	if h.CAFile != "" && !strings.HasPrefix(h.CAFile, "/") {
 		v.at(p+".ca_file", "ca_file must be an absolute path, got %q", h.CAFile)
+	} else if h.CAFile != "" {
+		// One that does not exist yet is fine: at cluster bootstrap vipd
+		// starts before kubeadm writes the CA, and the check fails, saying
+		// why, until it does. One that exists must be what it says.
+		if _, err := os.Stat(h.CAFile); err == nil {
+			if _, err := CertPool(h.CAFile); err != nil {
+				v.at(p+".ca_file", "%v", err)
+			}
+		}
 	}
+}
+
+// prefixHint explains an address written with a prefix length ("" for
+// anything else).
+func prefixHint(s string) string {
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return ": write the address alone, no prefix here (an L2 VIP takes the prefix of the interface's own address on that network)"
+	}
+	return ""
+}
+
+// CertPool reads a PEM CA file (a health check's ca_file) into a pool.
+// Its errors name the file and say what it should be.
+func CertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if errors.Is(err, syscall.EISDIR) {
+		return nil, fmt.Errorf("ca_file %s: is a directory: name the CA certificate file (/etc/kubernetes/pki/ca.crt on kubeadm)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ca_file %s: holds no PEM certificate (-----BEGIN CERTIFICATE-----): name the CA certificate the server's is signed by (/etc/kubernetes/pki/ca.crt on kubeadm)", path)
+	}
+	return pool, nil
 }

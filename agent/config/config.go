@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -61,6 +62,11 @@ const (
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
 	MaxVIPs = 100
+
+	// MaxProblems bounds the problems a ConfigError lists: a file of
+	// thousands of bad lines prints this many and a count of the rest,
+	// not megabytes into the journal.
+	MaxProblems = 50
 )
 
 // Modes of announcing a VIP (vip.mode).
@@ -110,6 +116,8 @@ type Config struct {
 
 	// Path is the file the configuration was read from.
 	Path string `toml:"-"`
+
+	keys *keyIndex // where each key was written
 }
 
 // APIConfig configures the local control API.
@@ -132,8 +140,9 @@ type ClusterConfig struct {
 	BindAddress string `toml:"bind_address"`
 	// BindPort is the memberlist TCP and UDP port. [7946]
 	BindPort int `toml:"bind_port"`
-	// Peers are addresses ("ip" or "ip:port", port defaulting to
-	// bind_port) joined at start, together with the cached peers.
+	// Peers are addresses ("ip", "ip:port", "[ipv6]:port", "host" or
+	// "host:port", port defaulting to bind_port) joined at start, together
+	// with the cached peers.
 	Peers []string `toml:"peers"`
 	// RejoinInterval is how often peers that are not alive members are
 	// joined again. [30s]
@@ -296,9 +305,11 @@ type HealthConfig struct {
 	Interval string `toml:"interval"`
 	// Timeout of one check. At least 10ms. [500ms]
 	Timeout string `toml:"timeout"`
-	// Rise is how many successes in a row make a node healthy. [2]
+	// Rise is how many successes in a row make a node healthy, at least
+	// 1 (a written 0 is refused, not taken for the default). [2]
 	Rise int `toml:"rise"`
-	// Fall is how many failures in a row make a node unhealthy. [3]
+	// Fall is how many failures in a row make a node unhealthy, at least
+	// 1. [3]
 	Fall int `toml:"fall"`
 	// CAFile verifies an https URL's server certificate. [system roots]
 	CAFile string `toml:"ca_file"`
@@ -439,6 +450,9 @@ func (e *ConfigError) Error() string {
 // Load reads and validates the configuration at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, syscall.EISDIR) {
+		return nil, fmt.Errorf("read config: %s is a directory: --config takes the configuration file (such as %s)", path, DefaultConfigPath)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -455,16 +469,22 @@ func Load(path string) (*Config, error) {
 // then decoded into Config, whose unknown keys MetaData reports.
 func Parse(path string, data []byte) (*Config, error) {
 	v := &validator{path: path, keys: indexKeys(data)}
+	if p, ok := encodingProblem(data); ok {
+		p.Path = path
+		v.problems = append(v.problems, p)
+		return nil, v.err()
+	}
 	var generic map[string]any
 	if _, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&generic); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			v.problems = append(v.problems, Problem{path, pe.Position.Line, pe.Position.Col, pe.Message})
+			v.problems = append(v.problems, v.syntaxProblem(data, pe))
 		} else {
 			v.problems = append(v.problems, Problem{Path: path, Msg: err.Error()})
 		}
 		return nil, v.err()
 	}
+	v.generic = generic
 	v.checkTypes(generic, reflect.TypeOf(Config{}), "")
 	if err := v.err(); err != nil {
 		return nil, err
@@ -481,7 +501,8 @@ func Parse(path string, data []byte) (*Config, error) {
 		v.unknownKey(k)
 	}
 	c.Path = path
-	c.applyDefaults()
+	c.keys = v.keys
+	c.applyDefaults(v.written)
 	v.check(&c)
 	if err := v.err(); err != nil {
 		return nil, err
@@ -491,7 +512,9 @@ func Parse(path string, data []byte) (*Config, error) {
 
 // applyDefaults fills in every key left out with its default, as written
 // in the file (durations as strings), before the values are checked.
-func (c *Config) applyDefaults() {
+// written reports whether the key at path ("vip[0].health.rise") is in
+// the file: a 0 written there is refused, not taken for the default.
+func (c *Config) applyDefaults(written func(path string) bool) {
 	setString := func(p *string, def string) {
 		if *p == "" {
 			*p = def
@@ -515,13 +538,14 @@ func (c *Config) applyDefaults() {
 		on := true
 		cc.Reset = &on
 	}
-	if cc.PokeRate == 0 {
+	if cc.PokeRate == 0 && !written("connections.poke_rate") {
 		cc.PokeRate = DefaultPokeRate
 	}
 	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
 	setString(&cl.RestartGrace, DefaultRestartGrace.String())
 	for i := range c.VIPs {
 		vip := &c.VIPs[i]
+		hp := fmt.Sprintf("vip[%d].health.", i)
 		setString(&vip.Mode, ModeL2)
 		setString(&vip.Announce, AnnounceOwner)
 		if vip.Mode == ModeBGP {
@@ -530,10 +554,10 @@ func (c *Config) applyDefaults() {
 		if h := vip.Health; h != nil {
 			setString(&h.Interval, DefaultHealthInterval.String())
 			setString(&h.Timeout, DefaultHealthTimeout.String())
-			if h.Rise == 0 {
+			if h.Rise == 0 && !written(hp+"rise") {
 				h.Rise = DefaultHealthRise
 			}
-			if h.Fall == 0 {
+			if h.Fall == 0 && !written(hp+"fall") {
 				h.Fall = DefaultHealthFall
 			}
 		}
@@ -545,6 +569,18 @@ func (c *Config) applyDefaults() {
 			b.ListenPort = &lp
 		}
 	}
+}
+
+// Problem places a problem about the key at path ("api.socket_group",
+// "vip[0].interface"; its closest enclosing table when it is not written)
+// in the file c was read from, as Parse places its own.
+func (c *Config) Problem(path, format string, args ...any) Problem {
+	v := &validator{path: c.Path, keys: c.keys}
+	if v.keys == nil {
+		v.keys = indexKeys(nil)
+	}
+	v.at(path, format, args...)
+	return v.problems[0]
 }
 
 // Level returns log_level as a slog level.

@@ -121,8 +121,9 @@ func TestKubernetesDefaults(t *testing.T) {
 }
 
 // TestKubernetesHostCheck: enabled = true with no kubeconfig to be found
-// is a --check warning, placed at the key; absent, it is not (the watch
-// waits quietly for kubeadm to write one).
+// is a --check warning, placed at kubernetes.kubeconfig when that names
+// the file (and saying it does not exist, not to set it); absent, it is
+// not (the watch waits quietly for kubeadm to write one).
 func TestKubernetesHostCheck(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "kubelet.conf")
 	env := HostEnv{Interfaces: func() ([]HostInterface, error) { return nil, nil }, Euid: func() int { return 1000 }}
@@ -146,10 +147,10 @@ func TestKubernetesHostCheck(t *testing.T) {
 		warnings, _ := CheckHost(c, env)
 		found := false
 		for _, w := range warnings {
-			if strings.Contains(w.Msg, "no kubeconfig is found") {
+			if strings.Contains(w.Msg, "does not exist (yet)") {
 				found = true
-				if w.Line != 21 {
-					t.Errorf("warning at line %d, want 21 (kubernetes.enabled): %v", w.Line, w)
+				if w.Line != 22 || strings.Contains(w.Msg, "set kubernetes.kubeconfig") {
+					t.Errorf("warning at line %d, want 22 (kubernetes.kubeconfig), not asking to set it: %v", w.Line, w)
 				}
 			}
 		}
@@ -238,7 +239,7 @@ func TestParseBadConfigs(t *testing.T) {
 		{
 			name: "bad addresses and durations, all listed",
 			toml: "[cluster]\nbind_address = \"192.0.2.300\"\npeers = [\"192.0.2.12\", \"192.0.2.400:7946\"]\nrejoin_interval = \"30 seconds\"\n[[vip]]\nname=\"a\"\naddress=\"192.0.2.1000\"\ninterface=\"eth0\"\n",
-			want: []string{`2:1: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: invalid address "192.0.2.1000"`},
+			want: []string{`2:1: cluster.bind_address: invalid address "192.0.2.300"`, `3:1: peers[1]: invalid address "192.0.2.400:7946"`, `4:1: invalid duration "30 seconds"`, `7:1: vip[0].address: invalid address "192.0.2.1000"`},
 		},
 		{
 			name: "kubernetes section checked by the Node watch's rules",
@@ -310,7 +311,7 @@ func TestParseBadConfigs(t *testing.T) {
 			// there must not start a line without the file name.
 			name: "syntax error at a newline stays on one line",
 			toml: "a = 0b\nb = 0o\tc\n",
-			want: []string{`1:5: not a binary number: '0b\n'`},
+			want: []string{`1:5: a: not a binary number: '0b\n'`},
 		},
 		{
 			name: "health needs url or command, bad url",

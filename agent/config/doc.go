@@ -14,7 +14,9 @@
 // interface with l2.Config.Validate (VIPConfig.L2), so a file `vipd --check` accepts is
 // one the daemon starts with. What only a running host can tell (an
 // interface that does not exist, a secret file the service user cannot
-// read) is CheckHost's.
+// read, a VIP that is one of the host's addresses) is CheckHost's, which
+// agent.Preflight runs for the start and for `vipd --check` alike. Its
+// ConfigError lists at most MaxProblems problems.
 //
 // ReadLenient is the other way in, for `vipd cleanup`: it reads only the
 // VIPs' addresses and interfaces, and works with a file that does not even

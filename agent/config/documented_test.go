@@ -3,11 +3,14 @@ package config
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/vipd/vipd/bgp"
 	"github.com/vipd/vipd/nodewatch"
@@ -182,4 +185,62 @@ func exampleDefaults(text string) map[string]string {
 		}
 	})
 	return out
+}
+
+// uncommentExample turns the example's commented-out settings on: a block
+// that starts with a commented table header ("# [bgp]", "# [[vip]]") is
+// uncommented line by line up to the next blank or uncommented line (its
+// own comments are written "# # ..."), and elsewhere a commented
+// "# key = value" line is.
+func uncommentExample(text string) string {
+	var out []string
+	inBlock := false
+	key := regexp.MustCompile(`^# [a-z_]+ = `)
+	header := regexp.MustCompile(`^# \[\[?[a-z][a-z.]*\]\]?$`)
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case header.MatchString(line):
+			inBlock = true
+		case line == "" || !strings.HasPrefix(line, "#"):
+			inBlock = false
+		}
+		switch {
+		case inBlock && line == "#":
+			line = ""
+		case inBlock:
+			line = strings.TrimPrefix(line, "# ")
+		case key.MatchString(line):
+			line = strings.TrimPrefix(line, "# ")
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestExampleUncommented: the example's commented-out blocks and keys,
+// uncommented as an operator would, are valid TOML whose keys and types
+// are vipd's (secret files and the host aside).
+func TestExampleUncommented(t *testing.T) {
+	example, _ := documentation(t)
+	text := uncommentExample(string(example))
+	if strings.Count(text, "\n[") <= strings.Count(string(example), "\n[") {
+		t.Fatal("uncommenting turned no table on; the example's convention changed?")
+	}
+	var generic map[string]any
+	if _, err := toml.Decode(text, &generic); err != nil {
+		t.Fatalf("the example, uncommented, is not TOML: %v", err)
+	}
+	v := &validator{path: "vipd.toml.example (uncommented)", keys: indexKeys([]byte(text))}
+	v.checkTypes(generic, reflect.TypeOf(Config{}), "")
+	var c Config
+	md, err := toml.Decode(text, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range md.Undecoded() {
+		v.unknownKey(k)
+	}
+	for _, p := range v.problems {
+		t.Error(p)
+	}
 }

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -37,6 +39,12 @@ type HostEnv struct {
 	// linked there) lets the service user read the kubelet's credentials.
 	// [/etc/systemd/system/vipd.service.d, /run/systemd/system/vipd.service.d]
 	DropInDirs []string
+	// UnitFiles are where vipd.service may be installed; the first that
+	// exists, with its drop-ins, names the paths the service may write
+	// (StateDirectory=, RuntimeDirectory=, ReadWritePaths=).
+	// [/etc/systemd/system/vipd.service, /usr/lib/systemd/system/vipd.service,
+	// /lib/systemd/system/vipd.service]
+	UnitFiles []string
 }
 
 // KubeletCredentialsDropIn is the packaged opt-in drop-in for vipd.service
@@ -54,8 +62,11 @@ func KubeconfigAccessHint(user string) string {
 type HostInterface struct {
 	// Name is the interface's name ("eth0").
 	Name string
-	// Prefixes are its addresses with their prefix lengths.
+	// Prefixes are its networks: its addresses with their prefix
+	// lengths, masked (192.0.2.0/24 for 192.0.2.11/24).
 	Prefixes []netip.Prefix
+	// Addrs are its addresses (192.0.2.11).
+	Addrs []netip.Addr
 }
 
 // CheckHost checks the configuration against this host: what `vipd --check`
@@ -66,7 +77,7 @@ type HostInterface struct {
 // user cannot use). Errors are what make the daemon unable to do its job
 // here: an L2 interface that does not exist. --check reports both as
 // warnings (it may run before the interface exists); start fails on errors.
-func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
+func CheckHost(c *Config, env HostEnv) (warnings, errs []Problem) {
 	if env.ServiceUser == "" {
 		env.ServiceUser = "vipd"
 	}
@@ -79,17 +90,58 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 	if env.DropInDirs == nil {
 		env.DropInDirs = []string{"/etc/systemd/system/vipd.service.d", "/run/systemd/system/vipd.service.d"}
 	}
-	v := &validator{path: c.Path, keys: indexKeys(nil)}
-	if data, err := os.ReadFile(c.Path); err == nil {
-		v.keys = indexKeys(data)
+	if env.UnitFiles == nil {
+		env.UnitFiles = []string{"/etc/systemd/system/vipd.service", "/usr/lib/systemd/system/vipd.service", "/lib/systemd/system/vipd.service"}
+	}
+	v := &validator{path: c.Path, keys: c.keys}
+	if v.keys == nil {
+		v.keys = indexKeys(nil)
+		if data, err := os.ReadFile(c.Path); err == nil {
+			v.keys = indexKeys(data)
+		}
+	}
+	// errorAt records a problem as an error, not a warning.
+	errorAt := func(path, format string, args ...any) {
+		before := len(v.problems)
+		v.at(path, format, args...)
+		errs = append(errs, v.problems[before:]...)
+		v.problems = v.problems[:before]
+	}
+	if len(c.Cluster.Peers) == 0 {
+		v.at("cluster.peers", "cluster.peers is empty: at its first start this node joins nobody and, alone, elects itself, so two nodes started this way both hold the VIP (docs/security.md); list the other control-plane nodes' addresses")
 	}
 	if c.Cluster.KeyFile == "" {
 		v.at("cluster", "cluster.key_file is not set: membership traffic is neither encrypted nor authenticated, and only cluster.allowed_networks (default: the configured peers) keeps other hosts from joining and swaying quorum; generate a key (head -c 32 /dev/urandom | base64), copy it to every node and set key_file")
 	}
 	ifaces, ierr := env.Interfaces()
 	byName := map[string]HostInterface{}
+	ownedBy := map[netip.Addr]string{} // this host's addresses, by interface
 	for _, ifi := range ifaces {
 		byName[ifi.Name] = ifi
+		for _, a := range ifi.Addrs {
+			if _, ok := ownedBy[a]; !ok {
+				ownedBy[a] = ifi.Name
+			}
+		}
+	}
+	if ierr == nil {
+		for i, vip := range c.VIPs {
+			if ifn, ok := ownedBy[vip.addr]; ok {
+				errorAt(fmt.Sprintf("vip[%d].address", i), "vip %q: address %s is this host's own address (on %s): a VIP needs an address no host uses (vipd removes a VIP's address from this host at start and whenever another node holds it)", vip.Name, vip.addr, ifn)
+			}
+		}
+		if c.BGP != nil {
+			for i, pr := range c.BGP.speaker.Peers {
+				if ifn, ok := ownedBy[pr.Address]; ok {
+					errorAt(fmt.Sprintf("bgp.peer[%d].address", i), "bgp.peer[%d].address %s is this host's own address (on %s): list the routers this node peers with, not the node", i, pr.Address, ifn)
+				}
+			}
+		}
+		if a := c.Cluster.bindAddr; a.IsValid() {
+			if _, ok := ownedBy[a]; !ok {
+				v.at("cluster.bind_address", "cluster.bind_address %s is not an address of this host (yet): vipd waits for it at start (systemctl status vipd shows \"activating\" and says so) and never joins if it is a typo; use this node's address on the cluster network (ip -br addr)", a)
+			}
+		}
 	}
 	for i, vip := range c.VIPs {
 		if vip.Mode != ModeL2 || ierr != nil {
@@ -98,10 +150,7 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 		p := fmt.Sprintf("vip[%d].interface", i)
 		ifi, ok := byName[vip.Interface]
 		if !ok {
-			before := len(v.problems)
-			v.at(p, "vip %q: interface %q does not exist on this host (ip -br link lists the interfaces)", vip.Name, vip.Interface)
-			errors = append(errors, v.problems[before:]...)
-			v.problems = v.problems[:before]
+			errorAt(p, "vip %q: interface %q does not exist on this host (ip -br link lists the interfaces)", vip.Name, vip.Interface)
 			continue
 		}
 		if env.CheckL2 == nil {
@@ -121,10 +170,22 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 	}
 	if k := c.Kubernetes; k.On() {
 		kubeconfig = nodewatch.FindKubeconfig(k.watch.Kubeconfigs)
-		if kubeconfig == "" && k.Explicit() {
+		switch {
+		case kubeconfig == "" && k.Explicit() && k.Kubeconfig != "":
+			v.at("kubernetes.kubeconfig", "kubernetes.kubeconfig %s does not exist (yet): vipd waits for it, and until then a cordoned or deleted Node does not withdraw this node; check the path (kubeadm writes /etc/kubernetes/kubelet.conf at init or join)", k.Kubeconfig)
+		case kubeconfig == "" && k.Explicit():
 			v.at("kubernetes.enabled", "kubernetes.enabled is true but no kubeconfig is found (looked for %s): vipd waits for one, and until then a cordoned or deleted Node does not withdraw this node; set kubernetes.kubeconfig", strings.Join(k.watch.Kubeconfigs, ", "))
+		case kubeconfig != "":
+			if _, err := nodewatch.LoadKubeconfig(kubeconfig); err != nil && !errors.Is(err, fs.ErrPermission) {
+				key := "kubernetes.kubeconfig"
+				if k.Kubeconfig == "" {
+					key = "kubernetes"
+				}
+				v.at(key, "kubernetes.kubeconfig %s: not a kubeconfig the Node watch can use (%v): the watch retries and until it can read one a cordoned or deleted Node does not withdraw this node; name the kubelet's kubeconfig", kubeconfig, err)
+			}
 		}
 	}
+	checkUnitPaths(v, c, env.UnitFiles, env.DropInDirs)
 	if env.Euid() == 0 {
 		if u, err := user.Lookup(env.ServiceUser); err == nil {
 			checkAccess(v, u, c)
@@ -133,7 +194,7 @@ func CheckHost(c *Config, env HostEnv) (warnings, errors []Problem) {
 			}
 		}
 	}
-	return v.problems, errors
+	return v.problems, errs
 }
 
 // checkKubeconfigAccess warns when the service user cannot read the
@@ -264,6 +325,7 @@ func hostInterfaces() ([]HostInterface, error) {
 					if ip, ok := netip.AddrFromSlice(n.IP); ok {
 						ones, _ := n.Mask.Size()
 						hi.Prefixes = append(hi.Prefixes, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+						hi.Addrs = append(hi.Addrs, ip.Unmap())
 					}
 				}
 			}
@@ -271,4 +333,80 @@ func hostInterfaces() ([]HostInterface, error) {
 		out = append(out, hi)
 	}
 	return out, nil
+}
+
+// checkUnitPaths warns when state_dir or the API socket is outside the
+// paths the installed vipd.service may write: under ProtectSystem=strict
+// everything else is read-only, and the start fails there.
+func checkUnitPaths(v *validator, c *Config, units, dropInDirs []string) {
+	unit := ""
+	for _, u := range units {
+		if _, err := os.Stat(u); err == nil {
+			unit = u
+			break
+		}
+	}
+	if unit == "" {
+		return // not installed as a service: nothing to compare with
+	}
+	files := []string{unit}
+	for _, d := range dropInDirs {
+		fs, _ := filepath.Glob(filepath.Join(d, "*.conf"))
+		files = append(files, fs...)
+	}
+	strict := false
+	var writable []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
+			if !ok || strings.HasPrefix(k, "#") {
+				continue
+			}
+			k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+			switch k {
+			case "ProtectSystem":
+				strict = val == "strict"
+			case "StateDirectory":
+				for _, d := range strings.Fields(val) {
+					writable = append(writable, filepath.Join("/var/lib", d))
+				}
+			case "RuntimeDirectory":
+				for _, d := range strings.Fields(val) {
+					writable = append(writable, filepath.Join("/run", d), filepath.Join("/var/run", d))
+				}
+			case "ReadWritePaths":
+				for _, d := range strings.Fields(val) {
+					writable = append(writable, filepath.Clean(strings.TrimLeft(d, "-+")))
+				}
+			}
+		}
+	}
+	if !strict {
+		return
+	}
+	under := func(p string) bool {
+		for _, w := range writable {
+			if p == w || strings.HasPrefix(p, w+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var shown []string
+	for _, w := range writable {
+		if !strings.HasPrefix(w, "/var/run/") {
+			shown = append(shown, w)
+		}
+	}
+	list := fmt.Sprintf("%s: %s", unit, strings.Join(shown, ", "))
+	if p := filepath.Clean(c.StateDir); !under(p) {
+		v.at("state_dir", "state_dir %s is outside the paths vipd.service may write (%s): under ProtectSystem=strict the start fails there; use the default or add ReadWritePaths=%s (systemctl edit vipd)", p, list, p)
+	}
+	if p := filepath.Dir(c.API.Socket); !under(p) {
+		v.at("api.socket", "api.socket %s is outside the paths vipd.service may write (%s): under ProtectSystem=strict the start fails there; use the default or add ReadWritePaths=%s (systemctl edit vipd)", c.API.Socket, list, p)
+	}
 }

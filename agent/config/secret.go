@@ -17,6 +17,9 @@ func readSecretFile(path string) (string, error) {
 	if err != nil {
 		return "", secretFileError(path, err)
 	}
+	if fi.IsDir() {
+		return "", fmt.Errorf("%s is a directory: name the file", path)
+	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("%s has mode %04o; it must not be accessible by group or others (chmod 600)", path, fi.Mode().Perm())
 	}

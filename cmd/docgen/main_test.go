@@ -46,7 +46,7 @@ func TestVipdPageCoversFlags(t *testing.T) {
 		t.Fatalf("go build vipd: %v %s", err, out)
 	}
 	help, _ := exec.Command(bin, "--help").CombinedOutput() // flag's -help exits 0 or 2 by version
-	flags := regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(help), -1)
+	flags := regexp.MustCompile(`(?m)^\s+--?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(string(help), -1)
 	if len(flags) < 3 {
 		t.Fatalf("found %d flags in vipd --help; its format changed?\n%s", len(flags), help)
 	}

@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/keepalived"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -29,13 +31,21 @@ Usage:
   vipd [--config PATH]            run the daemon
   vipd [--config PATH] --check    validate the configuration and this host
                                   (interfaces, key file access, the sysctls
-                                  an L2 VIP needs) and exit
+                                  an L2 VIP needs, the socket group and
+                                  directories): every check the start runs
+                                  short of binding, so vipd refuses nothing
+                                  --check accepted; then exit
   vipd cleanup [--config PATH]    remove every VIP address vipd may have left on
                                   this host: those the configuration names and
                                   those recorded in state_dir (systemd runs it
                                   as ExecStopPost, so a crashed agent leaves
                                   nothing behind); needs no secrets and works
                                   with a broken configuration file
+  vipd convert-keepalived FILE    print the vipd.toml that does what a
+                                  keepalived.conf does (the kubeadm HA
+                                  guide's shapes), and on standard error
+                                  what it could not carry over
+                                  (docs/keepalived.md)
   vipd --version
 
 Signals: SIGTERM/SIGINT hand the held VIPs to a peer (make-before-break,
@@ -67,20 +77,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cleanup" {
 		cmd, args = "cleanup", args[1:]
 	}
+	if len(args) > 0 && args[0] == "convert-keepalived" {
+		return convertKeepalived(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("vipd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	configPath := fs.String("config", config.DefaultConfigPath, "configuration file")
+	fs.Usage = func() {} // printed below: --help to stdout, a bad flag's to stderr
+	configPath := fs.String("config", config.DefaultConfigPath, "the configuration file, at `PATH`")
 	check := fs.Bool("check", false, "validate the configuration: print \"configuration OK\" and exit 0, or list every problem as PATH:LINE:COL: message and exit 1")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	restartProtocol := fs.Bool("restart-protocol", false, "print the version of the restart record this vipd takes over (restarts in place) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
 			return 0
 		}
+		printUsage(stderr, fs)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -110,10 +122,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	warnings, hostErrs := config.CheckHost(cfg, config.HostEnv{CheckL2: checkL2})
+	// The same checks for --check and for the start: a file --check
+	// accepts is one the daemon starts with, short of binding.
+	warnings, hostErrs := agent.Preflight(cfg, config.HostEnv{CheckL2: checkL2})
 	if *check {
-		for _, w := range append(warnings, hostErrs...) {
+		for _, w := range warnings {
 			fmt.Fprintln(stderr, "warning:", w.Error())
+		}
+		for _, e := range hostErrs {
+			fmt.Fprintln(stderr, e.Error())
+		}
+		if len(hostErrs) > 0 {
+			return 1
 		}
 		fmt.Fprintln(stdout, "configuration OK")
 		return 0
@@ -191,6 +211,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// convertKeepalived is `vipd convert-keepalived FILE`.
+func convertKeepalived(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: vipd convert-keepalived FILE (a keepalived.conf; see docs/keepalived.md)")
+		return 2
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: %v\n", err)
+		return 1
+	}
+	conf, err := keepalived.Parse(string(b))
+	if err != nil {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: %s: %v\n", args[0], err)
+		return 1
+	}
+	out, notes := keepalived.Convert(conf)
+	fmt.Fprint(stdout, out)
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "vipd convert-keepalived: not carried over: %s\n", n)
+	}
+	return 0
+}
+
+// printUsage writes the usage and the flags, spelt with two dashes as the
+// documents spell them (the flag package accepts one or two).
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, usage)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			help += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, help)
+	})
 }
 
 // checkL2 is the agent's HostEnv.CheckL2: l2.CheckHost, one line per

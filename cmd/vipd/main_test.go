@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,24 +12,25 @@ import (
 )
 
 // TestStartupErrorEndsTheLine: a configuration --check accepts, on a host
-// where start-up then fails (state_dir cannot be created: a file is in the
-// way), makes vipd exit 1 with the error as the last line of its standard
-// error, ended by a newline, so nothing printed after it (a shell prompt,
-// systemd's next journal line) runs into it.
+// where start-up then fails (the membership port is in use: what --check
+// cannot know without binding), makes vipd exit 1 with the error as the
+// last line of its standard error, ended by a newline, so nothing printed
+// after it (a shell prompt, systemd's next journal line) runs into it.
 func TestStartupErrorEndsTheLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the vipd binary; skipped with -short")
 	}
 	bin := vipdBinary(t)
 	dir := t.TempDir()
-	blocker := filepath.Join(dir, "not-a-dir")
-	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer busy.Close()
 	cfg := filepath.Join(dir, "vipd.toml")
-	text := "node_name = \"cp-1\"\nstate_dir = \"" + filepath.Join(blocker, "state") + "\"\n" +
+	text := "node_name = \"cp-1\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n" +
 		"[api]\nsocket = \"" + filepath.Join(dir, "vipd.sock") + "\"\n" +
-		"[cluster]\nbind_address = \"192.0.2.11\"\n" +
+		"[cluster]\nbind_address = \"127.0.0.1\"\n" + fmt.Sprintf("bind_port = %d\n", busy.Addr().(*net.TCPAddr).Port) +
 		"[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"lo\"\n"
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -38,7 +41,7 @@ func TestStartupErrorEndsTheLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("vipd: %v, want exit status 1\nstderr:\n%s", err, stderr.String())
 	}
@@ -47,8 +50,8 @@ func TestStartupErrorEndsTheLine(t *testing.T) {
 		t.Fatalf("standard error does not end with a newline: %q", out[max(0, len(out)-120):])
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "create state_dir: ") || !strings.Contains(last, "not a directory") {
-		t.Errorf("last line %q, want the start-up error (create state_dir: ... not a directory)", last)
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "membership port ") || !strings.Contains(last, "is in use by another process") {
+		t.Errorf("last line %q, want the start-up error (membership port ... is in use by another process)", last)
 	}
 	if stdout.Len() != 0 {
 		t.Errorf("standard output %q, want nothing", stdout.String())

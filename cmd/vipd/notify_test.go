@@ -53,7 +53,7 @@ func TestSystemdNotify(t *testing.T) {
 	bin := vipdBinary(t)
 
 	// A VIP interface that does not exist is a start-up error that names
-	// it (vipd --check only warns: it may run before the interface exists).
+	// it, and a --check error (the daemon refuses nothing --check accepts).
 	t.Run("interface missing", func(t *testing.T) {
 		dir := t.TempDir()
 		cfg := writeNotifyConfig(t, notifyScenario{dir: dir, bindPort: freePort(t), iface: "vtnotify-none"})
@@ -66,8 +66,8 @@ func TestSystemdNotify(t *testing.T) {
 			t.Errorf("start-up error does not name the interface:\n%s", out)
 		}
 		out, err = exec.Command(bin, "--check", "--config", cfg).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "warning:") || !strings.Contains(string(out), "configuration OK") {
-			t.Errorf("vipd --check with a missing interface: %v, want a warning and configuration OK\n%s", err, out)
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), `interface "vtnotify-none" does not exist on this host`) || strings.Contains(string(out), "configuration OK") {
+			t.Errorf("vipd --check with a missing interface: %v, want exit 1 naming the interface\n%s", err, out)
 		}
 	})
 

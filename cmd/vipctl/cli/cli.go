@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,21 +69,27 @@ func (e *env) run(args []string, version string) int {
 		return ExitUsage
 	}
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	var xe *exitError
+	code, msg := ExitOK, ""
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &xe):
-		if xe.msg != "" {
-			fmt.Fprintln(e.stderr, xe.msg)
-		}
-		return xe.code
+		code, msg = xe.code, xe.msg
 	default:
 		// cobra's own errors: unknown command, bad flag, wrong arguments.
-		fmt.Fprintf(e.stderr, "vipctl: %v\nSee 'vipctl --help'.\n", err)
-		return ExitUsage
+		code, msg = ExitUsage, fmt.Sprintf("vipctl: %v\nSee 'vipctl --help'.", err)
 	}
+	if msg != "" {
+		fmt.Fprintln(e.stderr, msg)
+	}
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+		// A script reading --json output reads the failure too.
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"exit_code": code, "message": msg}})
+		fmt.Fprintf(e.stdout, "%s\n", b)
+	}
+	return code
 }
 
 // Command returns vipctl's command tree, for documentation and completion
@@ -249,9 +256,12 @@ func (e *env) eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "recent ownership, membership and health events",
-		Long: `Prints this node's recent events (ownership, hold, release, membership,
-health, withdraw, conflict, fence, node: what its Kubernetes Node says);
---follow keeps streaming new ones, --json prints one JSON object per line.`,
+		Long: `Prints this node's recent events, by kind: ownership, hold, release,
+membership, health, withdraw, conflict, drift (a held VIP found missing and
+announced again), clients (the VIP's clients reset or closed when it moved),
+fence, node (what its Kubernetes Node says) and restart (a restart in
+place); docs/operations.md lists what each says. --follow keeps streaming
+new ones, --json prints one JSON object per line.`,
 		Args:              noArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -553,3 +553,26 @@ func TestStatusEscapesNames(t *testing.T) {
 		t.Errorf("escape sequence not shown escaped:\n%s", stdout)
 	}
 }
+
+// TestJSONErrors: a command run with --json that fails prints one JSON
+// object to standard output (what scripts parse), {"error": {"exit_code",
+// "message"}}, besides the message on standard error.
+func TestJSONErrors(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{{"status", "--json"}, {"events", "--json"}} {
+		code, stdout, stderr := vipctl(t, append([]string{"--socket", sock}, args...)...)
+		var got struct {
+			Error *struct {
+				ExitCode int    `json:"exit_code"`
+				Message  string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.Error == nil {
+			t.Errorf("vipctl %v: standard output %q is not a JSON error object (%v)", args, stdout, err)
+			continue
+		}
+		if code != ExitUnavailable || got.Error.ExitCode != code || !strings.Contains(got.Error.Message, "vipd is not running") || !strings.Contains(stderr, "vipd is not running") {
+			t.Errorf("vipctl %v: exit %d, JSON %+v, stderr %q; want %d in both and the message", args, code, *got.Error, stderr, ExitUnavailable)
+		}
+	}
+}

@@ -1,0 +1,381 @@
+// Package keepalived reads a keepalived.conf of the shapes the kubeadm HA
+// guide uses (vrrp_instance, vrrp_script, unicast peers,
+// virtual_ipaddress) and writes the vipd.toml that does the same, with a
+// note for everything vipd has no equivalent for: `vipd
+// convert-keepalived`. docs/keepalived.md explains each mapping.
+package keepalived
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Node is one statement of a keepalived.conf: its words, the line it is
+// on, and, for a block ("vrrp_instance VI_1 { ... }"), the statements in
+// it.
+type Node struct {
+	Words    []string
+	Line     int
+	Children []*Node
+	Block    bool
+}
+
+// Conf is a parsed keepalived.conf: its top-level statements.
+type Conf struct {
+	Nodes []*Node
+}
+
+// Parse reads keepalived.conf text: statements one a line, words split on
+// blanks ("quoted" words kept whole), blocks in braces, comments from "!"
+// or "#" to the end of the line.
+func Parse(text string) (*Conf, error) {
+	root := &Node{Block: true}
+	stack := []*Node{root}
+	for i, line := range strings.Split(text, "\n") {
+		words, err := splitWords(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		for len(words) > 0 {
+			top := stack[len(stack)-1]
+			j := 0
+			for j < len(words) && words[j] != "{" && words[j] != "}" {
+				j++
+			}
+			if j > 0 {
+				n := &Node{Words: words[:j], Line: i + 1}
+				if j < len(words) && words[j] == "{" {
+					n.Block = true
+					j++
+					top.Children = append(top.Children, n)
+					stack = append(stack, n)
+				} else {
+					top.Children = append(top.Children, n)
+				}
+				words = words[j:]
+				continue
+			}
+			switch words[0] {
+			case "{": // a brace alone opens an anonymous block: keep its content
+				n := &Node{Line: i + 1, Block: true}
+				top.Children = append(top.Children, n)
+				stack = append(stack, n)
+			case "}":
+				if len(stack) == 1 {
+					return nil, fmt.Errorf("line %d: } without {", i+1)
+				}
+				stack = stack[:len(stack)-1]
+			}
+			words = words[1:]
+		}
+	}
+	if len(stack) > 1 {
+		open := stack[len(stack)-1]
+		return nil, fmt.Errorf("line %d: %s: no closing }", open.Line, strings.Join(open.Words, " "))
+	}
+	return &Conf{Nodes: root.Children}, nil
+}
+
+// splitWords splits a line into words, braces on their own, quotes kept
+// together, comments dropped.
+func splitWords(line string) ([]string, error) {
+	var words []string
+	for i := 0; i < len(line); {
+		switch c := line[i]; {
+		case c == ' ' || c == '\t' || c == '\r':
+			i++
+		case c == '!' || c == '#':
+			return words, nil
+		case c == '{' || c == '}':
+			words = append(words, string(c))
+			i++
+		case c == '"':
+			end := strings.IndexByte(line[i+1:], '"')
+			if end < 0 {
+				return nil, errors.New("unterminated quote")
+			}
+			words = append(words, line[i+1:i+1+end])
+			i += end + 2
+		default:
+			j := i
+			for j < len(line) && !strings.ContainsRune(" \t\r{}!#\"", rune(line[j])) {
+				j++
+			}
+			words = append(words, line[i:j])
+			i = j
+		}
+	}
+	return words, nil
+}
+
+// vip is one converted VIP.
+type vip struct {
+	name, address, iface string
+	health               *script
+}
+
+// script is a converted vrrp_script.
+type script struct {
+	argv       []string
+	interval   string
+	rise, fall int
+}
+
+// Convert writes the vipd.toml that does what conf does, and the notes:
+// one line for each setting it could not carry over, with what to do
+// instead.
+func Convert(conf *Conf) (out string, notes []string) {
+	note := func(n *Node, format string, args ...any) {
+		notes = append(notes, fmt.Sprintf("line %d: ", n.Line)+fmt.Sprintf(format, args...))
+	}
+	scripts := map[string]*script{}
+	for _, n := range conf.Nodes {
+		if len(n.Words) == 2 && n.Words[0] == "vrrp_script" && n.Block {
+			scripts[n.Words[1]] = convertScript(n, note)
+		}
+	}
+	var (
+		vips          []vip
+		bindAddr      string
+		peers         []string
+		sawInstance   bool
+		ifaceOfVRRP   string
+		usedScriptFor = map[string]bool{}
+	)
+	for _, n := range conf.Nodes {
+		switch key(n) {
+		case "vrrp_script":
+		case "global_defs":
+			for _, c := range n.Children {
+				note(c, "global_defs %s: not needed (vipd names a node by node_name, the hostname by default)", strings.Join(c.Words, " "))
+			}
+		case "vrrp_instance":
+			sawInstance = true
+			iface, preempt := "", true
+			var health *script
+			var addrs []*Node
+			for _, c := range n.Children {
+				switch key(c) {
+				case "interface":
+					iface = arg(c)
+					ifaceOfVRRP = iface
+				case "state":
+					note(c, "state %s: vipd has no initial MASTER/BACKUP; the nodes elect the owner (the one that holds the VIP keeps it; at a cold start the highest-ranked eligible node, a hash of node and VIP names)", arg(c))
+				case "priority":
+					note(c, "priority %s: vipd has no priorities; every healthy node is equally eligible, and the holder keeps the VIP until it fails or is withdrawn (vipctl withdraw, a drain hook) — preempt = true gives it back to a node that recovers", arg(c))
+				case "virtual_router_id":
+					note(c, "virtual_router_id %s: not needed (vipd's membership is its own protocol on cluster.bind_port, 7946)", arg(c))
+				case "advert_int":
+					note(c, "advert_int %s: vipd's lease detects a lost owner in 0.4 s (cluster.failure_detection = \"fast\"; \"lan\": 1.6 s)", arg(c))
+				case "authentication":
+					note(c, "authentication: set cluster.key_file to a key every node shares (head -c 32 /dev/urandom | base64 > /etc/vipd/cluster.key; chown vipd, chmod 0600): it encrypts and authenticates membership, which VRRP's password did not")
+				case "unicast_src_ip":
+					bindAddr = arg(c)
+				case "unicast_peer":
+					for _, p := range c.Children {
+						peers = append(peers, arg0(p))
+					}
+				case "virtual_ipaddress":
+					addrs = append(addrs, c.Children...)
+				case "track_script":
+					for _, s := range c.Children {
+						name := arg0(s)
+						sc, ok := scripts[name]
+						switch {
+						case !ok:
+							note(s, "track_script %s: no vrrp_script of that name", name)
+						case health != nil:
+							note(s, "track_script %s: vipd takes one health check per VIP; combine the scripts into one command", name)
+						default:
+							health = sc
+							usedScriptFor[name] = true
+						}
+						if len(s.Words) > 1 {
+							note(s, "track_script %s %s: weights are not carried over (vipd has no priorities: a failing check makes the node ineligible)", name, strings.Join(s.Words[1:], " "))
+						}
+					}
+				case "track_interface":
+					note(c, "track_interface: vipd watches the VIP's own interface (a node whose interface is down is not eligible); others are not tracked")
+				case "nopreempt":
+					preempt = false
+				case "preempt_delay":
+					note(c, "preempt_delay: (vipd's preempt has no delay)")
+				case "notify", "notify_master", "notify_backup", "notify_fault", "notify_stop":
+					note(c, "%s %s: vipd runs no notify scripts; follow `vipctl events --follow --json` (hold, release, ownership) or the metrics (vipd_vip_held) instead", key(c), strings.Join(c.Words[1:], " "))
+				default:
+					note(c, "%s: (no vipd equivalent)", strings.Join(c.Words, " "))
+				}
+			}
+			for _, a := range addrs {
+				v, ok := convertAddress(a, iface, note)
+				if !ok {
+					continue
+				}
+				v.name = "apiserver"
+				if len(vips) > 0 {
+					v.name = fmt.Sprintf("apiserver-%d", len(vips)+1)
+				}
+				v.health = health
+				vips = append(vips, v)
+			}
+			if preempt {
+				note(n, "vrrp_instance %s preempts (keepalived's default): a recovered node of higher priority takes the VIP back; vipd's default (preempt = false) keeps it where it is, one move fewer; set preempt = true in the [[vip]] to take it back", strings.Join(n.Words[1:], " "))
+			}
+		case "virtual_server", "virtual_server_group":
+			note(n, "%s: vipd does not load-balance (keep HAProxy, or point clients at the VIP's apiserver directly; docs/keepalived.md)", strings.Join(n.Words, " "))
+		default:
+			note(n, "%s: (no vipd equivalent)", strings.Join(n.Words, " "))
+		}
+	}
+	for name := range scripts {
+		if !usedScriptFor[name] {
+			notes = append(notes, fmt.Sprintf("vrrp_script %s: tracked by no vrrp_instance", name))
+		}
+	}
+	if !sawInstance {
+		notes = append(notes, "no vrrp_instance: nothing to convert")
+	}
+	if bindAddr == "" {
+		at := "on " + ifaceOfVRRP
+		if ifaceOfVRRP == "" {
+			at = "on the cluster network"
+		}
+		notes = append(notes, fmt.Sprintf("cluster.bind_address: set it to this node's address %s (keepalived used multicast; vipd needs the address it listens on for membership)", at))
+	}
+	if len(peers) == 0 {
+		notes = append(notes, "cluster.peers: list the other control-plane nodes' addresses (keepalived found them by multicast; vipd joins them)")
+	}
+	return render(bindAddr, peers, vips), notes
+}
+
+// convertScript reads a vrrp_script block.
+func convertScript(n *Node, note func(*Node, string, ...any)) *script {
+	s := &script{interval: "1s"} // keepalived's default interval
+	for _, c := range n.Children {
+		switch key(c) {
+		case "script":
+			s.argv = strings.Fields(arg(c))
+			if strings.ContainsAny(arg(c), "<>|&;$`*") {
+				note(c, "script %q: vipd runs a health command without a shell (argv split on blanks); wrap it: [\"/bin/sh\", \"-c\", ...]", arg(c))
+			}
+		case "interval":
+			s.interval = arg(c) + "s"
+		case "rise":
+			s.rise, _ = strconv.Atoi(arg(c))
+		case "fall":
+			s.fall, _ = strconv.Atoi(arg(c))
+		case "weight":
+			note(c, "vrrp_script %s weight %s: vipd has no priorities; a failing check makes the node ineligible for the VIP", arg0(&Node{Words: n.Words[1:]}), arg(c))
+		case "timeout":
+			note(c, "vrrp_script timeout %s: set vip.health.timeout = \"%ss\" if the default (500ms) is too short", arg(c), arg(c))
+		case "user":
+			note(c, "vrrp_script user %s: vipd runs health commands as its own user (vipd under systemd)", strings.Join(c.Words[1:], " "))
+		default:
+			note(c, "vrrp_script %s: no vipd equivalent", strings.Join(c.Words, " "))
+		}
+	}
+	return s
+}
+
+// convertAddress reads one virtual_ipaddress line: "ADDR[/LEN] [dev IF]
+// [label L] ...".
+func convertAddress(n *Node, iface string, note func(*Node, string, ...any)) (vip, bool) {
+	if len(n.Words) == 0 {
+		return vip{}, false
+	}
+	s := n.Words[0]
+	if p, err := netip.ParsePrefix(s); err == nil {
+		s = p.Addr().String() // vipd takes the interface's prefix length
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		note(n, "virtual_ipaddress %s: not an address", n.Words[0])
+		return vip{}, false
+	}
+	for i := 1; i+1 < len(n.Words); i += 2 {
+		switch n.Words[i] {
+		case "dev":
+			iface = n.Words[i+1]
+		case "label":
+			note(n, "virtual_ipaddress label %s: (vipd adds the address without a label)", n.Words[i+1])
+		default:
+			note(n, "virtual_ipaddress %s %s: no vipd equivalent", n.Words[i], n.Words[i+1])
+		}
+	}
+	return vip{address: a.String(), iface: iface}, true
+}
+
+// render writes the vipd.toml.
+func render(bindAddr string, peers []string, vips []vip) string {
+	var b strings.Builder
+	b.WriteString("# Written by vipd convert-keepalived from a keepalived.conf: review it (the\n")
+	b.WriteString("# notes on standard error say what was not carried over), then run\n")
+	b.WriteString("# vipd --check --config FILE. Every key: vipd.toml.example.\n\n")
+	b.WriteString("[cluster]\n")
+	if bindAddr != "" {
+		fmt.Fprintf(&b, "bind_address = %q\n", bindAddr)
+	} else {
+		b.WriteString("# bind_address = \"\"  # this node's address on the cluster network: required\n")
+	}
+	if len(peers) > 0 {
+		q := make([]string, len(peers))
+		for i, p := range peers {
+			q[i] = strconv.Quote(p)
+		}
+		fmt.Fprintf(&b, "peers = [%s]\n", strings.Join(q, ", "))
+	} else {
+		b.WriteString("# peers = []  # the other control-plane nodes' addresses\n")
+	}
+	b.WriteString("# key_file = \"/etc/vipd/cluster.key\"  # strongly recommended: see the notes\n")
+	for _, v := range vips {
+		b.WriteString("\n[[vip]]\n")
+		fmt.Fprintf(&b, "name = %q\naddress = %q\n", v.name, v.address)
+		if v.iface != "" {
+			fmt.Fprintf(&b, "interface = %q\n", v.iface)
+		} else {
+			b.WriteString("# interface = \"\"  # the LAN interface: required\n")
+		}
+		if h := v.health; h != nil && len(h.argv) > 0 {
+			b.WriteString("[vip.health]\n")
+			q := make([]string, len(h.argv))
+			for i, a := range h.argv {
+				q[i] = strconv.Quote(a)
+			}
+			fmt.Fprintf(&b, "command = [%s]\n", strings.Join(q, ", "))
+			fmt.Fprintf(&b, "interval = %q\n", h.interval)
+			if h.rise > 0 {
+				fmt.Fprintf(&b, "rise = %d\n", h.rise)
+			}
+			if h.fall > 0 {
+				fmt.Fprintf(&b, "fall = %d\n", h.fall)
+			}
+		}
+	}
+	return b.String()
+}
+
+func key(n *Node) string {
+	if len(n.Words) == 0 {
+		return ""
+	}
+	return n.Words[0]
+}
+
+// arg is a statement's first argument ("" without one).
+func arg(n *Node) string {
+	if len(n.Words) < 2 {
+		return ""
+	}
+	return n.Words[1]
+}
+
+// arg0 is a statement's first word (a line of a list block).
+func arg0(n *Node) string {
+	if len(n.Words) == 0 {
+		return ""
+	}
+	return n.Words[0]
+}

@@ -1,0 +1,114 @@
+package keepalived
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/vipd/vipd/agent/config"
+)
+
+func convertFile(t *testing.T, path string) (string, []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := Parse(string(b))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	out, notes := Convert(conf)
+	return out, notes
+}
+
+// hasNote reports whether a note mentions every one of words.
+func hasNote(notes []string, words ...string) bool {
+	return slices.ContainsFunc(notes, func(n string) bool {
+		for _, w := range words {
+			if !strings.Contains(n, w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestConvertGuideUnicast: the kubeadm HA guide's keepalived.conf on a
+// node with unicast peers becomes a vipd.toml vipd accepts, the same VIP
+// on the same interface, the peers and this node's address for membership
+// and the guide's check script as the VIP's health check with its timing;
+// what vipd has no equivalent for is listed, each with what to do instead.
+func TestConvertGuideUnicast(t *testing.T) {
+	out, notes := convertFile(t, "testdata/kubeadm-ha-guide-unicast.conf")
+	c, err := config.Parse("converted.toml", []byte(out))
+	if err != nil {
+		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
+	}
+	if got := c.Cluster.BindAddress; got != "192.0.2.11" {
+		t.Errorf("bind_address %q, want unicast_src_ip 192.0.2.11", got)
+	}
+	if got := strings.Join(c.Cluster.Peers, ","); got != "192.0.2.12,192.0.2.13" {
+		t.Errorf("peers %q, want the unicast_peer block", got)
+	}
+	if len(c.VIPs) != 1 {
+		t.Fatalf("%d VIPs, want 1:\n%s", len(c.VIPs), out)
+	}
+	v := c.VIPs[0]
+	if v.Address != "192.0.2.10" || v.Interface != "eth0" || v.Mode != config.ModeL2 {
+		t.Errorf("vip %+v, want 192.0.2.10 on eth0, l2", v)
+	}
+	h := v.Health
+	if h == nil || strings.Join(h.Command, " ") != "/etc/keepalived/check_apiserver.sh" || h.Interval != "3s" || h.Rise != 2 || h.Fall != 10 {
+		t.Errorf("health %+v, want the check script every 3s, rise 2, fall 10", h)
+	}
+	for _, want := range [][]string{
+		{"priority", "100"}, {"state", "BACKUP"}, {"weight", "-2"}, {"virtual_router_id", "51"},
+		{"authentication", "key_file"}, {"notify_master", "vipctl events"}, {"router_id", "LVS_DEVEL"},
+	} {
+		if !hasNote(notes, want...) {
+			t.Errorf("no note about %v in:\n%s", want, strings.Join(notes, "\n"))
+		}
+	}
+}
+
+// TestConvertGuide: the guide's file as written (multicast VRRP, no
+// unicast peers) converts to valid TOML with the VIP and its check; the
+// membership addresses keepalived did not need are left for the operator,
+// and said so.
+func TestConvertGuide(t *testing.T) {
+	out, notes := convertFile(t, "testdata/kubeadm-ha-guide.conf")
+	var c config.Config
+	if _, err := toml.Decode(out, &c); err != nil {
+		t.Fatalf("the converted file is not TOML: %v\n%s", err, out)
+	}
+	if len(c.VIPs) != 1 || c.VIPs[0].Address != "192.0.2.10" || c.VIPs[0].Interface != "eth0" || c.VIPs[0].Health == nil {
+		t.Errorf("vips %+v, want 192.0.2.10 on eth0 with a health check:\n%s", c.VIPs, out)
+	}
+	if c.Cluster.BindAddress != "" {
+		t.Errorf("bind_address %q invented", c.Cluster.BindAddress)
+	}
+	if !hasNote(notes, "cluster.bind_address") || !hasNote(notes, "cluster.peers") || !hasNote(notes, "priority", "101") || !hasNote(notes, "state", "MASTER") {
+		t.Errorf("notes do not ask for bind_address and peers or miss priority/state:\n%s", strings.Join(notes, "\n"))
+	}
+	if _, err := config.Parse("converted.toml", []byte(out)); err == nil || !strings.Contains(err.Error(), "cluster.bind_address is required") {
+		t.Errorf("vipd on the converted file: %v, want only the missing bind_address", err)
+	}
+}
+
+// TestParseErrors: what is not a keepalived configuration is refused with
+// the line.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"vrrp_instance VI_1 {\n  interface eth0\n", "line 1: vrrp_instance VI_1: no closing }"},
+		{"}\n", "line 1: } without {"},
+		{"vrrp_instance VI_1 {\n  script \"unterminated\n}\n", "line 2: unterminated quote"},
+	} {
+		if _, err := Parse(tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want %q", tc.text, err, tc.want)
+		}
+	}
+}
