@@ -11,6 +11,13 @@
 #   make vm-test   (root) lab/vm verbosely: the labs this kernel cannot run (lab/bondvlan) in a QEMU VM
 
 GO        ?= go
+# The Go that builds vipd is the one go.mod's go line names (go1.27.3: the
+# standard library's 2026 fixes, docs/security.md). Every go command run
+# from here, and the ones the tests and labs start, is told so: a machine
+# whose own Go is older, or that sets GOTOOLCHAIN=local (which ignores
+# go.mod), would otherwise refuse to build. The go command fetches that
+# toolchain from the module proxy once (about 76 MB).
+export GOTOOLCHAIN := go$(shell sed -n 's/^go \([0-9.]*\)$$/\1/p' go.mod)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin
