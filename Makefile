@@ -8,6 +8,7 @@
 #   make packages  static binaries + .deb and .rpm in dist/
 #   make man       man pages and vipctl's shell completions in dist/gen/
 #   make alerts-test  promtool check/test of packaging/prometheus/ (also run by go test when promtool is installed)
+#   make vulncheck govulncheck against a pinned offline vulnerability database; fails on a reachable one not in docs/security.md
 #   make vm-test   (root) lab/vm verbosely: the labs this kernel cannot run (lab/bondvlan) in a QEMU VM
 
 GO        ?= go
@@ -24,7 +25,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet staticcheck fmt fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: all build test unit netns-test vet staticcheck vulncheck vulncheck-prep vulndb-update fmt fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -109,6 +110,49 @@ vet:
 STATICCHECK_VERSION := v0.8.2
 staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# vulncheck runs govulncheck (golang.org/x/vuln, pinned) over vipd's code
+# against an offline database built from a pinned golang.org/x/vulndb
+# module version (its cmd/indexdb over data/osv), and fails on any
+# reachable vulnerability that docs/security.md does not list, with its
+# reason, under "Accepted vulnerabilities" (internal/vulnpolicy).
+# vulncheck-prep builds what it needs into $(VULN_CACHE), once per version:
+# the database and the govulncheck binary (per Go toolchain too); .ci/run
+# runs it at nice 19 alongside make test. make vulndb-update moves the pin
+# to the newest x/vulndb the module proxy has.
+VULN_VERSION   := v1.9.0
+VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
+LAB_CACHE      ?= $(or $(VIPD_LAB_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)/vipd-lab)
+VULN_CACHE     := $(LAB_CACHE)/vulncheck
+VULNDB_CACHE   := $(VULN_CACHE)/vulndb
+VULNDB_DIR     := $(VULNDB_CACHE)/$(VULNDB_VERSION)
+GOVULNCHECK    := $(VULN_CACHE)/govulncheck-$(VULN_VERSION)-$(GOTOOLCHAIN)/govulncheck
+vulncheck: vulncheck-prep
+	@out=$$(mktemp); \
+	$(GOVULNCHECK) -db file://$(VULNDB_DIR) -format json ./... >"$$out" \
+		|| { rc=$$?; cat "$$out"; rm -f "$$out"; exit $$rc; }; \
+	$(GO) run ./internal/vulnpolicy/cmd/vulnpolicy -policy docs/security.md <"$$out"; rc=$$?; rm -f "$$out"; exit $$rc
+
+vulncheck-prep: $(VULNDB_DIR)/index/db.json $(GOVULNCHECK)
+
+$(GOVULNCHECK):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(VULN_VERSION)
+
+$(VULNDB_DIR)/index/db.json:
+	mkdir -p $(VULNDB_CACHE)
+	@src=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -d "$$src/data/osv" || { echo "vulndb: no data/osv in golang.org/x/vulndb@$(VULNDB_VERSION)"; exit 1; }; \
+	tmp=$$(mktemp -d $(VULNDB_CACHE)/build-XXXXXX); \
+	echo "vulndb: building the offline database of golang.org/x/vulndb@$(VULNDB_VERSION) into $(VULNDB_DIR)"; \
+	$(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) -vulns "$$src/data/osv" -out "$$tmp/db" \
+		&& rm -rf $(VULNDB_DIR) && mv "$$tmp/db" $(VULNDB_DIR); rc=$$?; rm -rf "$$tmp"; exit $$rc
+
+# vulndb-update pins VULNDB_VERSION to the newest golang.org/x/vulndb (then
+# make vulncheck builds its database once).
+vulndb-update:
+	@v=$$($(GO) list -m -f '{{.Version}}' golang.org/x/vulndb@latest) && test -n "$$v" && \
+	sed -i "s/^VULNDB_VERSION := .*/VULNDB_VERSION := $$v/" Makefile && \
+	echo "vulndb: pinned golang.org/x/vulndb@$$v (was $(VULNDB_VERSION))"
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
