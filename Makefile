@@ -8,6 +8,7 @@
 #   make packages  static binaries + .deb and .rpm in dist/
 #   make man       man pages and vipctl's shell completions in dist/gen/
 #   make alerts-test  promtool check/test of packaging/prometheus/ (also run by go test when promtool is installed)
+#   make bgp-fuzz  (root) 10 minutes of malformed BGP messages against vipd's speaker (bgp's TestPeerFuzz)
 #   make vulncheck govulncheck against a pinned offline vulnerability database; fails on a reachable one not in docs/security.md
 #   make vm-test   (root) lab/vm verbosely: the labs this kernel cannot run (lab/bondvlan) in a QEMU VM
 
@@ -25,7 +26,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet staticcheck vulncheck vulncheck-prep vulndb-update fmt fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: all build test unit netns-test vet staticcheck vulncheck vulncheck-prep vulndb-update fmt fuzz bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -100,6 +101,16 @@ fuzz:
 		echo "fuzz $$f ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./conns || exit 1; \
 	done
+	@echo "fuzz FuzzDecodeMessage ($(FUZZTIME))"
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./bgp
+
+# bgp-fuzz (root) runs bgp's TestPeerFuzz alone: GoBGP's advisory shapes,
+# then BGP_FUZZ_DURATION of random mutations against vipd's speaker over a
+# real session (make test runs 5s of them; BGP_FUZZ_SEED repeats a run).
+BGP_FUZZ_DURATION ?= 10m
+bgp-fuzz:
+	VIPD_NETNS_TESTS=1 VIPD_BGP_FUZZ_DURATION=$(BGP_FUZZ_DURATION) $(if $(BGP_FUZZ_SEED),VIPD_BGP_FUZZ_SEED=$(BGP_FUZZ_SEED)) \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestPeerFuzz$$' ./bgp/
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
