@@ -8,16 +8,25 @@
 #   make packages  static binaries + .deb and .rpm in dist/
 #   make man       man pages and vipctl's shell completions in dist/gen/
 #   make alerts-test  promtool check/test of packaging/prometheus/ (also run by go test when promtool is installed)
+#   make bgp-fuzz  (root) 10 minutes of malformed BGP messages against vipd's speaker (bgp's TestPeerFuzz)
+#   make vulncheck govulncheck against a pinned offline vulnerability database; fails on a reachable one not in docs/security.md
 #   make vm-test   (root) lab/vm verbosely: the labs this kernel cannot run (lab/bondvlan) in a QEMU VM
 
 GO        ?= go
+# The Go that builds vipd is the one go.mod's go line names (go1.27.3: the
+# standard library's 2026 fixes, docs/security.md). Every go command run
+# from here, and the ones the tests and labs start, is told so: a machine
+# whose own Go is older, or that sets GOTOOLCHAIN=local (which ignores
+# go.mod), would otherwise refuse to build. The go command fetches that
+# toolchain from the module proxy once (about 76 MB).
+export GOTOOLCHAIN := go$(shell sed -n 's/^go \([0-9.]*\)$$/\1/p' go.mod)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet fmt fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: all build test unit netns-test vet staticcheck vulncheck vulncheck-prep vulndb-update fmt fuzz bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -32,7 +41,7 @@ build:
 # build meanwhile at the lowest CPU priority (nice 19), on the CPU the unit
 # tests leave idle while they wait on timers; their output follows the
 # unit tests'.
-test: vet
+test: vet staticcheck
 ifeq ($(IS_ROOT),1)
 	@log=$$(mktemp); \
 	nice -n 19 $(MAKE) -s k8s-bin >"$$log" 2>&1 & bpid=$$!; \
@@ -92,10 +101,69 @@ fuzz:
 		echo "fuzz $$f ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./conns || exit 1; \
 	done
+	@echo "fuzz FuzzDecodeMessage ($(FUZZTIME))"
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./bgp
+
+# bgp-fuzz (root) runs bgp's TestPeerFuzz alone: GoBGP's advisory shapes,
+# then BGP_FUZZ_DURATION of random mutations against vipd's speaker over a
+# real session (make test runs 5s of them; BGP_FUZZ_SEED repeats a run).
+BGP_FUZZ_DURATION ?= 10m
+bgp-fuzz:
+	VIPD_NETNS_TESTS=1 VIPD_BGP_FUZZ_DURATION=$(BGP_FUZZ_DURATION) $(if $(BGP_FUZZ_SEED),VIPD_BGP_FUZZ_SEED=$(BGP_FUZZ_SEED)) \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestPeerFuzz$$' ./bgp/
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+
+# staticcheck runs honnef.co/go/tools at a pinned version (part of make
+# test; kept at zero findings).
+STATICCHECK_VERSION := v0.8.2
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# vulncheck runs govulncheck (golang.org/x/vuln, pinned) over vipd's code
+# against an offline database built from a pinned golang.org/x/vulndb
+# module version (its cmd/indexdb over data/osv), and fails on any
+# reachable vulnerability that docs/security.md does not list, with its
+# reason, under "Accepted vulnerabilities" (internal/vulnpolicy).
+# vulncheck-prep builds what it needs into $(VULN_CACHE), once per version:
+# the database and the govulncheck binary (per Go toolchain too); .ci/run
+# runs it at nice 19 alongside make test. make vulndb-update moves the pin
+# to the newest x/vulndb the module proxy has.
+VULN_VERSION   := v1.9.0
+VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
+LAB_CACHE      ?= $(or $(VIPD_LAB_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)/vipd-lab)
+VULN_CACHE     := $(LAB_CACHE)/vulncheck
+VULNDB_CACHE   := $(VULN_CACHE)/vulndb
+VULNDB_DIR     := $(VULNDB_CACHE)/$(VULNDB_VERSION)
+GOVULNCHECK    := $(VULN_CACHE)/govulncheck-$(VULN_VERSION)-$(GOTOOLCHAIN)/govulncheck
+vulncheck: vulncheck-prep
+	@out=$$(mktemp); \
+	$(GOVULNCHECK) -db file://$(VULNDB_DIR) -format json ./... >"$$out" \
+		|| { rc=$$?; cat "$$out"; rm -f "$$out"; exit $$rc; }; \
+	$(GO) run ./internal/vulnpolicy/cmd/vulnpolicy -policy docs/security.md <"$$out"; rc=$$?; rm -f "$$out"; exit $$rc
+
+vulncheck-prep: $(VULNDB_DIR)/index/db.json $(GOVULNCHECK)
+
+$(GOVULNCHECK):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(VULN_VERSION)
+
+$(VULNDB_DIR)/index/db.json:
+	mkdir -p $(VULNDB_CACHE)
+	@src=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -d "$$src/data/osv" || { echo "vulndb: no data/osv in golang.org/x/vulndb@$(VULNDB_VERSION)"; exit 1; }; \
+	tmp=$$(mktemp -d $(VULNDB_CACHE)/build-XXXXXX); \
+	echo "vulndb: building the offline database of golang.org/x/vulndb@$(VULNDB_VERSION) into $(VULNDB_DIR)"; \
+	$(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) -vulns "$$src/data/osv" -out "$$tmp/db" \
+		&& rm -rf $(VULNDB_DIR) && mv "$$tmp/db" $(VULNDB_DIR); rc=$$?; rm -rf "$$tmp"; exit $$rc
+
+# vulndb-update pins VULNDB_VERSION to the newest golang.org/x/vulndb (then
+# make vulncheck builds its database once).
+vulndb-update:
+	@v=$$($(GO) list -m -f '{{.Version}}' golang.org/x/vulndb@latest) && test -n "$$v" && \
+	sed -i "s/^VULNDB_VERSION := .*/VULNDB_VERSION := $$v/" Makefile && \
+	echo "vulndb: pinned golang.org/x/vulndb@$$v (was $(VULNDB_VERSION))"
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

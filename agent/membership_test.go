@@ -84,10 +84,7 @@ func TestSlogWriterSendFailures(t *testing.T) {
 	now = now.Add(sendFailureEvery)
 	write(gossip)
 
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		lines = append(lines, l)
-	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	count := func(sub string) int {
 		n := 0
 		for _, l := range lines {

@@ -184,10 +184,17 @@ func helperCmd(ctx context.Context, t *testing.T, ns string, cfg Config, env ...
 
 func startSpeakerProcEnv(t *testing.T, ns string, cfg Config, env ...string) *speakerProc {
 	t.Helper()
+	return startSpeakerProcLog(t, ns, cfg, testWriter{t}, env...)
+}
+
+// startSpeakerProcLog is startSpeakerProcEnv with the helper's log (its
+// stderr) written to stderr instead of the test's log.
+func startSpeakerProcLog(t *testing.T, ns string, cfg Config, stderr io.Writer, env ...string) *speakerProc {
+	t.Helper()
 	var err error
 	p := &speakerProc{lines: make(chan string, 16), done: make(chan struct{})}
 	p.cmd = helperCmd(context.Background(), t, ns, cfg, env...)
-	p.cmd.Stderr = testWriter{t}
+	p.cmd.Stderr = stderr
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}

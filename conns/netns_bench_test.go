@@ -213,7 +213,7 @@ func BenchmarkList(b *testing.B) {
 		vip := netip.MustParseAddr("192.0.2.12")
 		var h *netlink.Handle
 		inNS(b, ns, func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_SOCK_DIAG); return err })
-		defer h.Delete()
+		defer h.Close()
 		b.ReportAllocs()
 		for b.Loop() {
 			socks, err := h.SocketDiagTCP(unix.AF_INET)

@@ -24,6 +24,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=lab/lib.sh
+. lab/lib.sh
+lab_go_toolchain "$ROOT"
 
 die() { echo "bench: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"

@@ -19,6 +19,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lab/lib.sh
 . "$ROOT/lab/lib.sh"
+lab_go_toolchain "$ROOT"
 
 [[ $(id -u) == 0 ]] || lab_die "the demo needs root (network namespaces)"
 BIN=${VIPD_BIN:-$ROOT/bin}

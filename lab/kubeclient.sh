@@ -20,6 +20,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lab/lib.sh
+. "$ROOT/lab/lib.sh"
+lab_go_toolchain "$ROOT"
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-40}
 OUT=${OUT:-}

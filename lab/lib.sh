@@ -20,6 +20,16 @@ LAB_LAST_PID=""   # PID of the last lab_spawn
 LAB_BRIDGE=br0    # bridge name inside the switch namespace
 LAB_IFACE=eth0    # host-side interface name inside every namespace
 
+# lab_go_toolchain ROOT: export GOTOOLCHAIN as ROOT/go.mod's go line names
+# it (go1.27.3), as the Makefile does: the machine's own Go may be older, and
+# GOTOOLCHAIN=local ignores go.mod. Every script that runs go calls it first.
+lab_go_toolchain() {
+	local v
+	v=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$1/go.mod")
+	[[ -n $v ]] || { echo "no go line in $1/go.mod" >&2; return 1; }
+	export GOTOOLCHAIN=go$v
+}
+
 lab_log() { printf '%s  %s\n' "$(date +%H:%M:%S.%3N)" "$*" >&2; }
 lab_die() { lab_log "error: $*"; exit 1; }
 lab_now_ms() { date +%s%3N; }

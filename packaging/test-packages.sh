@@ -16,6 +16,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# shellcheck source=lab/lib.sh
+. lab/lib.sh
+lab_go_toolchain "$root"
 pass=0
 fail=0
 skip=0

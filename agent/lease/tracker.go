@@ -95,13 +95,6 @@ func (l *tracker) peer(name string) *peerState {
 	return p
 }
 
-// expected reports whether this node expects to hear name now: name drives
-// rounds, or this node's alarm asks everyone.
-func (l *tracker) expected(name string) bool {
-	p := l.peers[name]
-	return p != nil && !p.expectSince.IsZero()
-}
-
 // silentFor is how long an expected member has not been heard (0 when not
 // expected; counted from when the expectation began, so a node that just
 // started or just raised its alarm has no vote yet).

@@ -75,10 +75,15 @@ func ModuleDir() (string, error) {
 
 // CacheKey identifies a build of the lab module: the Go version, its
 // go.mod and go.sum, and every Go file of its own (a change to the clients
-// tool rebuilds).
+// tool rebuilds). The version is the one the build will use: asked in the
+// module's directory with the build's environment (GOTOOLCHAIN included, as
+// the Makefile exports it: lab/k8s builds with vipd's Go, go1.27.3), so a
+// toolchain change is a new key and never a stale binary.
 func CacheKey(moduleDir string) (string, error) {
 	h := sha256.New()
-	gov, err := exec.Command("go", "env", "GOVERSION").Output()
+	goenv := exec.Command("go", "env", "GOVERSION")
+	goenv.Dir = moduleDir
+	gov, err := goenv.Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOVERSION: %w", err)
 	}

@@ -58,6 +58,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 # shellcheck source=lab/lib.sh
 . lab/lib.sh
+lab_go_toolchain "$ROOT"
 # shellcheck source=packaging/systemd-test/lib.sh
 . packaging/systemd-test/lib.sh
 
