@@ -213,8 +213,8 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 		{
 			name: "a garbage kubeconfig",
 			toml: "[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n" +
-				fmt.Sprintf("[kubernetes]\nkubeconfig = %q\n", garbage),
-			warns: []string{`9:1: kubernetes.kubeconfig ` + garbage + `: not a kubeconfig the Node watch can use`},
+				fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", garbage),
+			warns: []string{`10:1: kubernetes.kubeconfig ` + garbage + `: not a kubeconfig the Node watch can use`},
 		},
 		{
 			name: "state_dir and api.socket outside the unit's writable paths",
