@@ -47,6 +47,13 @@ const (
 	quiesceMax = 5 * time.Second
 	// quiescePoll is how often it looks at the connections not yet idle.
 	quiescePoll = 5 * time.Millisecond
+	// quiesceQuiet is how long a connection must have carried no data
+	// either way to be closed (conns.IdleConfig.Quiet): longer than an
+	// apiserver takes to answer a request after it last sent something
+	// else on the same HTTP/2 connection (a watch event), shorter than
+	// the pauses between a busy client's requests (a kubelet-like client
+	// writing every 100 ms).
+	quiesceQuiet = 40 * time.Millisecond
 	// forwardGrace is how long the new holder keeps forwarding after the
 	// previous holder released (its last packets, and its clients' answers
 	// to its resets, still on their way).
@@ -113,7 +120,7 @@ func (a *Agent) startQuiesce(ctx context.Context, v *vipState, reason string) {
 	a.goroutines.Go(func() {
 		defer close(q.done)
 		defer cancel()
-		q.res, q.err = backend.DestroyIdle(cctx, f, quiescePoll)
+		q.res, q.err = backend.DestroyIdle(cctx, f, conns.IdleConfig{Poll: quiescePoll, Quiet: quiesceQuiet})
 		a.wakeLoop()
 	})
 }

@@ -232,7 +232,7 @@ func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 }
 
 // DestroyIdle closes them as Destroy does, every one idle.
-func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
+func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ conns.IdleConfig) (conns.DestroyResult, error) {
 	n, err := f.Destroy(flt)
 	f.mu.Lock()
 	f.idleCalls++

@@ -50,7 +50,7 @@ var vipFilter = Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, P
 func destroyIdle(tab *Table, f Filter, until time.Time) (DestroyResult, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
-	return tab.DestroyIdle(ctx, f, 5*time.Millisecond)
+	return tab.DestroyIdle(ctx, f, IdleConfig{Poll: 5 * time.Millisecond, Quiet: 40 * time.Millisecond})
 }
 
 // TestNetnsDestroyIdleSendQueue: an answer the host has written but the

@@ -493,7 +493,7 @@ func TestNetnsDestroyIdle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := tab.DestroyIdle(ctx, Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, Ports: []uint16{6443}}, 5*time.Millisecond)
+	res, err := tab.DestroyIdle(ctx, vipFilter, IdleConfig{Poll: 5 * time.Millisecond, Quiet: 40 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
