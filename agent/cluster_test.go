@@ -182,8 +182,11 @@ func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 // fakeConns is one node's view of its client connections: what List
 // returns for the VIPs it is asked about, and every reset and close.
 type fakeConns struct {
-	mu     sync.Mutex
-	has    []conns.Conn // the node's connections, on any VIP
+	mu  sync.Mutex
+	has []conns.Conn // the node's connections, on any VIP
+	// busy are those of has that never have an idle moment (a request
+	// always in flight): DestroyIdle closes them only when time is up.
+	busy   []conns.Conn
 	pokes  []conns.Conn
 	closed int
 	// idleCalls counts DestroyIdle's calls (a quiesce).
@@ -219,25 +222,50 @@ func (f *fakeConns) List(flt conns.Filter) (conns.Set, error) {
 func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.destroy(flt, func(conns.Conn) bool { return true }), nil
+}
+
+// destroy closes the connections flt selects for which which is true;
+// f.mu is held.
+func (f *fakeConns) destroy(flt conns.Filter, which func(conns.Conn) bool) int {
 	keep, n := f.has[:0:0], 0
 	for _, c := range f.has {
-		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) {
+		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) && which(c) {
 			n++
 			continue
 		}
 		keep = append(keep, c)
 	}
 	f.has, f.closed = keep, f.closed+n
-	return n, nil
+	return n
 }
 
-// DestroyIdle closes them as Destroy does, every one idle.
-func (f *fakeConns) DestroyIdle(_ context.Context, flt conns.Filter, _ conns.IdleConfig) (conns.DestroyResult, error) {
-	n, err := f.Destroy(flt)
+// closedCount returns how many connections were closed.
+func (f *fakeConns) closedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+// DestroyIdle is the kernel's (conns.Table.DestroyIdle): it closes the
+// idle connections at once and returns when none is left; the busy ones
+// never turn idle, so it waits, as the kernel's polls do, until ctx ends,
+// and closes them then.
+func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ conns.IdleConfig) (conns.DestroyResult, error) {
+	isBusy := func(c conns.Conn) bool { return slices.Contains(f.busy, c) }
 	f.mu.Lock()
 	f.idleCalls++
+	res := conns.DestroyResult{Idle: f.destroy(flt, func(c conns.Conn) bool { return !isBusy(c) })}
+	left := slices.ContainsFunc(f.has, func(c conns.Conn) bool { return isBusy(c) && slices.Contains(flt.Addrs, c.Local.Addr()) })
 	f.mu.Unlock()
-	return conns.DestroyResult{Idle: n}, err
+	if !left {
+		return res, nil
+	}
+	<-ctx.Done()
+	f.mu.Lock()
+	res.Busy = f.destroy(flt, isBusy)
+	f.mu.Unlock()
+	return res, nil
 }
 
 func (f *fakeConns) Poke(_ context.Context, cs []conns.Conn, _ conns.PokeConfig) (conns.PokeResult, error) {
