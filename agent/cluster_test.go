@@ -249,9 +249,10 @@ func (f *fakeConns) closedCount() int {
 
 // DestroyIdle is the kernel's (conns.Table.DestroyIdle): it closes the
 // idle connections at once and returns when none is left; the busy ones
-// never turn idle, so it waits, as the kernel's polls do, until ctx ends,
-// and closes them then.
-func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ conns.IdleConfig) (conns.DestroyResult, error) {
+// never turn idle, so it waits, as the kernel's polls do, until c.Until
+// and closes them then, or until ctx ends (called off) and leaves them
+// open.
+func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, c conns.IdleConfig) (conns.DestroyResult, error) {
 	isBusy := func(c conns.Conn) bool { return slices.Contains(f.busy, c) }
 	f.mu.Lock()
 	f.idleCalls++
@@ -261,7 +262,20 @@ func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ conns.I
 	if !left {
 		return res, nil
 	}
-	<-ctx.Done()
+	timer := time.NewTimer(time.Until(c.Until))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		f.mu.Lock()
+		for _, k := range f.has {
+			if isBusy(k) && slices.Contains(flt.Addrs, k.Local.Addr()) {
+				res.Left++
+			}
+		}
+		f.mu.Unlock()
+		return res, nil
+	case <-timer.C:
+	}
 	f.mu.Lock()
 	res.Busy = f.destroy(flt, isBusy)
 	f.mu.Unlock()

@@ -119,9 +119,11 @@ func (t *Table) Destroy(f Filter) (int, error) {
 type DestroyResult struct {
 	// Idle were closed between requests.
 	Idle int
-	// Busy were closed when ctx ended, an answer still owed (or data
+	// Busy were closed at IdleConfig.Until, an answer still owed (or data
 	// still unread).
 	Busy int
+	// Left were still busy when ctx ended, and are left open.
+	Left int
 }
 
 // IdleConfig says how DestroyIdle waits for idle moments.
@@ -138,6 +140,8 @@ type IdleConfig struct {
 	// and only silence longer than the server takes to answer tells it
 	// apart. Zero: the answer having gone out is enough.
 	Quiet time.Duration
+	// Until is when the connections still busy are closed anyway.
+	Until time.Time
 }
 
 // DestroyIdle closes the established TCP connections that f selects, as
@@ -146,9 +150,10 @@ type IdleConfig struct {
 // wrote has reached the client, the host's last data went out after the
 // client's last data came in, and nothing has gone either way for
 // c.Quiet. A connection that is not idle is looked at again every c.Poll
-// until ctx ends; those still busy then are closed anyway (Busy).
+// until c.Until; those still busy then are closed anyway (Busy).
 // Connections that appear meanwhile are closed too. It returns when none
-// is left.
+// is left, or when ctx ends: the closing is called off, and what is still
+// busy is left open (Left).
 //
 // It is meant for a host whose connections keep working while it waits
 // (the successor forwards their packets to it: a planned handoff with
@@ -159,7 +164,7 @@ type IdleConfig struct {
 // frames); c.Quiet makes a cut need a request that the server leaves
 // unanswered for longer than c.Quiet after it last sent anything. A
 // connection whose client spoke last without asking anything (an HTTP/2
-// WINDOW_UPDATE, say) looks busy until the host sends again or ctx ends.
+// WINDOW_UPDATE, say) looks busy until the host sends again or c.Until.
 func (t *Table) DestroyIdle(ctx context.Context, f Filter, c IdleConfig) (DestroyResult, error) {
 	var res DestroyResult
 	for {
@@ -174,17 +179,28 @@ func (t *Table) DestroyIdle(ctx context.Context, f Filter, c IdleConfig) (Destro
 		if err != nil {
 			return res, err
 		}
+		if ctx.Err() != nil {
+			res.Left = len(idle) + len(busy)
+			return res, nil
+		}
 		n, err := t.destroy(idle)
 		res.Idle += n
 		if err != nil || len(busy) == 0 {
 			return res, err
 		}
-		select {
-		case <-ctx.Done():
+		wait := time.Until(c.Until)
+		if wait <= 0 {
 			n, err := t.destroy(busy)
 			res.Busy += n
 			return res, err
-		case <-time.After(c.Poll):
+		}
+		timer := time.NewTimer(min(wait, c.Poll))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			res.Left = len(busy)
+			return res, nil
+		case <-timer.C:
 		}
 	}
 }

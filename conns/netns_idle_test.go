@@ -48,9 +48,61 @@ var vipFilter = Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, P
 // (polled every 5 ms, each quiet for 40 ms), those still busy at until
 // anyway.
 func destroyIdle(tab *Table, f Filter, until time.Time) (DestroyResult, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), until)
-	defer cancel()
-	return tab.DestroyIdle(ctx, f, IdleConfig{Poll: 5 * time.Millisecond, Quiet: 40 * time.Millisecond})
+	return tab.DestroyIdle(context.Background(), f, IdleConfig{Poll: 5 * time.Millisecond, Quiet: 40 * time.Millisecond, Until: until})
+}
+
+// TestNetnsDestroyIdleCalledOff: when ctx ends (the handoff is called
+// off), DestroyIdle returns at once and leaves the busy connection open:
+// it goes on working.
+func TestNetnsDestroyIdleCalledOff(t *testing.T) {
+	netlab.SkipUnlessEnabled(t)
+	h, c := idleLab(t)
+	var l net.Listener
+	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	t.Cleanup(func() { l.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		k, err := l.Accept()
+		if err == nil {
+			accepted <- k
+		}
+	}()
+	k := dial(t, c, "192.0.2.10:6443")
+	var srv net.Conn
+	select {
+	case srv = <-accepted:
+		t.Cleanup(func() { srv.Close() })
+	case <-time.After(2 * time.Second):
+		t.Fatal("nothing accepted")
+	}
+	// A request the server has not read yet: busy.
+	if _, err := k.Write([]byte("request\n")); err != nil {
+		t.Fatal(err)
+	}
+	var tab *Table
+	inNS(t, h, func() (err error) { tab, err = Open(); return err })
+	t.Cleanup(func() { tab.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	res, err := tab.DestroyIdle(ctx, vipFilter, IdleConfig{Poll: 5 * time.Millisecond, Until: time.Now().Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (DestroyResult{Left: 1}) {
+		t.Errorf("DestroyIdle called off = %+v, want the busy connection left open", res)
+	}
+	// The connection still works: the request is read and answered.
+	_ = srv.SetDeadline(time.Now().Add(2 * time.Second))
+	if line, err := bufio.NewReader(srv).ReadString('\n'); err != nil || line != "request\n" {
+		t.Fatalf("server read %q, %v", line, err)
+	}
+	if _, err := srv.Write([]byte("answer\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = k.SetDeadline(time.Now().Add(2 * time.Second))
+	if line, err := bufio.NewReader(k).ReadString('\n'); err != nil || line != "answer\n" {
+		t.Errorf("after DestroyIdle was called off the client read %q, %v; want the answer", line, err)
+	}
 }
 
 // TestNetnsDestroyIdleSendQueue: an answer the host has written but the
