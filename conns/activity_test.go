@@ -87,3 +87,28 @@ func TestActivityOf(t *testing.T) {
 		t.Error("activityOf with a short tcp_info: ok")
 	}
 }
+
+// TestQuietAt: the silence asked for shrinks from Quiet at the start to
+// none at Until.
+func TestQuietAt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := IdleConfig{Quiet: 40 * time.Millisecond, Until: t0.Add(4 * time.Second)}
+	for _, tc := range []struct {
+		name string
+		at   time.Duration
+		want time.Duration
+	}{
+		{"at the start", 0, 40 * time.Millisecond},
+		{"a quarter of the way", time.Second, 30 * time.Millisecond},
+		{"half way", 2 * time.Second, 20 * time.Millisecond},
+		{"at Until", 4 * time.Second, 0},
+		{"past Until", 5 * time.Second, 0},
+	} {
+		if got := c.quietAt(t0, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("%s: quietAt = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := (IdleConfig{Quiet: time.Second, Until: t0}).quietAt(t0, t0); got != 0 {
+		t.Errorf("Until at the start: quietAt = %v, want 0", got)
+	}
+}

@@ -138,7 +138,10 @@ type IdleConfig struct {
 	// and status updates share one), data the host sent may be another
 	// stream's (a watch event) while a request is still being worked on,
 	// and only silence longer than the server takes to answer tells it
-	// apart. Zero: the answer having gone out is enough.
+	// apart. Zero: the answer having gone out is enough. The silence
+	// asked for shrinks as Until nears (quietAt), down to none at Until:
+	// the longest silence a connection has is a better moment than
+	// Until's, which may fall anywhere.
 	Quiet time.Duration
 	// Until is when the connections still busy are closed anyway.
 	Until time.Time
@@ -167,10 +170,12 @@ type IdleConfig struct {
 // WINDOW_UPDATE, say) looks busy until the host sends again or c.Until.
 func (t *Table) DestroyIdle(ctx context.Context, f Filter, c IdleConfig) (DestroyResult, error) {
 	var res DestroyResult
+	start := time.Now()
 	for {
 		var idle, busy []victim
+		quiet := c.quietAt(start, time.Now())
 		err := t.dump(f, 1<<(inetDiagInfo-1), func(_ Conn, msg []byte) {
-			if a, ok := activityOf(msg); !ok || a.Idle(c.Quiet) {
+			if a, ok := activityOf(msg); !ok || a.Idle(quiet) {
 				idle = append(idle, victimOf(msg))
 			} else {
 				busy = append(busy, victimOf(msg))
@@ -203,6 +208,16 @@ func (t *Table) DestroyIdle(ctx context.Context, f Filter, c IdleConfig) (Destro
 		case <-timer.C:
 		}
 	}
+}
+
+// quietAt is the silence asked for at now of a closing that began at
+// start: c.Quiet, shrinking in proportion to the time left until c.Until.
+func (c IdleConfig) quietAt(start, now time.Time) time.Duration {
+	total, left := c.Until.Sub(start), c.Until.Sub(now)
+	if total <= 0 || left <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.Quiet) * min(float64(left)/float64(total), 1))
 }
 
 // A victim is a socket to destroy: its family and its sockid as the
