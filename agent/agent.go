@@ -334,6 +334,8 @@ type vipState struct {
 	// previous holder, serves them and closes them (chain.go).
 	forward *forward
 	quiesce *quiesce
+	// wonBack: this pass called v's quiesce off (this node keeps v).
+	wonBack bool
 }
 
 // conflict is another MAC answering for a VIP this node holds.

@@ -47,6 +47,13 @@ const (
 	quiesceMax = 5 * time.Second
 	// quiescePoll is how often it looks at the connections not yet idle.
 	quiescePoll = 5 * time.Millisecond
+	// quiesceQuiet is how long a connection must have carried no data
+	// either way to be closed (conns.IdleConfig.Quiet): longer than an
+	// apiserver takes to answer a request after it last sent something
+	// else on the same HTTP/2 connection (a watch event), shorter than
+	// the pauses between a busy client's requests (a kubelet-like client
+	// writing every 100 ms).
+	quiesceQuiet = 40 * time.Millisecond
 	// forwardGrace is how long the new holder keeps forwarding after the
 	// previous holder released (its last packets, and its clients' answers
 	// to its resets, still on their way).
@@ -104,8 +111,11 @@ func (a *Agent) startQuiesce(ctx context.Context, v *vipState, reason string) {
 		a.release(ctx, v, "successor "+v.owner+" holds it")
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, quiesceMax)
+	// Cancelling cctx calls the closing off (what is busy stays open);
+	// at quiesceMax it closes what is still busy itself.
+	cctx, cancel := context.WithCancel(ctx)
 	q := &quiesce{started: a.now(), cancel: cancel, done: make(chan struct{})}
+	idle := conns.IdleConfig{Poll: quiescePoll, Quiet: quiesceQuiet, Until: q.started.Add(quiesceMax)}
 	v.quiesce = q
 	a.log.Info("quiescing VIP: the successor forwards its connections here; closing them at idle moments", "vip", v.cfg.Name, "to", v.owner, "reason", reason)
 	f := conns.Filter{Addrs: []netip.Addr{v.cfg.Addr()}, Ports: a.st.cfg.Connections.PortList()}
@@ -113,13 +123,14 @@ func (a *Agent) startQuiesce(ctx context.Context, v *vipState, reason string) {
 	a.goroutines.Go(func() {
 		defer close(q.done)
 		defer cancel()
-		q.res, q.err = backend.DestroyIdle(cctx, f, quiescePoll)
+		q.res, q.err = backend.DestroyIdle(cctx, f, idle)
 		a.wakeLoop()
 	})
 }
 
-// endQuiesce ends v's quiesce: the closing stops. It reports what the
-// closing did, when it had ended.
+// endQuiesce ends v's quiesce: the closing stops, and the connections
+// still busy stay open (the caller closes them, or keeps them when the
+// handoff is called off). It reports what the closing did.
 func (a *Agent) endQuiesce(v *vipState) {
 	q := v.quiesce
 	if q == nil {
@@ -135,35 +146,40 @@ func (a *Agent) endQuiesce(v *vipState) {
 	}
 	if closed > 0 {
 		a.log.Info("closed the VIP's client connections at idle moments: they reconnect to the new holder", "vip", v.cfg.Name,
-			"to", v.owner, "idle", q.res.Idle, "busy", q.res.Busy, "took", a.now().Sub(q.started).Round(time.Millisecond))
+			"to", v.owner, "idle", q.res.Idle, "busy", q.res.Busy, "left", q.res.Left, "took", a.now().Sub(q.started).Round(time.Millisecond))
 		a.events.publish(&apipb.Event{Kind: "clients", Vip: v.cfg.Name, Node: a.self, To: v.owner,
 			Message: fmt.Sprintf("closed %d client connections for the new holder at idle moments (%d still busy when time was up)", closed, q.res.Busy)})
 	}
 }
 
-// abortQuiesce calls a quiesce off: this node keeps the VIP after all.
-// Announcing it again ends the quiesce (ARP answered, re-announced).
-func (a *Agent) abortQuiesce(ctx context.Context, v *vipState) {
+// abortQuiesce calls a quiesce off: this node keeps the VIP after all,
+// and the connections not closed yet with it. Announcing it again ends
+// the quiesce (ARP answered, re-announced). It reports whether there was
+// a quiesce to call off.
+func (a *Agent) abortQuiesce(ctx context.Context, v *vipState) bool {
 	if v.quiesce == nil {
-		return
+		return false
 	}
 	a.endQuiesce(v)
-	a.log.Info("handoff called off while quiescing: announcing the VIP again", "vip", v.cfg.Name)
+	a.log.Info("handoff called off while quiescing: announcing the VIP again, keeping its connections", "vip", v.cfg.Name)
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 		a.log.Warn("announce VIP again after a quiesce", "vip", v.cfg.Name, "err", err)
 	}
+	return true
 }
 
-// startForward makes this node, which has just claimed v, forward the
-// previous holder's connections to it when that holder is alive and still
-// holds v (a planned handoff, make-before-break). addrs are the members'
-// membership addresses (memberAddrs).
+// startForward makes this node, which has just claimed v (or called off
+// its quiesce of v and won it back), forward the previous holder's
+// connections to it when that holder is alive and still holds v (a
+// planned handoff, make-before-break): the previous holder then quiesces
+// instead of closing them at once. addrs are the members' membership
+// addresses (memberAddrs).
 func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
 	fw, ok := v.ann.(Forwarder)
 	if !ok || v.cfg.Mode != config.ModeL2 || v.cfg.Announce == config.AnnounceAll || !a.st.cfg.Connections.Enabled() ||
-		v.lastHolder == "" || v.lastHolder == a.self {
+		v.lastHolder == "" || v.lastHolder == a.self || v.forward != nil {
 		return
 	}
 	prev, found := memberOf(view, v.lastHolder)

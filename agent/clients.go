@@ -50,7 +50,7 @@ type ConnsBackend interface {
 	Destroy(f conns.Filter) (int, error)
 	// DestroyIdle closes them each at an idle moment, the rest when ctx
 	// ends (conns.Table.DestroyIdle).
-	DestroyIdle(ctx context.Context, f conns.Filter, poll time.Duration) (conns.DestroyResult, error)
+	DestroyIdle(ctx context.Context, f conns.Filter, c conns.IdleConfig) (conns.DestroyResult, error)
 	// Poke resets the clients of cs (connections this host does not have).
 	Poke(ctx context.Context, cs []conns.Conn, cfg conns.PokeConfig) (conns.PokeResult, error)
 	// Close releases the backend.
@@ -70,8 +70,8 @@ func openKernelConns() (ConnsBackend, error) {
 
 func (k kernelConns) List(f conns.Filter) (conns.Set, error) { return k.t.List(f) }
 func (k kernelConns) Destroy(f conns.Filter) (int, error)    { return k.t.Destroy(f) }
-func (k kernelConns) DestroyIdle(ctx context.Context, f conns.Filter, poll time.Duration) (conns.DestroyResult, error) {
-	return k.t.DestroyIdle(ctx, f, poll)
+func (k kernelConns) DestroyIdle(ctx context.Context, f conns.Filter, c conns.IdleConfig) (conns.DestroyResult, error) {
+	return k.t.DestroyIdle(ctx, f, c)
 }
 func (k kernelConns) Close() error { return k.t.Close() }
 func (k kernelConns) Poke(ctx context.Context, cs []conns.Conn, cfg conns.PokeConfig) (conns.PokeResult, error) {

@@ -352,3 +352,69 @@ func TestNoteHolders(t *testing.T) {
 		t.Fatalf("past the horizon: seen %v, want %v", seen, want)
 	}
 }
+
+// TestClusterCalledOffQuiesceClosesNothing: an owner quiescing for a
+// planned handoff (one client idle, one always busy) wins the VIP back
+// before its quiesce ends (vipctl restore: it ranks first). Calling
+// the quiesce off closes none of its busy clients: it keeps them, as it
+// keeps the VIP. And the successor, now handing back, does not close its
+// own clients at once either: the owner forwards them to it and it
+// quiesces in turn.
+func TestClusterCalledOffQuiesceClosesNothing(t *testing.T) {
+	c := newTestCluster(t, "a", "b")
+	c.chain = true
+	owner := c.startSteady()
+	vip := c.vip
+	idle := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.7:40000")}
+	busy := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.8:40001")}
+	on := &c.nodes[owner].conns
+	on.set(idle, busy)
+	on.mu.Lock()
+	on.busy = []conns.Conn{busy}
+	on.mu.Unlock()
+	mark := len(c.w.stepsSince(0))
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	succ := "a"
+	if owner == "a" {
+		succ = "b"
+	}
+	waitStep := func(step string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !slices.Contains(c.w.stepsSince(mark), step) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no step %q in %q", step, c.w.stepsSince(mark))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitStep(owner + " quiesce")
+	if n := on.closedCount(); n != 1 {
+		t.Fatalf("the quiescing owner closed %d connections, want the idle one", n)
+	}
+	// The successor's own client, busy too.
+	sc := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.9:40002")}
+	sn := &c.nodes[succ].conns
+	sn.set(sc)
+	sn.mu.Lock()
+	sn.busy = []conns.Conn{sc}
+	sn.mu.Unlock()
+
+	// The quiesce (quiesceMax) is still on: the owner, ranked first and
+	// still holding, is back in service and wins the VIP back.
+	mark = len(c.w.stepsSince(0))
+	if _, err := c.client(owner).Restore(context.Background(), &apipb.RestoreRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStep(owner + " announce") // the quiesce called off
+	c.waitHolders(quiesceMax+quiesceSlack+5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == owner }, "the owner alone")
+	if n := on.closedCount(); n != 1 {
+		t.Errorf("the owner closed %d connections, want only the idle one: calling its quiesce off closed its busy client", n)
+	}
+	steps := c.w.stepsSince(mark)
+	if !slices.Contains(steps, succ+" quiesce") {
+		t.Errorf("steps %q: the successor did not quiesce (it closed its clients at once)", steps)
+	}
+}

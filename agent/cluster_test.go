@@ -203,16 +203,18 @@ func (f *fakeAnnouncer) Drain(_ context.Context, a netip.Addr) error {
 // fakeConns is one node's view of its client connections: what List
 // returns for the VIPs it is asked about, and every reset and close.
 type fakeConns struct {
-	mu     sync.Mutex
-	has    []conns.Conn // the node's connections, on any VIP
+	mu  sync.Mutex
+	has []conns.Conn // the node's connections, on any VIP
+	// busy are those of has that never have an idle moment (a request
+	// always in flight): DestroyIdle closes them only when time is up.
+	busy   []conns.Conn
 	pokes  []conns.Conn
 	closed int
 	// idleCalls counts DestroyIdle's calls (a quiesce).
 	idleCalls int
 	// idleHold, when set, keeps the connections DestroyIdle is asked to
-	// close busy until it is closed, or the call cancelled: then they are
-	// closed busy (busyClosed), as conns.Table.DestroyIdle closes what is
-	// left.
+	// close busy until it is closed; busyClosed counts the busy ones
+	// DestroyIdle closed when its time was up.
 	idleHold   chan struct{}
 	busyClosed int
 	// onPoke, when set, runs at each Poke (with f's lock held).
@@ -246,41 +248,89 @@ func (f *fakeConns) List(flt conns.Filter) (conns.Set, error) {
 func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.destroy(flt, func(conns.Conn) bool { return true }), nil
+}
+
+// destroy closes the connections flt selects for which which is true;
+// f.mu is held.
+func (f *fakeConns) destroy(flt conns.Filter, which func(conns.Conn) bool) int {
 	keep, n := f.has[:0:0], 0
 	for _, c := range f.has {
-		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) {
+		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) && which(c) {
 			n++
 			continue
 		}
 		keep = append(keep, c)
 	}
 	f.has, f.closed = keep, f.closed+n
-	return n, nil
+	return n
 }
 
-// DestroyIdle closes them as Destroy does, every one idle, or, with
-// idleHold, once they are idle, or busy when the call is cancelled first.
-func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, _ time.Duration) (conns.DestroyResult, error) {
+// closedCount returns how many connections were closed.
+func (f *fakeConns) closedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+// DestroyIdle is the kernel's (conns.Table.DestroyIdle): it closes the
+// idle connections at once and returns when none is left; the busy ones
+// never turn idle, so it waits, as the kernel's polls do, until c.Until
+// and closes them then (busyClosed), or until ctx ends (called off) and
+// leaves them open. With idleHold set, every connection it is asked to
+// close is busy until idleHold is closed.
+func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, c conns.IdleConfig) (conns.DestroyResult, error) {
+	matches := func(k conns.Conn) bool {
+		return slices.Contains(flt.Addrs, k.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, k.Local.Port()))
+	}
+	left := func(which func(conns.Conn) bool) int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, k := range f.has {
+			if matches(k) && which(k) {
+				n++
+			}
+		}
+		return n
+	}
+	timer := time.NewTimer(time.Until(c.Until))
+	defer timer.Stop()
 	f.mu.Lock()
 	f.idleCalls++
 	hold := f.idleHold
 	f.mu.Unlock()
-	busy := false
 	if hold != nil {
 		select {
 		case <-hold:
 		case <-ctx.Done():
-			busy = true
+			return conns.DestroyResult{Left: left(func(conns.Conn) bool { return true })}, nil
+		case <-timer.C:
+			f.mu.Lock()
+			n := f.destroy(flt, func(conns.Conn) bool { return true })
+			f.busyClosed += n
+			f.mu.Unlock()
+			return conns.DestroyResult{Busy: n}, nil
 		}
 	}
-	n, err := f.Destroy(flt)
-	if busy {
-		f.mu.Lock()
-		f.busyClosed += n
-		f.mu.Unlock()
-		return conns.DestroyResult{Busy: n}, err
+	isBusy := func(k conns.Conn) bool { return slices.Contains(f.busy, k) }
+	f.mu.Lock()
+	res := conns.DestroyResult{Idle: f.destroy(flt, func(k conns.Conn) bool { return !isBusy(k) })}
+	f.mu.Unlock()
+	if left(isBusy) == 0 {
+		return res, nil
 	}
-	return conns.DestroyResult{Idle: n}, err
+	select {
+	case <-ctx.Done():
+		res.Left = left(isBusy)
+		return res, nil
+	case <-timer.C:
+	}
+	f.mu.Lock()
+	res.Busy = f.destroy(flt, isBusy)
+	f.busyClosed += res.Busy
+	f.mu.Unlock()
+	return res, nil
 }
 
 func (f *fakeConns) Poke(_ context.Context, cs []conns.Conn, _ conns.PokeConfig) (conns.PokeResult, error) {

@@ -23,9 +23,9 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			a.startTakeover(v)
 		}
 	case actKeep:
-		a.abortQuiesce(ctx, v)
+		v.wonBack = a.abortQuiesce(ctx, v)
 	case actReassert:
-		a.abortQuiesce(ctx, v)
+		v.wonBack = a.abortQuiesce(ctx, v)
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		actx, cancel := withTimeout(ctx)
 		defer cancel()

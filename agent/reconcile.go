@@ -74,9 +74,13 @@ func (a *Agent) reconcile(ctx context.Context) {
 		d := decide(a.decideInput(v, res, view, q))
 		a.apply(ctx, v, d)
 		a.confirmAdopted(ctx, v, d)
-		if d.Do == actClaim && v.held {
+		if (d.Do == actClaim || v.wonBack) && v.held {
+			// The previous holder (after a called-off quiesce: the
+			// successor, holding too) closes its connections at idle
+			// moments while this node passes them on.
 			a.startForward(ctx, v, view, addrs)
 		}
+		v.wonBack = false
 		a.stepForward(ctx, v, view)
 		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible

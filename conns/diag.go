@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -118,33 +119,63 @@ func (t *Table) Destroy(f Filter) (int, error) {
 type DestroyResult struct {
 	// Idle were closed between requests.
 	Idle int
-	// Busy were closed when ctx ended, an answer still owed (or data
+	// Busy were closed at IdleConfig.Until, an answer still owed (or data
 	// still unread).
 	Busy int
+	// Left were still busy when ctx ended, and are left open.
+	Left int
+}
+
+// IdleConfig says how DestroyIdle waits for idle moments.
+type IdleConfig struct {
+	// Poll is how often the connections not yet idle are looked at
+	// again.
+	Poll time.Duration
+	// Quiet is how long a connection must have carried no data either
+	// way to be idle (Activity.Idle). On a connection that carries one
+	// request at a time (HTTP/1.1) the answer having gone out is enough;
+	// on one that multiplexes (HTTP/2: a kubelet's watches, lease renewals
+	// and status updates share one), data the host sent may be another
+	// stream's (a watch event) while a request is still being worked on,
+	// and only silence longer than the server takes to answer tells it
+	// apart. Zero: the answer having gone out is enough. The silence
+	// asked for shrinks as Until nears (quietAt), down to none at Until:
+	// the longest silence a connection has is a better moment than
+	// Until's, which may fall anywhere.
+	Quiet time.Duration
+	// Until is when the connections still busy are closed anyway.
+	Until time.Time
 }
 
 // DestroyIdle closes the established TCP connections that f selects, as
-// Destroy does, each at a moment it is idle (Activity.Idle): nothing the
-// client sent is left unread, and the host's last data went out after the
-// client's last data came in, so the answer to the client's last request
-// has left. A connection that is not idle is looked at again every poll
-// until ctx ends; those still busy then are closed anyway (Busy).
+// Destroy does, each at a moment it is idle (Activity.Idle with
+// c.Quiet): nothing the client sent is left unread, everything the host
+// wrote has reached the client, the host's last data went out after the
+// client's last data came in, and nothing has gone either way for
+// c.Quiet. A connection that is not idle is looked at again every c.Poll
+// until c.Until; those still busy then are closed anyway (Busy).
 // Connections that appear meanwhile are closed too. It returns when none
-// is left.
+// is left, or when ctx ends: the closing is called off, and what is still
+// busy is left open (Left).
 //
 // It is meant for a host whose connections keep working while it waits
 // (the successor forwards their packets to it: a planned handoff with
 // daisy-chaining), so that a client's request in flight is answered
 // before its connection closes, and its next request goes out on a new
-// connection to the new holder. A connection whose client spoke last
-// without asking anything (an HTTP/2 WINDOW_UPDATE, say) looks busy until
-// the host sends again or ctx ends.
-func (t *Table) DestroyIdle(ctx context.Context, f Filter, poll time.Duration) (DestroyResult, error) {
+// connection to the new holder. No test on a connection's bytes can tell
+// that an HTTP/2 connection has no request in flight (TLS hides the
+// frames); c.Quiet makes a cut need a request that the server leaves
+// unanswered for longer than c.Quiet after it last sent anything. A
+// connection whose client spoke last without asking anything (an HTTP/2
+// WINDOW_UPDATE, say) looks busy until the host sends again or c.Until.
+func (t *Table) DestroyIdle(ctx context.Context, f Filter, c IdleConfig) (DestroyResult, error) {
 	var res DestroyResult
+	start := time.Now()
 	for {
 		var idle, busy []victim
+		quiet := c.quietAt(start, time.Now())
 		err := t.dump(f, 1<<(inetDiagInfo-1), func(_ Conn, msg []byte) {
-			if a, ok := activityOf(msg); !ok || a.Idle() {
+			if a, ok := activityOf(msg); !ok || a.Idle(quiet) {
 				idle = append(idle, victimOf(msg))
 			} else {
 				busy = append(busy, victimOf(msg))
@@ -153,19 +184,40 @@ func (t *Table) DestroyIdle(ctx context.Context, f Filter, poll time.Duration) (
 		if err != nil {
 			return res, err
 		}
+		if ctx.Err() != nil {
+			res.Left = len(idle) + len(busy)
+			return res, nil
+		}
 		n, err := t.destroy(idle)
 		res.Idle += n
 		if err != nil || len(busy) == 0 {
 			return res, err
 		}
-		select {
-		case <-ctx.Done():
+		wait := time.Until(c.Until)
+		if wait <= 0 {
 			n, err := t.destroy(busy)
 			res.Busy += n
 			return res, err
-		case <-time.After(poll):
+		}
+		timer := time.NewTimer(min(wait, c.Poll))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			res.Left = len(busy)
+			return res, nil
+		case <-timer.C:
 		}
 	}
+}
+
+// quietAt is the silence asked for at now of a closing that began at
+// start: c.Quiet, shrinking in proportion to the time left until c.Until.
+func (c IdleConfig) quietAt(start, now time.Time) time.Duration {
+	total, left := c.Until.Sub(start), c.Until.Sub(now)
+	if total <= 0 || left <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.Quiet) * min(float64(left)/float64(total), 1))
 }
 
 // A victim is a socket to destroy: its family and its sockid as the
@@ -206,6 +258,11 @@ type Activity struct {
 	// Unread is how many bytes the client sent that the application has
 	// not read yet (inet_diag_msg's idiag_rqueue).
 	Unread uint32
+	// Unsent is how many bytes the application wrote that the client has
+	// not acknowledged yet: still in the send queue, or sent and not
+	// acknowledged (idiag_wqueue: write_seq - snd_una). Closing the
+	// connection discards them.
+	Unsent uint32
 	// SentAgo and RecvAgo are how long ago the host last sent and last
 	// received data on it, in milliseconds (tcp_info's
 	// tcpi_last_data_sent and tcpi_last_data_recv), counted in the
@@ -220,16 +277,18 @@ type Activity struct {
 const SameTickIdle = 250
 
 // Idle reports whether the connection is between requests: nothing
-// unread, and the host's last data sent after the client's last data
-// received (or in the same tick, SameTickIdle ago or longer).
-func (a Activity) Idle() bool {
+// unread, nothing unacknowledged, the host's last data sent after the
+// client's last data received (or in the same tick, SameTickIdle ago or
+// longer), and no data either way for quiet.
+func (a Activity) Idle(quiet time.Duration) bool {
+	q := uint32(min(max(quiet.Milliseconds(), 0), math.MaxUint32))
 	switch {
-	case a.Unread > 0:
+	case a.Unread > 0 || a.Unsent > 0:
 		return false
 	case a.SentAgo < a.RecvAgo:
-		return true
+		return a.SentAgo >= q
 	default:
-		return a.SentAgo == a.RecvAgo && a.RecvAgo >= SameTickIdle
+		return a.SentAgo == a.RecvAgo && a.RecvAgo >= max(SameTickIdle, q)
 	}
 }
 
@@ -240,6 +299,7 @@ func activityOf(msg []byte) (a Activity, ok bool) {
 		return Activity{}, false
 	}
 	a.Unread = binary.NativeEndian.Uint32(msg[diagRqueue:])
+	a.Unsent = binary.NativeEndian.Uint32(msg[diagWqueue:])
 	for b := msg[diagMsgLen:]; len(b) >= 4; {
 		l := int(binary.NativeEndian.Uint16(b))
 		if l < 4 || l > len(b) {
@@ -319,6 +379,7 @@ const (
 	inetDiagReqBytecode = 1  // INET_DIAG_REQ_BYTECODE
 	inetDiagInfo        = 2  // INET_DIAG_INFO: struct tcp_info
 	diagRqueue          = 56 // offsetof(struct inet_diag_msg, idiag_rqueue)
+	diagWqueue          = 60 // offsetof(struct inet_diag_msg, idiag_wqueue)
 	tcpInfoLastDataSent = 44 // offsetof(struct tcp_info, tcpi_last_data_sent)
 	tcpInfoLastDataRecv = 52 // offsetof(struct tcp_info, tcpi_last_data_recv)
 	tcpEstablished      = 1  // TCP_ESTABLISHED

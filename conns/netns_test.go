@@ -410,8 +410,7 @@ func TestNetnsDestroy(t *testing.T) {
 // TestNetnsDestroyIdle: DestroyIdle closes an idle connection at once,
 // waits for a connection whose request is being answered until the answer
 // has gone out (its client reads the whole answer, then the reset), and
-// closes one whose request is never answered when ctx ends, counted as
-// busy. Destroy would cut the request being answered.
+// closes one whose request is never answered at Until, counted as busy. Destroy would cut the request being answered.
 func TestNetnsDestroyIdle(t *testing.T) {
 	netlab.SkipUnlessEnabled(t)
 	h, c, hIf := hostAndClient(t)
@@ -490,10 +489,8 @@ func TestNetnsDestroyIdle(t *testing.T) {
 	var tab *Table
 	inNS(t, h, func() (err error) { tab, err = Open(); return err })
 	t.Cleanup(func() { tab.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	start := time.Now()
-	res, err := tab.DestroyIdle(ctx, Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, Ports: []uint16{6443}}, 5*time.Millisecond)
+	res, err := destroyIdle(tab, vipFilter, start.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

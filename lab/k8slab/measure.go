@@ -70,7 +70,7 @@ type ClientStats struct {
 	Requests, Failed int
 	FailedBy         map[string]int `json:",omitempty"`
 	// WriteResets counts the failed writes (the writer's creates, the
-	// lease renewals) whose error was a connection reset: a write on a
+	// lease renewals, the controller's creates) whose error was a connection reset: a write on a
 	// connection as it was closed under it, which client-go does not send
 	// again (a read it does send again).
 	WriteResets int `json:",omitempty"`
@@ -203,7 +203,7 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 				who = "write"
 			}
 			s.FailedBy[who]++
-			if (who == "write" || who == "lease") && strings.Contains(rec.E, "connection reset by peer") {
+			if (who == "write" || who == "lease" || who == "controller") && strings.Contains(rec.E, "connection reset by peer") {
 				s.WriteResets++
 			}
 			if s.FirstError == "" {

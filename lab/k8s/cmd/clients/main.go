@@ -12,6 +12,10 @@
 //     connection with that node's identity (system:node:NAME), which also
 //     renews the node's Lease every -lease-every (10 s), as a kubelet does
 //     on its one connection.
+//   - With -controller-watches N, a controller: N informers and creates
+//     of its own every -write-every, all on one HTTP/2 connection (its
+//     watches busy with both writers' objects; its objects' names end in
+//     "-ctlSEQ" and are not counted as the writer's).
 //   - A request loop like kubectl's: every -request-every, a fresh client
 //     (new TCP and TLS connection) gets the namespace; and a loop doing the
 //     same on one long-lived client.
@@ -23,7 +27,7 @@
 //
 //	{"k":"ready","t":T}                     every informer has synced
 //	{"k":"write","s":SEQ,"t":T,"d":D,"e":E}  a create: start, duration, error ("" = ok)
-//	{"k":"req","c":"fresh"|"long"|"lease","t":T,"d":D,"e":E}
+//	{"k":"req","c":"fresh"|"long"|"lease"|"controller","t":T,"d":D,"e":E}
 //	{"k":"ev","w":W,"s":SEQ,"t":T}          informer W first saw object SEQ
 //	{"k":"list","w":W,"t":T}                W (re)lists: a list or a watch-list
 //	{"k":"watch","w":W,"t":T}               W starts a watch from a resource version
@@ -67,6 +71,7 @@ type options struct {
 	server, pki, namespace, run, out string
 	kubelets                         []string
 	separate, perKubelet             int
+	controllerWatches                int
 	writeEvery, requestEvery         time.Duration
 	leaseEvery                       time.Duration
 	requestTimeout, duration         time.Duration
@@ -83,6 +88,7 @@ func main() {
 	flag.StringVar(&kubelets, "kubelets", "n1,n2,n3", "node names: one kubelet-like group of informers on one connection each")
 	flag.IntVar(&o.separate, "separate", 8, "informers on connections of their own")
 	flag.IntVar(&o.perKubelet, "per-kubelet", 4, "informers per kubelet-like group")
+	flag.IntVar(&o.controllerWatches, "controller-watches", 0, "a controller: this many informers and creates every -write-every on one connection (0: none)")
 	flag.DurationVar(&o.writeEvery, "write-every", 100*time.Millisecond, "the writer creates an object this often")
 	flag.DurationVar(&o.requestEvery, "request-every", 200*time.Millisecond, "the request loops' period")
 	flag.DurationVar(&o.leaseEvery, "lease-every", 10*time.Second, "a kubelet-like group renews its node's Lease this often (kubelet: 10 s)")
@@ -290,6 +296,20 @@ func run(o options) error {
 			kubelets[node] = cs
 		}
 	}
+	var controller kubernetes.Interface
+	if o.controllerWatches > 0 {
+		cfg := o.config("admin", true)
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < o.controllerWatches; i++ {
+			if controller, err = kubernetes.NewForConfigAndClient(cfg, hc); err != nil {
+				return err
+			}
+			add(fmt.Sprintf("ctl-%d", i), controller)
+		}
+	}
 	for _, in := range infs {
 		wg.Add(1)
 		go func() { defer wg.Done(); in.inf.RunWithContext(ctx) }()
@@ -339,6 +359,21 @@ func run(o options) error {
 				rec.request(map[string]any{"k": "req", "c": "long"}, start, err)
 			})
 		},
+	}
+	if controller != nil {
+		loops = append(loops, func() {
+			every(ctx, o.writeEvery, true, func(seq int) {
+				cm := &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-ctl%d", o.run, seq), Labels: map[string]string{"run": o.run}},
+					Data:       map[string]string{"seq": strconv.Itoa(seq)},
+				}
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+				defer cancel()
+				start := time.Now()
+				_, err := controller.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
+				rec.request(map[string]any{"k": "req", "c": "controller"}, start, err)
+			})
+		})
 	}
 	for node, cs := range kubelets {
 		loops = append(loops, func() {
