@@ -116,18 +116,31 @@ func CheckHost(c *Config, env HostEnv) (warnings, errs []Problem) {
 	ifaces, ierr := env.Interfaces()
 	byName := map[string]HostInterface{}
 	ownedBy := map[netip.Addr]string{} // this host's addresses, by interface
+	// hostOnly are the addresses of the host that have a network of their
+	// own (a prefix shorter than the address: 192.0.2.11/24), the way a
+	// host's own address is configured. A full-length one (/32, /128) is
+	// how vipd itself puts a VIP on the host: the address a vipd that
+	// crashed left, or the one a restart in place hands to this process.
+	hostOnly := map[netip.Addr]bool{}
 	for _, ifi := range ifaces {
 		byName[ifi.Name] = ifi
-		for _, a := range ifi.Addrs {
+		for j, a := range ifi.Addrs {
 			if _, ok := ownedBy[a]; !ok {
 				ownedBy[a] = ifi.Name
+			}
+			if j < len(ifi.Prefixes) && ifi.Prefixes[j].Bits() < a.BitLen() {
+				hostOnly[a] = true
 			}
 		}
 	}
 	if ierr == nil {
 		for i, vip := range c.VIPs {
-			if ifn, ok := ownedBy[vip.addr]; ok {
+			ifn, ok := ownedBy[vip.addr]
+			switch {
+			case ok && hostOnly[vip.addr]:
 				errorAt(fmt.Sprintf("vip[%d].address", i), "vip %q: address %s is this host's own address (on %s): a VIP needs an address no host uses (vipd removes a VIP's address from this host at start and whenever another node holds it)", vip.Name, vip.addr, ifn)
+			case ok:
+				v.at(fmt.Sprintf("vip[%d].address", i), "vip %q: address %s is already on this host (on %s, as a VIP is): vipd takes it over (a vipd that crashed or restarts in place left it); if another program put it there (keepalived), stop that program first, or two nodes answer for the VIP", vip.Name, vip.addr, ifn)
 			}
 		}
 		if c.BGP != nil {

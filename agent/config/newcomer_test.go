@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -178,7 +179,11 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 	env := HostEnv{
 		Interfaces: func() ([]HostInterface, error) {
 			// As hostInterfaces reads them: the networks masked.
-			return []HostInterface{{Name: "eth0", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.5")}}}, nil
+			// 192.0.2.10/32 is a VIP as vipd puts it on a host: a vipd
+			// that crashed left it, or a restart in place kept it.
+			return []HostInterface{{Name: "eth0",
+				Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("192.0.2.10/32")},
+				Addrs:    []netip.Addr{netip.MustParseAddr("192.0.2.5"), netip.MustParseAddr("192.0.2.10")}}}, nil
 		},
 		Euid:      func() int { return 1000 },
 		UnitFiles: []string{unit}, DropInDirs: []string{filepath.Join(dir, "none")},
@@ -192,6 +197,13 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 			name:   "a VIP that is this host's address",
 			toml:   "[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.5\"\ninterface = \"eth0\"\n",
 			errors: []string{`6:1: vip "api": address 192.0.2.5 is this host's own address (on eth0)`},
+		},
+		{
+			// Not an error: the start after a crash or a restart in
+			// place finds the VIP there and must not be refused.
+			name:  "a VIP already on the host as vipd puts it",
+			toml:  "[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n",
+			warns: []string{`6:1: vip "api": address 192.0.2.10 is already on this host (on eth0, as a VIP is): vipd takes it over`},
 		},
 		{
 			name:   "a BGP peer that is this host, and a bind address not on it",
@@ -234,6 +246,11 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 				t.Fatal(err)
 			}
 			warns, errs := CheckHost(c, env)
+			for _, e := range errs {
+				if !slices.ContainsFunc(tt.errors, func(w string) bool { return strings.Contains(e.Error(), path+":"+w) }) {
+					t.Errorf("unexpected error %q", e.Error())
+				}
+			}
 			for _, set := range []struct {
 				what string
 				want []string
