@@ -40,9 +40,11 @@ func TestReloadKeepsOwner(t *testing.T) {
 	rec := l.RecordHolders(vip.Address, sampleEvery, 50*time.Second)
 	defer rec.Stop()
 
-	// streamLogged opens and closes a TCP connection from peer to the
-	// owner's membership port and reports whether the owner logged it
-	// (memberlist logs each stream connection at debug).
+	// streamLogged opens a TCP connection from peer to the owner's
+	// membership port, sends two bytes (vipd's transport reads a stream's
+	// first two bytes before it hands a stream that is not a client list
+	// to memberlist) and closes it, and reports whether the owner logged
+	// it (memberlist logs each stream connection at debug).
 	streamLogged := func(t *testing.T) bool {
 		t.Helper()
 		from := len(owner.MustVipdLog(t))
@@ -53,6 +55,10 @@ func TestReloadKeepsOwner(t *testing.T) {
 				return err
 			}
 			local = c.LocalAddr().String()
+			if _, err := c.Write([]byte{0xff, 0xff}); err != nil {
+				c.Close()
+				return err
+			}
 			return c.Close()
 		})
 		if err != nil {
