@@ -28,6 +28,13 @@ func Preflight(c *config.Config, env config.HostEnv) (warnings, errs []config.Pr
 		if err == nil {
 			return
 		}
+		if fi, serr := os.Stat(path); key == "state_dir" && serr == nil && fi.IsDir() {
+			// Run starts with a state_dir it cannot write (a disk
+			// remounted read-only): it holds VIPs and says so at each
+			// write, keeping nothing across a restart.
+			warnings = append(warnings, c.Problem(key, "state_dir %s: %v: vipd runs, but keeps no peer cache, withdraw flag or restart record across a restart; make it writable for the service user", path, err))
+			return
+		}
 		if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) && filepath.Clean(path) == managed {
 			warnings = append(warnings, c.Problem(key, "%s: %v: systemd creates it for vipd.service (StateDirectory=, RuntimeDirectory=); vipd started otherwise fails", what, err))
 			return
@@ -79,6 +86,12 @@ func creatableDir(path string) error {
 
 // makeDir is Run's os.MkdirAll with creatableDir's reasons first.
 func makeDir(path string, perm os.FileMode) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		// It exists. One this process cannot write (a disk remounted
+		// read-only) does not stop the start: Preflight warns, and
+		// each write that fails says so.
+		return nil
+	}
 	if err := creatableDir(path); err != nil {
 		return err
 	}
