@@ -19,6 +19,10 @@ var (
 
 	apiFamilyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
 	apiFamilyIPv6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+
+	// globalFamilies are the same two as api.Global.Families numbers
+	// them (GoBGP's AfiSafiType order: 0 ipv4-unicast, 1 ipv6-unicast).
+	globalFamilies = []uint32{0, 1}
 )
 
 // hostPrefix returns addr as a host route (/32 or /128), rejecting addresses

@@ -177,6 +177,10 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 		RouterId:        s.cfg.RouterID.String(),
 		ListenPort:      s.cfg.listenPort(),
 		ListenAddresses: s.cfg.ListenAddresses,
+		// Only the families vipd originates: GoBGP v4 gives every
+		// family of its global RIB tables of 2048 shards each, about
+		// 10 MiB for all of them.
+		Families: globalFamilies,
 	}
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
 		srv.Stop()

@@ -380,3 +380,24 @@ func TestStopEndsGoBGP(t *testing.T) {
 		t.Errorf("Serve goroutines: %d before, %d after; want GoBGP's Serve loop ended by Stop", len(serveBefore), len(serveAfter))
 	}
 }
+
+// TestGlobalRIBFamilies: GoBGP's global RIB has tables for IPv4 and IPv6
+// unicast only. GoBGP v4 builds every family it knows by default, each
+// table with 2048 shards: about 10 MiB of heap for families vipd never
+// uses.
+func TestGlobalRIBFamilies(t *testing.T) {
+	s := startSpeaker(t)
+	list := func(f bgp.Family) error {
+		return s.server.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: f}, func(bgp.NLRI, []*apiutil.Path) {})
+	}
+	for _, f := range []bgp.Family{familyIPv4, familyIPv6} {
+		if err := list(f); err != nil {
+			t.Errorf("global rib %s: %v", f, err)
+		}
+	}
+	for _, f := range []bgp.Family{bgp.RF_IPv4_VPN, bgp.RF_EVPN, bgp.RF_FS_IPv4_UC} {
+		if err := list(f); err == nil {
+			t.Errorf("global rib has a table for %s, want only ipv4 and ipv6 unicast", f)
+		}
+	}
+}
