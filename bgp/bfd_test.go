@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/vipd/vipd/bfd"
 )
@@ -85,7 +85,7 @@ func adminDown(t *testing.T, s *Speaker, a netip.Addr, want bool) bool {
 		var down, found bool
 		err := s.server.ListPeer(context.Background(), &api.ListPeerRequest{Address: a.String()}, func(p *api.Peer) {
 			found = true
-			down = p.GetState().GetAdminState() == api.PeerState_DOWN
+			down = p.GetState().GetAdminState() == api.PeerState_ADMIN_STATE_DOWN
 		})
 		if err != nil || !found {
 			t.Fatalf("list peer %s: %v (found %v)", a, err, found)

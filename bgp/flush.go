@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,7 +86,11 @@ func flushPeer(ctx context.Context, cfg Config, p Peer, addr netip.AddrPort) err
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	open, err := flushOpen(cfg, p).Serialize()
+	openMsg, err := flushOpen(cfg, p)
+	if err != nil {
+		return fmt.Errorf("encode open: %w", err)
+	}
+	open, err := openMsg.Serialize()
 	if err != nil {
 		return fmt.Errorf("encode open: %w", err)
 	}
@@ -138,7 +142,7 @@ const flushCommunication = "vipd cleanup: no forwarding state kept"
 // flushOpen returns the OPEN of a flush session with p: the peer's family,
 // 4-octet AS numbers, and Graceful Restart with neither the Restart State
 // nor the Forwarding State bit.
-func flushOpen(cfg Config, p Peer) *bgp.BGPMessage {
+func flushOpen(cfg Config, p Peer) (*bgp.BGPMessage, error) {
 	family := flushFamily(p)
 	as := uint16(asTrans)
 	if cfg.ASN <= 0xffff {
@@ -150,12 +154,12 @@ func flushOpen(cfg Config, p Peer) *bgp.BGPMessage {
 		bgp.NewCapGracefulRestart(false, false, uint16(cfg.GracefulRestart.RestartTime/time.Second),
 			[]*bgp.CapGracefulRestartTuple{bgp.NewCapGracefulRestartTuple(family, false)}),
 	}
-	return bgp.NewBGPOpenMessage(as, uint16(p.holdTime()/time.Second), cfg.RouterID.String(),
+	return bgp.NewBGPOpenMessage(as, uint16(p.holdTime()/time.Second), cfg.RouterID,
 		[]bgp.OptionParameterInterface{bgp.NewOptionParameterCapability(caps)})
 }
 
 // flushFamily is the family of p's session: the family of its address.
-func flushFamily(p Peer) bgp.RouteFamily {
+func flushFamily(p Peer) bgp.Family {
 	if p.Address.Is6() {
 		return bgp.RF_IPv6_UC
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 // fakeRouter accepts one session on a loopback port and plays a router's
@@ -59,7 +59,11 @@ func fakeRouter(t *testing.T, after func(net.Conn)) (netip.AddrPort, <-chan []*b
 		if m := read(); m == nil || m.Header.Type != bgp.BGP_MSG_OPEN {
 			return
 		}
-		write(bgp.NewBGPOpenMessage(65000, 3, "192.0.2.1", nil))
+		open, err := bgp.NewBGPOpenMessage(65000, 3, netip.MustParseAddr("192.0.2.1"), nil)
+		if err != nil {
+			return
+		}
+		write(open)
 		write(bgp.NewBGPKeepAliveMessage())
 		if m := read(); m == nil || m.Header.Type != bgp.BGP_MSG_KEEPALIVE {
 			return
@@ -122,7 +126,7 @@ func TestFlushPeerSession(t *testing.T) {
 		t.Errorf("4-octet AS %d, want %d", as4, cfg.ASN)
 	}
 	if gr == nil || gr.Flags != 0 || gr.Time != 5 || len(gr.Tuples) != 1 || gr.Tuples[0].Flags != 0 ||
-		bgp.AfiSafiToRouteFamily(gr.Tuples[0].AFI, gr.Tuples[0].SAFI) != bgp.RF_IPv4_UC {
+		bgp.NewFamily(gr.Tuples[0].AFI, gr.Tuples[0].SAFI) != bgp.RF_IPv4_UC {
 		t.Errorf("graceful restart capability %+v, want restart time 5, no restart bit, ipv4 unicast without the forwarding bit", gr)
 	}
 	if msgs[1].Header.Type != bgp.BGP_MSG_KEEPALIVE {

@@ -33,8 +33,7 @@ import (
 // and BIRD must keep the VIP route. A fuzzed session may end with a
 // NOTIFICATION and come back: that is how BGP handles a malformed message.
 // Several fuzz peers run at once, since each reset session costs the
-// speaker's 5 s idle hold before it reconnects. Shapes known to crash the
-// GoBGP vipd builds with are logged, not sent, unless VIPD_BGP_FUZZ_KNOWN=1.
+// speaker's 5 s idle hold before it reconnects.
 func TestPeerFuzz(t *testing.T) {
 	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
 	duration := 5 * time.Second
@@ -108,14 +107,9 @@ func TestPeerFuzz(t *testing.T) {
 	// what the speaker did.
 	shapes := advisoryShapes(fuzzASN)
 	outcomes := make([]string, len(shapes))
-	sendKnown := os.Getenv("VIPD_BGP_FUZZ_KNOWN") == "1"
 	each(func(i int, fp *fuzzPeer) error {
 		for j := i; j < len(shapes) && !w.stopped(); j += len(fps) {
 			s := shapes[j]
-			if s.known != "" && !sendKnown {
-				outcomes[j] = "not sent: " + s.known + " (VIPD_BGP_FUZZ_KNOWN=1 sends it)"
-				continue
-			}
 			var err error
 			if s.open {
 				outcomes[j], err = fp.sendOpen(s.msg)

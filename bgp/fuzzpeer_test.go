@@ -148,9 +148,6 @@ type shape struct {
 	name     string
 	open     bool
 	msg      []byte
-	// known, when set, says why the shape is not sent: it crashes the
-	// GoBGP vipd builds with (VIPD_BGP_FUZZ_KNOWN=1 sends it anyway).
-	known string
 }
 
 // advisoryShapes are the malformed OPEN and UPDATE shapes of GoBGP's 2026
@@ -220,13 +217,16 @@ func advisoryShapes(asn uint32) []shape {
 	// Found by TestPeerFuzz's mutations (no advisory): a message of a
 	// type BGP does not define. GoBGP v3.37.0's parseBody returns no
 	// message for it and fsmHandler.handlingError dereferences that nil
-	// (fsm.go:917): the process panics. v4 resets the session instead
-	// (fsm.go, "if m == nil"). A misframed stream does the same, since
-	// v3 does not check the marker: any 19 octets read as a header.
+	// (fsm.go:917): the process panicked, which is why vipd moved to
+	// v4, whose recvMessageWithError resets the session ("if m == nil").
+	// A misframed stream did the same on v3, which does not check the
+	// marker; v4 does, and resets the session on a bad one.
 	for _, typ := range []byte{0, 6, 7, 255} {
-		s = append(s, shape{advisory: "no advisory", name: fmt.Sprintf("message of unknown type %d", typ),
-			msg: bgpMsg(typ, nil), known: "crashes GoBGP v3.37.0 (nil message in fsmHandler.handlingError), fixed in v4"})
+		add("no advisory", fmt.Sprintf("message of unknown type %d", typ), bgpMsg(typ, nil))
 	}
+	badMarker := updateMsg(nil, concat(origin, asPath, nextHop), fuzzNLRI)
+	badMarker[0] = 0
+	add("no advisory", "UPDATE with a marker not all ones", badMarker)
 
 	// GO-2026-5955: OPEN capabilities whose values reach past their
 	// declared length.
@@ -253,9 +253,8 @@ func advisoryShapes(asn uint32) []shape {
 // mutate returns a random variation of the valid message m: bytes flipped,
 // inserted, removed or set to boundary values, length fields rewritten,
 // attributes duplicated or truncated. The header is kept and its length
-// set to the result's, so that the body's decoder runs: a misframed
-// stream makes GoBGP v3.37.0 read arbitrary octets as the next header and
-// crash on an unknown message type (the known shape in advisoryShapes).
+// set to the result's, so that the body's decoder runs (misframing and
+// unknown message types are advisoryShapes of their own).
 func mutate(r *rand.Rand, m []byte) []byte {
 	b := append([]byte(nil), m...)
 	for n := 1 + r.IntN(4); n > 0; n-- {

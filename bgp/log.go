@@ -3,63 +3,49 @@ package bgp
 import (
 	"context"
 	"log/slog"
-	"sort"
-
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
 )
 
-// gobgpLogger adapts GoBGP's logger interface to slog. GoBGP's info and debug
-// chatter goes to debug; its warnings and errors keep their level.
-type gobgpLogger struct {
-	l *slog.Logger
+// gobgpLogger returns the logger GoBGP writes to: l's handler, with every
+// record tagged component=gobgp, and GoBGP's info chatter (one line per
+// session event, per policy change) lowered to debug. Its warnings and
+// errors keep their level.
+func gobgpLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(gobgpHandler{h: l.Handler()}).With("component", "gobgp")
 }
 
-var _ gobgplog.Logger = gobgpLogger{}
-
-func (g gobgpLogger) log(level slog.Level, msg string, fields gobgplog.Fields) {
-	ctx := context.Background()
-	if !g.l.Enabled(ctx, level) {
-		return
-	}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	attrs := make([]slog.Attr, 0, len(keys)+1)
-	attrs = append(attrs, slog.String("component", "gobgp"))
-	for _, k := range keys {
-		attrs = append(attrs, slog.Any(k, fields[k]))
-	}
-	g.l.LogAttrs(ctx, level, msg, attrs...)
+// gobgpHandler lowers info records to debug before its inner handler sees
+// them.
+type gobgpHandler struct {
+	h slog.Handler
 }
 
-func (g gobgpLogger) Panic(msg string, fields gobgplog.Fields) {
-	g.log(slog.LevelError, msg, fields)
-	panic("gobgp: " + msg)
-}
-
-// Fatal logs at error level and panics: GoBGP calls it on internal bugs and
-// does not expect it to return. A panic (rather than os.Exit) lets deferred
-// cleanup run and shows the stack.
-func (g gobgpLogger) Fatal(msg string, fields gobgplog.Fields) {
-	g.log(slog.LevelError, msg, fields)
-	panic("gobgp: " + msg)
-}
-
-func (g gobgpLogger) Error(msg string, fields gobgplog.Fields) { g.log(slog.LevelError, msg, fields) }
-func (g gobgpLogger) Warn(msg string, fields gobgplog.Fields)  { g.log(slog.LevelWarn, msg, fields) }
-func (g gobgpLogger) Info(msg string, fields gobgplog.Fields)  { g.log(slog.LevelDebug, msg, fields) }
-func (g gobgpLogger) Debug(msg string, fields gobgplog.Fields) { g.log(slog.LevelDebug, msg, fields) }
-
-// SetLevel is ignored: the slog handler decides.
-func (g gobgpLogger) SetLevel(gobgplog.LogLevel) {}
-
-// GetLevel reports debug when the handler takes debug records, so GoBGP skips
-// building debug messages nobody reads.
-func (g gobgpLogger) GetLevel() gobgplog.LogLevel {
-	if g.l.Enabled(context.Background(), slog.LevelDebug) {
-		return gobgplog.DebugLevel
+func demote(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return slog.LevelDebug
 	}
-	return gobgplog.InfoLevel
+	return l
+}
+
+func (g gobgpHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return g.h.Enabled(ctx, demote(l))
+}
+
+func (g gobgpHandler) Handle(ctx context.Context, r slog.Record) error {
+	if d := demote(r.Level); d != r.Level {
+		nr := slog.NewRecord(r.Time, d, r.Message, r.PC)
+		r.Attrs(func(a slog.Attr) bool {
+			nr.AddAttrs(a)
+			return true
+		})
+		r = nr
+	}
+	return g.h.Handle(ctx, r)
+}
+
+func (g gobgpHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return gobgpHandler{h: g.h.WithAttrs(as)}
+}
+
+func (g gobgpHandler) WithGroup(name string) slog.Handler {
+	return gobgpHandler{h: g.h.WithGroup(name)}
 }

@@ -6,13 +6,23 @@ import (
 	"slices"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"google.golang.org/protobuf/types/known/anypb"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
+// The two families vipd originates, in GoBGP's native form (paths, RIB
+// listings) and its API form (peer configuration).
 var (
-	familyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
-	familyIPv6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+	familyIPv4 = bgp.RF_IPv4_UC
+	familyIPv6 = bgp.RF_IPv6_UC
+
+	apiFamilyIPv4 = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	apiFamilyIPv6 = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+
+	// globalFamilies are the same two as api.Global.Families numbers
+	// them (GoBGP's AfiSafiType order: 0 ipv4-unicast, 1 ipv6-unicast).
+	globalFamilies = []uint32{0, 1}
 )
 
 // hostPrefix returns addr as a host route (/32 or /128), rejecting addresses
@@ -35,39 +45,26 @@ func hostPrefix(addr netip.Addr) (netip.Prefix, error) {
 // next hop self (the unspecified address, which GoBGP replaces per peer with
 // the session's local address) and the given communities. Per-peer
 // communities are not part of the path: an export policy adds them.
-func buildPath(addr netip.Addr, communities []uint32) (*api.Path, error) {
+func buildPath(addr netip.Addr, communities []uint32) (*apiutil.Path, error) {
 	pfx, err := hostPrefix(addr)
 	if err != nil {
 		return nil, err
 	}
-	nlri, err := anypb.New(&api.IPAddressPrefix{
-		Prefix:    pfx.Addr().String(),
-		PrefixLen: uint32(pfx.Bits()),
-	})
+	nlri, err := bgp.NewIPAddrPrefix(pfx)
 	if err != nil {
 		return nil, fmt.Errorf("encode nlri %s: %w", pfx, err)
 	}
-	attrs := []*anypb.Any{}
-	origin, err := anypb.New(&api.OriginAttribute{Origin: 0}) // IGP
-	if err != nil {
-		return nil, fmt.Errorf("encode origin: %w", err)
-	}
-	attrs = append(attrs, origin)
-
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
 	family := familyIPv4
 	if pfx.Addr().Is4() {
-		nh, err := anypb.New(&api.NextHopAttribute{NextHop: "0.0.0.0"})
+		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
 		if err != nil {
 			return nil, fmt.Errorf("encode next hop: %w", err)
 		}
 		attrs = append(attrs, nh)
 	} else {
 		family = familyIPv6
-		mp, err := anypb.New(&api.MpReachNLRIAttribute{
-			Family:   familyIPv6,
-			NextHops: []string{"::"},
-			Nlris:    []*anypb.Any{nlri},
-		})
+		mp, err := bgp.NewPathAttributeMpReachNLRI(family, []bgp.PathNLRI{{NLRI: nlri}}, netip.IPv6Unspecified())
 		if err != nil {
 			return nil, fmt.Errorf("encode mp_reach: %w", err)
 		}
@@ -77,17 +74,9 @@ func buildPath(addr netip.Addr, communities []uint32) (*api.Path, error) {
 		c := slices.Clone(communities)
 		slices.Sort(c)
 		c = slices.Compact(c)
-		comm, err := anypb.New(&api.CommunitiesAttribute{Communities: c})
-		if err != nil {
-			return nil, fmt.Errorf("encode communities: %w", err)
-		}
-		attrs = append(attrs, comm)
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(c))
 	}
-	return &api.Path{
-		Family: family,
-		Nlri:   nlri,
-		Pattrs: attrs,
-	}, nil
+	return &apiutil.Path{Family: family, Nlri: nlri, Attrs: attrs}, nil
 }
 
 // exportPolicyName is the global export policy: it adds each peer's
@@ -99,7 +88,7 @@ const exportPolicyName = "vipd-export"
 // in order:
 //
 //   - one per peer with communities: neighbor set of that peer, add the
-//     communities, and go on (RouteAction NONE);
+//     communities, and go on (no route action);
 //   - one per address family with VIPs: the VIPs' exact host prefixes,
 //     originated locally, ACCEPT.
 //
@@ -127,18 +116,18 @@ func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, err
 		}
 		name := "peer-" + p.Address.String()
 		req.DefinedSets = append(req.DefinedSets, &api.DefinedSet{
-			DefinedType: api.DefinedType_NEIGHBOR,
+			DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR,
 			Name:        name,
 			List:        []string{netip.PrefixFrom(p.Address, p.Address.BitLen()).String()},
 		})
 		pol.Statements = append(pol.Statements, &api.Statement{
 			Name: name,
 			Conditions: &api.Conditions{
-				NeighborSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: name},
+				NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: name},
 			},
 			Actions: &api.Actions{
-				Community:   &api.CommunityAction{Type: api.CommunityAction_ADD, Communities: comms},
-				RouteAction: api.RouteAction_NONE,
+				Community:   &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD, Communities: comms},
+				RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED,
 			},
 		})
 	}
@@ -161,17 +150,17 @@ func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, err
 			continue
 		}
 		req.DefinedSets = append(req.DefinedSets, &api.DefinedSet{
-			DefinedType: api.DefinedType_PREFIX,
+			DefinedType: api.DefinedType_DEFINED_TYPE_PREFIX,
 			Name:        fam.name,
 			Prefixes:    prefixes,
 		})
 		pol.Statements = append(pol.Statements, &api.Statement{
 			Name: fam.name,
 			Conditions: &api.Conditions{
-				PrefixSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: fam.name},
+				PrefixSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: fam.name},
 				RouteType: api.Conditions_ROUTE_TYPE_LOCAL,
 			},
-			Actions: &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
 		})
 	}
 	req.Policies = []*api.Policy{pol, importPolicy()}
@@ -183,9 +172,9 @@ func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, err
 func exportAssignment() *api.SetPolicyAssignmentRequest {
 	return &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 		Name:          "global",
-		Direction:     api.PolicyDirection_EXPORT,
+		Direction:     api.PolicyDirection_POLICY_DIRECTION_EXPORT,
 		Policies:      []*api.Policy{{Name: exportPolicyName}},
-		DefaultAction: api.RouteAction_REJECT,
+		DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
 	}}
 }
 
@@ -200,7 +189,7 @@ func importPolicy() *api.Policy {
 	return &api.Policy{Name: importPolicyName, Statements: []*api.Statement{{
 		Name:       "local-only",
 		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
-		Actions:    &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
 	}}}
 }
 
@@ -210,9 +199,9 @@ func importPolicy() *api.Policy {
 func importAssignment() *api.SetPolicyAssignmentRequest {
 	return &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
 		Name:          "global",
-		Direction:     api.PolicyDirection_IMPORT,
+		Direction:     api.PolicyDirection_POLICY_DIRECTION_IMPORT,
 		Policies:      []*api.Policy{{Name: importPolicyName}},
-		DefaultAction: api.RouteAction_REJECT,
+		DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
 	}}
 }
 
@@ -231,9 +220,9 @@ type peerSession struct {
 
 // apiPeer converts p to GoBGP's peer configuration.
 func apiPeer(p Peer, s peerSession) *api.Peer {
-	family := familyIPv4
+	family := apiFamilyIPv4
 	if p.Address.Is6() {
-		family = familyIPv6
+		family = apiFamilyIPv6
 	}
 	afi := &api.AfiSafi{
 		Config: &api.AfiSafiConfig{Family: family, Enabled: true},

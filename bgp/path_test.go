@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 // decoded is the part of a path the tests look at.
@@ -20,18 +20,10 @@ type decoded struct {
 	origin      int
 }
 
-func decodePath(t *testing.T, p *api.Path) decoded {
+func decodePath(t *testing.T, p *apiutil.Path) decoded {
 	t.Helper()
-	nlri, err := apiutil.GetNativeNlri(p)
-	if err != nil {
-		t.Fatalf("decode nlri: %v", err)
-	}
-	attrs, err := apiutil.GetNativePathAttributes(p)
-	if err != nil {
-		t.Fatalf("decode attributes: %v", err)
-	}
-	d := decoded{prefix: nlri.String(), origin: -1}
-	for _, a := range attrs {
+	d := decoded{prefix: p.Nlri.String(), origin: -1}
+	for _, a := range p.Attrs {
 		switch a := a.(type) {
 		case *bgp.PathAttributeNextHop:
 			d.nexthop = a.Value.String()
@@ -52,7 +44,7 @@ func TestBuildPath(t *testing.T) {
 		addr        string
 		communities []uint32
 		want        decoded
-		wantFamily  *api.Family
+		wantFamily  bgp.Family
 	}{
 		{
 			name:       "ipv4 announce",
@@ -93,7 +85,7 @@ func TestBuildPath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Family.Afi != tt.wantFamily.Afi || p.Family.Safi != tt.wantFamily.Safi {
+			if p.Family != tt.wantFamily {
 				t.Errorf("family = %v, want %v", p.Family, tt.wantFamily)
 			}
 			got := decodePath(t, p)
@@ -144,7 +136,7 @@ func TestExportPolicy(t *testing.T) {
 		}
 		return out
 	}
-	if d := req.DefinedSets[2]; d.DefinedType != api.DefinedType_PREFIX || !slices.Equal(prefixes(d), []string{"203.0.113.10/32 32-32", "203.0.113.11/32 32-32"}) {
+	if d := req.DefinedSets[2]; d.DefinedType != api.DefinedType_DEFINED_TYPE_PREFIX || !slices.Equal(prefixes(d), []string{"203.0.113.10/32 32-32", "203.0.113.11/32 32-32"}) {
 		t.Errorf("ipv4 vip set = %v, want the exact /32s", d)
 	}
 	if d := req.DefinedSets[3]; !slices.Equal(prefixes(d), []string{"2001:db8:100::10/128 128-128"}) {
@@ -154,7 +146,7 @@ func TestExportPolicy(t *testing.T) {
 		t.Fatalf("policies = %v, want the export policy with four statements and the import policy", req.Policies)
 	}
 	if imp := req.Policies[1]; imp.Name != importPolicyName || len(imp.Statements) != 1 ||
-		imp.Statements[0].Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || imp.Statements[0].Actions.RouteAction != api.RouteAction_ACCEPT {
+		imp.Statements[0].Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || imp.Statements[0].Actions.RouteAction != api.RouteAction_ROUTE_ACTION_ACCEPT {
 		t.Errorf("import policy = %v, want only locally originated paths accepted", imp)
 	}
 	st := req.Policies[0].Statements[0]
@@ -163,21 +155,21 @@ func TestExportPolicy(t *testing.T) {
 	}
 	// Community statements add and go on: only the VIP statements accept.
 	if got := st.Actions.Community.Communities; !slices.Equal(got, []string{"65000:100", "65000:200"}) ||
-		st.Actions.Community.Type != api.CommunityAction_ADD || st.Actions.RouteAction != api.RouteAction_NONE {
+		st.Actions.Community.Type != api.CommunityAction_TYPE_ADD || st.Actions.RouteAction != api.RouteAction_ROUTE_ACTION_UNSPECIFIED {
 		t.Errorf("community statement actions = %v, want add and continue", st.Actions)
 	}
 	for _, st := range req.Policies[0].Statements[2:] {
-		if st.Conditions.PrefixSet == nil || st.Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || st.Actions.RouteAction != api.RouteAction_ACCEPT {
+		if st.Conditions.PrefixSet == nil || st.Conditions.RouteType != api.Conditions_ROUTE_TYPE_LOCAL || st.Actions.RouteAction != api.RouteAction_ROUTE_ACTION_ACCEPT {
 			t.Errorf("vip statement %v, want prefix set, locally originated, accept", st)
 		}
 	}
 	a := exportAssignment().Assignment
-	if a.Name != "global" || a.Direction != api.PolicyDirection_EXPORT || a.DefaultAction != api.RouteAction_REJECT ||
+	if a.Name != "global" || a.Direction != api.PolicyDirection_POLICY_DIRECTION_EXPORT || a.DefaultAction != api.RouteAction_ROUTE_ACTION_REJECT ||
 		len(a.Policies) != 1 || a.Policies[0].Name != req.Policies[0].Name {
 		t.Errorf("assignment = %v, want global export of %q rejecting by default", a, req.Policies[0].Name)
 	}
 	in := importAssignment().Assignment
-	if in.Name != "global" || in.Direction != api.PolicyDirection_IMPORT || in.DefaultAction != api.RouteAction_REJECT ||
+	if in.Name != "global" || in.Direction != api.PolicyDirection_POLICY_DIRECTION_IMPORT || in.DefaultAction != api.RouteAction_ROUTE_ACTION_REJECT ||
 		len(in.Policies) != 1 || in.Policies[0].Name != importPolicyName {
 		t.Errorf("import assignment = %v, want global import of %q rejecting the rest", in, importPolicyName)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
 )
 
 func TestAnnounceOnlyConfiguredVIPs(t *testing.T) {
@@ -29,7 +29,7 @@ func deleteBehindBack(t *testing.T, s *Speaker, addr netip.Addr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.server.DeletePath(context.Background(), &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: p.Family, Path: p}); err != nil {
+	if err := s.server.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package bgp advertises virtual IP addresses as host routes to BGP routers
-// with an embedded GoBGP v3 speaker.
+// with an embedded GoBGP v4 speaker.
 //
 // A Speaker originates addr/32 (IPv4) or addr/128 (IPv6, MP-BGP) with next hop
 // self. IPv4 routes go to IPv4 peers and IPv6 routes to IPv6 peers. Each
@@ -25,9 +25,10 @@ import (
 	"sync"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
-	"google.golang.org/protobuf/types/known/anypb"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/vipd/vipd/bfd"
 )
@@ -166,9 +167,9 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 	}
 	s.started = true
 
-	srv := server.NewBgpServer(server.LoggerOption(gobgpLogger{l: s.log}))
-	// Serve never returns in GoBGP v3: after Stop this goroutine stays parked
-	// on its channels (it holds no sockets or timers).
+	// The level is the handler's (gobgpLogger): no LevelVar.
+	srv := server.NewBgpServer(server.LoggerOption(gobgpLogger(s.log), nil))
+	// Serve returns when the server is stopped.
 	go srv.Serve()
 
 	global := &api.Global{
@@ -176,6 +177,10 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 		RouterId:        s.cfg.RouterID.String(),
 		ListenPort:      s.cfg.listenPort(),
 		ListenAddresses: s.cfg.ListenAddresses,
+		// Only the families vipd originates: GoBGP v4 gives every
+		// family of its global RIB tables of 2048 shards each, about
+		// 10 MiB for all of them.
+		Families: globalFamilies,
 	}
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
 		srv.Stop()
@@ -185,7 +190,7 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if err := srv.WatchEvent(runCtx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, s.onPeerEvent); err != nil {
+	if err := srv.WatchEvent(runCtx, server.WatchEventMessageCallbacks{OnPeerUpdate: s.onPeerEvent}, server.WatchPeer()); err != nil {
 		s.stopLocked()
 		return fmt.Errorf("watch peer events: %w", err)
 	}
@@ -223,7 +228,7 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 			s.stopLocked()
 			return fmt.Errorf("resume %s: %w", a, err)
 		}
-		if _, err := srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path}); err != nil {
+		if _, err := srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{path}}); err != nil {
 			s.stopLocked()
 			return fmt.Errorf("resume %s: %w", a, err)
 		}
@@ -360,7 +365,7 @@ func (s *Speaker) closeSessionsLocked(ctx context.Context) bool {
 	established := func() []string {
 		var up []string
 		_ = s.server.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-			if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			if p.GetState().GetSessionState() == api.PeerState_SESSION_STATE_ESTABLISHED {
 				up = append(up, p.GetConf().GetNeighborAddress())
 			}
 		})
@@ -395,13 +400,12 @@ const ceaseBeforeAdminDown = 100 * time.Millisecond
 // and telling BFD neighbors.
 const bfdShutdownTimeout = time.Second
 
-func (s *Speaker) onPeerEvent(r *api.WatchEventResponse) {
-	pe := r.GetPeer()
-	if pe == nil || pe.GetPeer() == nil || pe.GetType() != api.WatchEventResponse_PeerEvent_STATE {
+func (s *Speaker) onPeerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+	if pe == nil || pe.Type != apiutil.PEER_EVENT_STATE {
 		return
 	}
-	st := pe.GetPeer().GetState()
-	addr, to := st.GetNeighborAddress(), stateName(st.GetSessionState())
+	st := pe.Peer.State
+	addr, to := st.NeighborAddress.String(), fsmStateName(st.SessionState)
 	from, ok := s.peerState[addr]
 	if !ok {
 		from = "idle"
@@ -473,7 +477,7 @@ func (s *Speaker) originate(ctx context.Context, addr netip.Addr, st routeState)
 	}
 	// A new path for the same prefix from the same (local) source replaces
 	// the old one; peers get a single UPDATE.
-	if _, err := srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path}); err != nil {
+	if _, err := srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{path}}); err != nil {
 		return fmt.Errorf("announce %s: %w", addr, err)
 	}
 	s.routes[addr] = st
@@ -503,7 +507,7 @@ func (s *Speaker) Withdraw(ctx context.Context, addr netip.Addr) error {
 	if _, ok := s.routes[addr]; !ok {
 		return nil
 	}
-	if err := srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: path.Family, Path: path}); err != nil {
+	if err := srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{path}}); err != nil {
 		return fmt.Errorf("withdraw %s: %w", addr, err)
 	}
 	delete(s.routes, addr)
@@ -547,23 +551,23 @@ func listLocal(ctx context.Context, srv *server.BgpServer, vips []netip.Addr) (m
 		has4, has6 = has4 || a.Is4(), has6 || a.Is6()
 	}
 	for _, fam := range []struct {
-		f  *api.Family
+		f  bgp.Family
 		on bool
 	}{{familyIPv4, has4}, {familyIPv6, has6}} {
 		if !fam.on {
 			continue
 		}
-		req := &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: fam.f}
+		req := apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: fam.f}
 		if len(vips) == 1 {
-			req.Prefixes = []*api.TableLookupPrefix{{Prefix: netip.PrefixFrom(vips[0], vips[0].BitLen()).String()}}
+			req.Prefixes = []*apiutil.LookupPrefix{{Prefix: netip.PrefixFrom(vips[0], vips[0].BitLen()).String()}}
 		}
-		err := srv.ListPath(ctx, req, func(d *api.Destination) {
-			pfx, err := netip.ParsePrefix(d.GetPrefix())
-			if err != nil || pfx.Bits() != pfx.Addr().BitLen() {
+		err := srv.ListPath(req, func(nlri bgp.NLRI, paths []*apiutil.Path) {
+			pfx, ok := hostRoute(nlri)
+			if !ok {
 				return
 			}
-			for _, p := range d.GetPaths() {
-				if p.GetIsWithdraw() || !isLocal(p) {
+			for _, p := range paths {
+				if p.Withdrawal || !isLocal(p) {
 					continue
 				}
 				out[pfx.Addr()] = pathState(p)
@@ -576,18 +580,29 @@ func listLocal(ctx context.Context, srv *server.BgpServer, vips []netip.Addr) (m
 	return out, nil
 }
 
+// hostRoute returns nlri's prefix when it is a host route (/32, /128).
+func hostRoute(nlri bgp.NLRI) (netip.Prefix, bool) {
+	n, ok := nlri.(*bgp.IPAddrPrefix)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	pfx := n.Prefix
+	if !pfx.IsValid() || pfx.Bits() != pfx.Addr().BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()), true
+}
+
 // isLocal reports whether p was originated by this speaker (it has no
 // neighbor).
-func isLocal(p *api.Path) bool {
-	_, err := netip.ParseAddr(p.GetNeighborIp())
-	return err != nil
+func isLocal(p *apiutil.Path) bool {
+	return !p.PeerAddress.IsValid()
 }
 
 // pathState tells a draining path (GRACEFUL_SHUTDOWN) from an announced one.
-func pathState(p *api.Path) routeState {
-	for _, a := range p.GetPattrs() {
-		var c api.CommunitiesAttribute
-		if a.MessageIs(&c) && a.UnmarshalTo(&c) == nil && slices.Contains(c.Communities, GracefulShutdown) {
+func pathState(p *apiutil.Path) routeState {
+	for _, a := range p.Attrs {
+		if c, ok := a.(*bgp.PathAttributeCommunities); ok && slices.Contains(c.Value, GracefulShutdown) {
 			return draining
 		}
 	}
@@ -646,11 +661,11 @@ func (s *Speaker) Peers(ctx context.Context) ([]PeerStatus, error) {
 		return nil, fmt.Errorf("list peers: %w", err)
 	}
 	accepted := make(map[netip.Addr]uint64)
-	for _, f := range []*api.Family{familyIPv4, familyIPv6} {
-		err := srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: f}, func(d *api.Destination) {
-			for _, p := range d.GetPaths() {
-				if a, err := netip.ParseAddr(p.GetNeighborIp()); err == nil {
-					accepted[a.Unmap()]++
+	for _, f := range []bgp.Family{familyIPv4, familyIPv6} {
+		err := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: f}, func(_ bgp.NLRI, paths []*apiutil.Path) {
+			for _, p := range paths {
+				if p.PeerAddress.IsValid() {
+					accepted[p.PeerAddress.Unmap()]++
 				}
 			}
 		})
@@ -720,9 +735,9 @@ func peerStatus(p *api.Peer, now time.Time) (PeerStatus, error) {
 
 // hasGRCapability reports whether caps hold the Graceful Restart
 // capability.
-func hasGRCapability(caps []*anypb.Any) bool {
+func hasGRCapability(caps []*api.Capability) bool {
 	for _, c := range caps {
-		if c.MessageIs(&api.GracefulRestartCapability{}) {
+		if c.GetGracefulRestart() != nil {
 			return true
 		}
 	}
@@ -731,17 +746,38 @@ func hasGRCapability(caps []*anypb.Any) bool {
 
 func stateName(st api.PeerState_SessionState) string {
 	switch st {
-	case api.PeerState_IDLE:
+	case api.PeerState_SESSION_STATE_IDLE:
 		return "idle"
-	case api.PeerState_CONNECT:
+	case api.PeerState_SESSION_STATE_CONNECT:
 		return "connect"
-	case api.PeerState_ACTIVE:
+	case api.PeerState_SESSION_STATE_ACTIVE:
 		return "active"
-	case api.PeerState_OPENSENT:
+	case api.PeerState_SESSION_STATE_OPENSENT:
 		return "opensent"
-	case api.PeerState_OPENCONFIRM:
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
 		return "openconfirm"
-	case api.PeerState_ESTABLISHED:
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
+		return "established"
+	default:
+		return "unknown"
+	}
+}
+
+// fsmStateName names a session state as stateName does, from the native
+// form GoBGP's peer events carry.
+func fsmStateName(st bgp.FSMState) string {
+	switch st {
+	case bgp.BGP_FSM_IDLE:
+		return "idle"
+	case bgp.BGP_FSM_CONNECT:
+		return "connect"
+	case bgp.BGP_FSM_ACTIVE:
+		return "active"
+	case bgp.BGP_FSM_OPENSENT:
+		return "opensent"
+	case bgp.BGP_FSM_OPENCONFIRM:
+		return "openconfirm"
+	case bgp.BGP_FSM_ESTABLISHED:
 		return "established"
 	default:
 		return "unknown"
@@ -820,7 +856,7 @@ func (s *Speaker) reassertAdmin(ctx context.Context) {
 		var down, found bool
 		err := srv.ListPeer(ctx, &api.ListPeerRequest{Address: p.Address.String()}, func(ap *api.Peer) {
 			found = true
-			down = ap.GetState().GetAdminState() == api.PeerState_DOWN
+			down = ap.GetState().GetAdminState() == api.PeerState_ADMIN_STATE_DOWN
 		})
 		held := s.heldLocked(p.Address)
 		if err != nil || !found || down == held {
@@ -1011,7 +1047,7 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 		if !existed || !sessionEqual(o, n) || (slices.Equal(o.Communities, n.Communities) && !vipsChanged) {
 			continue
 		}
-		err := srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
+		err := srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
 		if err != nil {
 			return fmt.Errorf("reconfigure: resend routes to %s: %w", a, err)
 		}

@@ -15,7 +15,7 @@ func TestDeps(t *testing.T) {
 		BadDeps: map[string]string{
 			"github.com/vipd/vipd/...":         "vipctl links no daemon code; it talks to vipd over the API",
 			"github.com/hashicorp/memberlist":  "membership is the daemon's",
-			"github.com/osrg/gobgp/v3/...":     "BGP is the daemon's",
+			"github.com/osrg/gobgp/v4/...":     "BGP is the daemon's",
 			"github.com/vishvananda/netlink":   "the network is the daemon's",
 			"github.com/coreos/go-systemd/...": "systemd notifications are the daemon's",
 			"k8s.io/...":                       "the Node watch (nodewatch) is the daemon's",
