@@ -24,7 +24,9 @@
 #      kubernetes.kubeconfig: without the packaged kubelet-credentials drop-in
 #      the Node watch fails with permission denied (vipctl status, --check
 #      name the drop-in); linked as docs/install.md says, the watch reads
-#      them and reaches the network (connection refused: nothing serves)
+#      them and reaches the network (connection refused: nothing serves);
+#      unlinked and back to the default configuration, the watch is off and
+#      vipctl status says how to turn it on
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
 #      fix it, a crash still gets its VIP removed
@@ -730,7 +732,10 @@ step_k3() {
 	ct c1 systemctl restart vipd.service
 	running_with_vip
 	! kc_has_dac "$(kc_capamb)" || fail "vipd keeps CAP_DAC_READ_SEARCH after the link is removed (CapAmb $(kc_capamb))"
-	st_wait 10 kc_says 'waiting for a kubelet kubeconfig' || fail "the Node watch does not wait for a kubeconfig again: '$(kc_line)'"
+	# The default configuration: the watch is off (until [kubernetes]
+	# enabled = true), and the status line says how to turn it on.
+	st_wait 10 kc_says 'kubernetes: off' || fail "the Node watch is not off with the default configuration: '$(kc_line)'"
+	kc_says 'enabled = true' || fail "the status line does not say how to turn the Node watch on: '$(kc_line)'"
 }
 
 # --- 7: stop, purge ---------------------------------------------------------
