@@ -329,7 +329,8 @@ func (l *Lab) StartHTTP(h *Host) *Proc {
 	}
 	within := Scaled(5 * time.Second)
 	ok, detail := Eventually(within, 20*time.Millisecond, func() (bool, string) {
-		out, err := l.Exec(h, l.Tools.Probe, "-target", fmt.Sprintf("127.0.0.1:%d", HTTPPort), "-count", "1")
+		out, err := l.Exec(h, l.Tools.Probe, "-target", fmt.Sprintf("127.0.0.1:%d", HTTPPort), "-count", "1",
+			"-timeout", Scaled(200*time.Millisecond).String())
 		return err == nil && strings.Contains(out, " ok "+h.Name), fmt.Sprint(out, err)
 	})
 	if !ok {
