@@ -235,22 +235,43 @@ func checkKubeconfigAccess(v *validator, u *user.User, k KubernetesConfig, path 
 // KubeletCredentialsDropIn, or the admin's own) gives the service
 // CAP_DAC_READ_SEARCH in AmbientCapabilities=.
 func grantsReadSearch(dirs []string) bool {
-	for _, d := range dirs {
-		files, _ := filepath.Glob(filepath.Join(d, "*.conf"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
-				if ok && strings.TrimSpace(k) == "AmbientCapabilities" && slices.Contains(strings.Fields(val), "CAP_DAC_READ_SEARCH") {
-					return true
-				}
-			}
+	for _, e := range unitEntries(dropInFiles(dirs)) {
+		if e[0] == "AmbientCapabilities" && slices.Contains(strings.Fields(e[1]), "CAP_DAC_READ_SEARCH") {
+			return true
 		}
 	}
 	return false
+}
+
+// dropInFiles lists the *.conf drop-ins in dirs, directory by directory.
+func dropInFiles(dirs []string) []string {
+	var files []string
+	for _, d := range dirs {
+		fs, _ := filepath.Glob(filepath.Join(d, "*.conf"))
+		files = append(files, fs...)
+	}
+	return files
+}
+
+// unitEntries returns the Key=value settings of systemd unit files, in
+// order, key and value trimmed; comments and unreadable files are passed
+// over.
+func unitEntries(files []string) [][2]string {
+	var out [][2]string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
+			if !ok || strings.HasPrefix(k, "#") {
+				continue
+			}
+			out = append(out, [2]string{strings.TrimSpace(k), strings.TrimSpace(val)})
+		}
+	}
+	return out
 }
 
 // checkAccess warns about files and directories the service user cannot
@@ -362,39 +383,23 @@ func checkUnitPaths(v *validator, c *Config, units, dropInDirs []string) {
 	if unit == "" {
 		return // not installed as a service: nothing to compare with
 	}
-	files := []string{unit}
-	for _, d := range dropInDirs {
-		fs, _ := filepath.Glob(filepath.Join(d, "*.conf"))
-		files = append(files, fs...)
-	}
 	strict := false
 	var writable []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
-			if !ok || strings.HasPrefix(k, "#") {
-				continue
+	for _, e := range unitEntries(append([]string{unit}, dropInFiles(dropInDirs)...)) {
+		switch k, val := e[0], e[1]; k {
+		case "ProtectSystem":
+			strict = val == "strict"
+		case "StateDirectory":
+			for _, d := range strings.Fields(val) {
+				writable = append(writable, filepath.Join("/var/lib", d))
 			}
-			k, val = strings.TrimSpace(k), strings.TrimSpace(val)
-			switch k {
-			case "ProtectSystem":
-				strict = val == "strict"
-			case "StateDirectory":
-				for _, d := range strings.Fields(val) {
-					writable = append(writable, filepath.Join("/var/lib", d))
-				}
-			case "RuntimeDirectory":
-				for _, d := range strings.Fields(val) {
-					writable = append(writable, filepath.Join("/run", d), filepath.Join("/var/run", d))
-				}
-			case "ReadWritePaths":
-				for _, d := range strings.Fields(val) {
-					writable = append(writable, filepath.Clean(strings.TrimLeft(d, "-+")))
-				}
+		case "RuntimeDirectory":
+			for _, d := range strings.Fields(val) {
+				writable = append(writable, filepath.Join("/run", d), filepath.Join("/var/run", d))
+			}
+		case "ReadWritePaths":
+			for _, d := range strings.Fields(val) {
+				writable = append(writable, filepath.Clean(strings.TrimLeft(d, "-+")))
 			}
 		}
 	}
