@@ -190,9 +190,7 @@ func BenchmarkList(b *testing.B) {
 		listenQueue(b, ns, to, n)
 		holdConns(b, ns, to, n)
 	}
-	var tab *Table
-	inNS(b, ns, func() (err error) { tab, err = Open(); return err })
-	b.Cleanup(func() { tab.Close() })
+	tab := openTableIn(b, ns)
 	for _, vip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12"} {
 		n := counts[vip]
 		f := Filter{Addrs: []netip.Addr{netip.MustParseAddr(vip)}, Ports: []uint16{6443}}
@@ -243,9 +241,7 @@ func BenchmarkDestroy(b *testing.B) {
 	vip := netip.MustParseAddr("192.0.2.10")
 	ip(b, "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
 	ip(b, "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "lo")
-	var tab *Table
-	inNS(b, ns, func() (err error) { tab, err = Open(); return err })
-	b.Cleanup(func() { tab.Close() })
+	tab := openTableIn(b, ns)
 	srv := serve(b, ns, vip)
 	const n = 1000
 	b.ReportAllocs()

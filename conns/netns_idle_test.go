@@ -79,9 +79,7 @@ func TestNetnsDestroyIdleCalledOff(t *testing.T) {
 	if _, err := k.Write([]byte("request\n")); err != nil {
 		t.Fatal(err)
 	}
-	var tab *Table
-	inNS(t, h, func() (err error) { tab, err = Open(); return err })
-	t.Cleanup(func() { tab.Close() })
+	tab := openTableIn(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	res, err := tab.DestroyIdle(ctx, vipFilter, IdleConfig{Poll: 5 * time.Millisecond, Until: time.Now().Add(10 * time.Second)})
@@ -152,9 +150,7 @@ func TestNetnsDestroyIdleSendQueue(t *testing.T) {
 		got <- err
 	}()
 
-	var tab *Table
-	inNS(t, h, func() (err error) { tab, err = Open(); return err })
-	t.Cleanup(func() { tab.Close() })
+	tab := openTableIn(t, h)
 	start := time.Now()
 	res, err := destroyIdle(tab, vipFilter, start.Add(5*time.Second))
 	if err != nil {
@@ -306,9 +302,7 @@ func TestNetnsDestroyIdleHTTP2(t *testing.T) {
 		}
 	})
 
-	var tab *Table
-	inNS(t, h, func() (err error) { tab, err = Open(); return err })
-	t.Cleanup(func() { tab.Close() })
+	tab := openTableIn(t, h)
 	// A few writes first, then DestroyIdle right after a write's event
 	// went out, its answer still to come.
 	for range 3 {

@@ -58,6 +58,16 @@ func ip(t testing.TB, args ...string) {
 
 // inNS runs f on an OS thread in namespace ns, so the sockets f creates
 // live there. The thread is thrown away afterwards (no UnlockOSThread).
+// openTableIn opens a Table in namespace ns and closes it when the test
+// ends.
+func openTableIn(t testing.TB, ns string) *Table {
+	t.Helper()
+	var tab *Table
+	inNS(t, ns, func() (err error) { tab, err = Open(); return err })
+	t.Cleanup(func() { tab.Close() })
+	return tab
+}
+
 func inNS(t testing.TB, ns string, f func() error) {
 	t.Helper()
 	errc := make(chan error, 1)
@@ -364,9 +374,7 @@ func TestNetnsDestroy(t *testing.T) {
 	}
 
 	vips := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
-	var tab *Table
-	inNS(t, h, func() (err error) { tab, err = Open(); return err })
-	t.Cleanup(func() { tab.Close() })
+	tab := openTableIn(t, h)
 	list := func(f Filter) Set {
 		t.Helper()
 		s, err := tab.List(f)
@@ -486,9 +494,7 @@ func TestNetnsDestroyIdle(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond) // the slow request is in the server's hands
 
-	var tab *Table
-	inNS(t, h, func() (err error) { tab, err = Open(); return err })
-	t.Cleanup(func() { tab.Close() })
+	tab := openTableIn(t, h)
 	start := time.Now()
 	res, err := destroyIdle(tab, vipFilter, start.Add(2*time.Second))
 	if err != nil {
