@@ -266,6 +266,13 @@ func (f *fakeConns) destroy(flt conns.Filter, which func(conns.Conn) bool) int {
 	return n
 }
 
+// busyClosedCount returns how many busy connections DestroyIdle closed.
+func (f *fakeConns) busyClosedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.busyClosed
+}
+
 // closedCount returns how many connections were closed.
 func (f *fakeConns) closedCount() int {
 	f.mu.Lock()

@@ -392,11 +392,7 @@ func TestClusterRestartWhileQuiescing(t *testing.T) {
 	if h := c.w.holdersOf(c.vip); !slices.Equal(h, []string{succ}) {
 		t.Errorf("holders %v after the quiescing owner stopped, want [%s]", h, succ)
 	}
-	n := &c.nodes[owner].conns
-	n.mu.Lock()
-	busy := n.busyClosed
-	n.mu.Unlock()
-	if busy > 0 {
+	if busy := c.nodes[owner].conns.busyClosedCount(); busy > 0 {
 		t.Errorf("the restart closed %d busy connections of the quiescing owner", busy)
 	}
 	c.start(owner)
@@ -430,11 +426,7 @@ func TestClusterRestartWhileForwarding(t *testing.T) {
 	if rec, left, err := loadRestart(c.nodes[succ].cfg.StateDir); err != nil || left <= 0 || len(rec.VIPs) != 1 {
 		t.Errorf("the successor's restart record: %v, %v, %v; want the VIP kept for its next process", rec.VIPs, left, err)
 	}
-	n := &c.nodes[owner].conns
-	n.mu.Lock()
-	busy := n.busyClosed
-	n.mu.Unlock()
-	if busy > 0 {
+	if busy := c.nodes[owner].conns.busyClosedCount(); busy > 0 {
 		t.Errorf("the old owner closed %d busy connections", busy)
 	}
 	c.start(succ)
