@@ -1,6 +1,9 @@
 # packages.mk — .deb and .rpm packages (included by the top-level Makefile).
 #
 #   make packages       static binaries + dist/vipd_*.deb and dist/vipd-*.rpm
+#   make packages-arm64 the same for arm64 (PKG_ARCH=arm64; cross-compiled,
+#                       CGO_ENABLED=0), beside the host's; package-test
+#                       checks them and runs them under qemu-user
 #   make package-test   (root, Debian) build, inspect, install, check, purge:
 #                       packaging/test-packages.sh
 #   make systemd-test   (root) the .deb under a real systemd: boots a cached
@@ -8,7 +11,8 @@
 #                       step by step: packaging/systemd-test/systemd-test.sh
 #
 # nfpm is installed with `go install` into .tools/ (nothing else is downloaded).
-# Variables: PKG_ARCH (GOARCH, default the host's), PKG_RELEASE, PKG_MAINTAINER;
+# Variables: PKG_ARCH (GOARCH, default the host's; amd64 and arm64 are built
+# and checked), PKG_RELEASE, PKG_MAINTAINER;
 # PKG_VERSION is derived from VERSION (git describe) by packaging/pkg-version.sh
 # in a form dpkg and rpm accept: v1.2.3 -> 1.2.3, abc123 -> 0.0.0~abc123.
 # PKG_PREBUILT_BIN=DIR packages DIR/vipd and DIR/vipctl instead of building
@@ -19,7 +23,8 @@ NFPM_VERSION   := v2.45.2
 NFPM_DIR       := $(CURDIR)/.tools/nfpm-$(NFPM_VERSION)
 NFPM           := $(NFPM_DIR)/nfpm
 
-PKG_ARCH       ?= $(shell $(GO) env GOARCH)
+HOST_ARCH      := $(shell $(GO) env GOARCH)
+PKG_ARCH       ?= $(HOST_ARCH)
 PKG_RELEASE    ?= 1
 PKG_MAINTAINER ?= vipd maintainers <vipd@example.org>
 PKG_VERSION    ?= $(shell packaging/pkg-version.sh '$(VERSION)')
@@ -30,7 +35,7 @@ RPM_ARCH       := $(or $(filter-out amd64 arm64,$(PKG_ARCH)),$(if $(filter amd64
 PKG_DEB        := $(PKG_DIST)/vipd_$(PKG_VERSION)-$(PKG_RELEASE)_$(PKG_ARCH).deb
 PKG_RPM        := $(PKG_DIST)/vipd-$(PKG_VERSION)-$(PKG_RELEASE).$(RPM_ARCH).rpm
 
-.PHONY: packages package-bins package-test systemd-test
+.PHONY: packages packages-arm64 package-bins package-test systemd-test
 
 $(NFPM):
 	mkdir -p $(NFPM_DIR)
@@ -60,8 +65,13 @@ packages: vipd.toml.example $(NFPM) package-bins man
 	$(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(PKG_DEB) && \
 	$(NFPM) package --config packaging/nfpm.yaml --packager rpm --target $(PKG_RPM)
 	printf 'VERSION=%s\nPKG_VERSION=%s\nPKG_RELEASE=%s\nPKG_BIN_DIR=%s\nPKG_DEB=%s\nPKG_RPM=%s\n' \
-		'$(VERSION)' '$(PKG_VERSION)' '$(PKG_RELEASE)' '$(PKG_BIN_DIR)' '$(PKG_DEB)' '$(PKG_RPM)' > $(PKG_DIST)/packages.env
+		'$(VERSION)' '$(PKG_VERSION)' '$(PKG_RELEASE)' '$(PKG_BIN_DIR)' '$(PKG_DEB)' '$(PKG_RPM)' > $(PKG_DIST)/packages-$(PKG_ARCH).env
+	if [ '$(PKG_ARCH)' = '$(HOST_ARCH)' ]; then cp $(PKG_DIST)/packages-$(PKG_ARCH).env $(PKG_DIST)/packages.env; fi
 	@echo "packages: $(PKG_DEB) $(PKG_RPM)"
+
+# packages-arm64: the arm64 .deb and .rpm (dist/packages-arm64.env names them).
+packages-arm64:
+	$(MAKE) --no-print-directory packages PKG_ARCH=arm64
 
 package-test:
 	packaging/test-packages.sh
