@@ -24,8 +24,9 @@
 #      kubernetes.kubeconfig: without the packaged kubelet-credentials drop-in
 #      the Node watch fails with permission denied (vipctl status, --check
 #      name the drop-in); linked as docs/install.md says, the watch reads
-#      them and reaches the network (connection refused: nothing serves);
-#      unlinked and back to the default configuration, the watch is off and
+#      them and reaches the network (connection refused: nothing serves),
+#      while a health command vipd runs has no CAP_DAC_READ_SEARCH and
+#      cannot read them; unlinked and back to the default configuration, the watch is off and
 #      vipctl status says how to turn it on
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
@@ -37,7 +38,8 @@
 #      (sampled every 50 ms), with no failed probe and no reset of a
 #      connection held open across them; a restart whose new process fails
 #      to start: the peers take over within the restart grace + 1.5 s, never
-#      two holders
+#      two holders; SIGUSR2 outside a restart job hands the VIP off with no
+#      failed probe and stops the unit cleanly, leaving no restart record
 #
 # Steps waiting for a daemon change are listed in ST_XFAIL_REASON below; see
 # st_step in lib.sh for how XFAIL and XPASS are reported (selftest.sh checks
@@ -724,6 +726,26 @@ step_k2() {
 	ct c1 vipd --check --config /etc/vipd/vipd.toml >"$LAB_DIR/k2.check" 2>&1 || true
 	! grep -F "$KC_CONF" "$LAB_DIR/k2.check" || fail "vipd --check still warns although the drop-in is linked"
 }
+# With the drop-in, vipd holds CAP_DAC_READ_SEARCH; a health command it runs
+# must not (agent's internal/childcaps): it records its own ambient set and
+# whether it could read the root-only kubeconfig, then passes.
+step_k4() {
+	local cmd caps
+	running_with_vip
+	kc_has_dac "$(kc_capamb)" || fail "vipd lacks CAP_DAC_READ_SEARCH with the drop-in (CapAmb $(kc_capamb))"
+	ct c1 rm -f /run/vipd/k4.capamb /run/vipd/k4.result
+	cmd="grep ^CapAmb: /proc/self/status > /run/vipd/k4.capamb; if cat $KC_CONF > /dev/null 2>&1; then echo read; else echo denied; fi > /run/vipd/k4.result"
+	c1_config "$(printf '[vip.health]\ncommand = ["/bin/sh", "-c", "%s"]\ninterval = "300ms"' "$cmd")" \
+		"$(printf '\n[kubernetes]\nenabled = true\nkubeconfig = "%s"' "$KC_CONF")"
+	ct c1 systemctl restart vipd.service
+	ran() { ct c1 test -s /run/vipd/k4.result; }
+	st_wait 10 ran || fail "the health command did not run within 10s"
+	caps=$(ct c1 awk '{ print $2 }' /run/vipd/k4.capamb)
+	echo "info: vipd CapAmb $(kc_capamb); its health command CapAmb $caps, reading $KC_CONF: $(ct c1 cat /run/vipd/k4.result)"
+	! kc_has_dac "$caps" || fail "the health command inherited CAP_DAC_READ_SEARCH (CapAmb $caps)"
+	[ "$(ct c1 cat /run/vipd/k4.result)" = denied ] || fail "the health command read the root-only $KC_CONF"
+	kc_has_dac "$(kc_capamb)" || fail "vipd itself lost CAP_DAC_READ_SEARCH (CapAmb $(kc_capamb))"
+}
 step_k3() {
 	ct c1 rm -f "$KC_LINK"
 	ct c1 rm -rf /etc/kubernetes /var/lib/kubelet
@@ -997,6 +1019,43 @@ step_h5() {
 	[ "$took" -le $(((grace + 2) * 1000)) ] || fail "$next took over $(st_secs "$took")s after the restart, want within the grace (${grace}s) + 1.5s and the probe's answer"
 }
 
+# SIGUSR2 under systemd outside a restart job (an operator's kill -USR2, a
+# supervisor script): vipd hands the VIP off and exits cleanly, because
+# systemd would not start the next process (Restart=on-failure) and the
+# VIP would stay dark for the grace, then for good. No record is left.
+step_h6() {
+	local owner next fails
+	trap "restart_unwatch h6" EXIT
+	[ "$(prop n1 ActiveState)" = active ] || ct n1 systemctl start vipd.service
+	st_wait 20 three_alive_again || fail "the three nodes do not all see three alive members"
+	owner=$(owner_of)
+	[ -n "$owner" ] || fail "no node holds the VIP"
+	restart_watch h6
+	served() { [ "$(grep -c " ok $owner " "$LAB_DIR/h6.probe")" -ge 25 ]; }
+	st_wait 10 served || fail "the client does not reach $owner"
+	journal_mark_ct "$owner" "$LAB_DIR/h6.cursor"
+	ct "$owner" systemctl kill -s SIGUSR2 --kill-whom=main vipd.service
+	stopped() { [ "$(prop "$owner" ActiveState)" = inactive ]; }
+	st_wait 20 stopped || fail "vipd on $owner is $(prop "$owner" ActiveState) 20s after SIGUSR2, want inactive"
+	moved() { next=$(owner_of); [ -n "$next" ] && [ "$next" != "$owner" ] && [ "$(grep -c " ok $next " "$LAB_DIR/h6.probe")" -ge 25 ]; }
+	st_wait 10 moved || fail "no other node serves the VIP: holders '$(owner_of | paste -sd' ')'"
+	restart_unwatch h6
+	trap - EXIT
+	journal_since_ct "$owner" "$LAB_DIR/h6.cursor" >"$LAB_DIR/h6.journal"
+	grep -F 'SIGUSR2 under systemd without a restart job' "$LAB_DIR/h6.journal" >/dev/null ||
+		{ tail -8 "$LAB_DIR/h6.journal"; fail "vipd did not log that it hands off on SIGUSR2 under systemd"; }
+	[ "$(prop "$owner" Result)" = success ] || fail "vipd.service Result=$(prop "$owner" Result) on $owner, want success"
+	! ct "$owner" test -e /var/lib/vipd/restart.json || fail "a restart record was left in /var/lib/vipd on $owner"
+	has_vip "$LAB_PREFIX-$owner" && fail "the VIP is still on $owner"
+	# (The address sampler cannot tell a quiesced old holder, which keeps
+	# the address but answers no ARP during the daisy chain, from a holder:
+	# the probes are what a client feels.)
+	fails=$(grep -c ' fail ' "$LAB_DIR/h6.probe" || true)
+	echo "info: SIGUSR2 on $owner: it handed the VIP to $next and stopped (Result=success); $fails probes failed"
+	[ "$fails" = 0 ] || { grep ' fail ' "$LAB_DIR/h6.probe" | head -5; fail "$fails probes failed during the handoff"; }
+	ct "$owner" systemctl start vipd.service
+}
+
 # --- run --------------------------------------------------------------------
 
 echo "== single node (c1 $C1_IP, VIP $VIP)"
@@ -1029,6 +1088,7 @@ st_step n5 "with the packaged networkd drop-in, none of the three removes a VIP"
 st_step n6 "networkd off again, one VIP" step_n6
 st_step k1 "a root-only kubelet kubeconfig: the Node watch fails with permission denied, status and --check name the drop-in" step_k1
 st_step k2 "with the kubelet-credentials drop-in linked as documented, the watch reaches the network" step_k2
+st_step k4 "with the drop-in, a health command vipd runs lacks CAP_DAC_READ_SEARCH and cannot read the kubeconfig" step_k4
 st_step k3 "the drop-in unlinked and the watch off again" step_k3
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
@@ -1063,6 +1123,7 @@ else
 		st_step h3 "systemctl restart vipd on the owner keeps the VIP: 0 failed probes, a held connection unbroken" step_h3
 		st_step h4 "a package upgrade on the owner (postinst try-restart) keeps the VIP: 0 failed probes, a held connection unbroken" step_h4
 		st_step h5 "a restart whose new process fails to start: a peer takes over within the grace + 1.5s, never two holders" step_h5
+		st_step h6 "SIGUSR2 outside a restart job: vipd hands the VIP off and stops cleanly, 0 failed probes, no record left" step_h6
 	else
 		ST_FAIL=$((ST_FAIL + 1))
 		echo "FAIL h: the three containers did not boot"
