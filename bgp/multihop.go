@@ -44,6 +44,23 @@ func (p Peer) minTTL() uint8 {
 	return uint8(256 - int(p.TTLSecurityHops))
 }
 
+// sendTTL is the TTL of the packets GoBGP sends on p's session (0: the
+// kernel's default), as GoBGP's setPeerConnTTL chooses it: 255 with TTL
+// security, the multihop TTL (1 by default) for eBGP, the default for
+// iBGP.
+func (p Peer) sendTTL(localASN uint32) uint8 {
+	switch {
+	case p.TTLSecurityHops > 0:
+		return 255
+	case p.ASN == localASN:
+		return 0
+	case p.EBGPMultihop > 0:
+		return p.EBGPMultihop
+	default:
+		return 1
+	}
+}
+
 // applyHops sets p's local address, multihop and TTL security on peer.
 func (p Peer) applyHops(peer *api.Peer) {
 	if p.LocalAddress.IsValid() {
