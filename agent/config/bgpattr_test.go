@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -147,5 +148,54 @@ func TestBadHopsAndAttrs(t *testing.T) {
 				t.Errorf("%d problems, want %d:\n%s", n, len(tt.want), text)
 			}
 		})
+	}
+}
+
+// TestLocalAddressHostCheck: a local_address that is not on this host is
+// a warning of `vipd --check` (the session cannot start from it: the
+// kernel refuses to bind it), at its key; one on lo is not.
+func TestLocalAddressHostCheck(t *testing.T) {
+	c, err := Parse("host.toml", []byte(`
+[cluster]
+bind_address = "192.0.2.11"
+peers = ["192.0.2.12"]
+[bgp]
+asn = 64513
+[[bgp.peer]]
+address = "203.0.113.1"
+asn = 64512
+local_address = "203.0.113.11"
+ebgp_multihop = 2
+[[bgp.peer]]
+address = "203.0.113.2"
+asn = 64512
+local_address = "203.0.113.12"
+ebgp_multihop = 2
+[[vip]]
+name = "a"
+address = "203.0.113.10"
+mode = "bgp"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := HostEnv{Euid: func() int { return 1000 }, UnitFiles: []string{}, Interfaces: func() ([]HostInterface, error) {
+		return []HostInterface{
+			{Name: "lo", Prefixes: []netip.Prefix{netip.MustParsePrefix("203.0.113.11/32")}, Addrs: []netip.Addr{netip.MustParseAddr("203.0.113.11")}},
+			{Name: "eth0", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
+		}, nil
+	}}
+	warns, errs := CheckHost(c, env)
+	if len(errs) != 0 {
+		t.Errorf("errors %v, want none", errs)
+	}
+	var got []string
+	for _, w := range warns {
+		if strings.Contains(w.Msg, "local_address") {
+			got = append(got, fmt.Sprintf("%d:%d: %s", w.Line, w.Col, w.Msg))
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "15:1: bgp.peer[1].local_address 203.0.113.12 is not an address of this host") {
+		t.Errorf("local_address warnings %q, want one about bgp.peer[1] at 15:1", got)
 	}
 }

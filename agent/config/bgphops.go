@@ -73,3 +73,16 @@ func vipAttrs(vips []VIPConfig) map[netip.Addr]bgp.Attrs {
 	}
 	return m
 }
+
+// checkLocalAddresses warns about a peer's local_address that is not an
+// address of this host (owned: the host's addresses): the kernel refuses
+// to bind it, and the session cannot start until it is added.
+func (v *validator) checkLocalAddresses(peers []bgp.Peer, owned map[netip.Addr]string) {
+	for i, p := range peers {
+		if a := p.LocalAddress; a.IsValid() {
+			if _, ok := owned[a]; !ok {
+				v.at(fmt.Sprintf("bgp.peer[%d].local_address", i), "bgp.peer[%d].local_address %s is not an address of this host (yet): the session with %s cannot start from it until it is (a loopback address: ip addr add %s/%d dev lo)", i, a, p.Address, a, a.BitLen())
+			}
+		}
+	}
+}
