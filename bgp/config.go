@@ -70,6 +70,28 @@ type Peer struct {
 	MaxPrefixes uint32
 	// BFD runs a BFD session with the neighbor.
 	BFD BFD
+	// LocalAddress is the session's source address, such as this host's
+	// loopback address that the router peers with; the zero value lets
+	// the kernel choose by route. It is also the next hop of the routes
+	// sent (next hop self): the router needs a route to it.
+	LocalAddress netip.Addr
+	// EBGPMultihop is the TTL of the packets sent to an eBGP neighbor: how
+	// many routed hops away it may be. Zero means 1, a directly connected
+	// neighbor (GoBGP's, FRR's and BIRD's default for eBGP). Only for eBGP
+	// peers (iBGP sessions are not limited), and not with
+	// TTLSecurityHops.
+	EBGPMultihop uint8
+	// TTLSecurityHops turns on the Generalized TTL Security Mechanism
+	// (RFC 5082): packets are sent with TTL 255 and the kernel drops
+	// received packets whose TTL is below 256 - TTLSecurityHops, so
+	// nothing more hops away (a spoofer, a router further off) reaches
+	// the session. 1 is a directly connected neighbor; at most
+	// MaxTTLSecurityHops. Zero turns it off. It covers a neighbor that
+	// many hops away, so EBGPMultihop must be zero with it.
+	TTLSecurityHops uint8
+	// Attrs are path attributes of every route sent to this neighbor; a
+	// VIP's own (Config.VIPAttrs) replace them for that VIP's route.
+	Attrs Attrs
 }
 
 // BFD configures single-hop BFD (RFC 5880, RFC 5881) toward a peer. When the
@@ -105,6 +127,10 @@ type Config struct {
 	// sends their host routes (/32, /128), originated here, and nothing
 	// else; everything received is rejected on import.
 	VIPs []netip.Addr
+	// VIPAttrs are path attributes of single VIPs' routes, sent to every
+	// peer: an attribute set here replaces the peer's (Peer.Attrs) for
+	// that route. Every key must be one of VIPs.
+	VIPAttrs map[netip.Addr]Attrs
 	// GracefulRestart asks the routers to keep this speaker's routes while
 	// the process restarts. The zero value turns it off.
 	GracefulRestart GracefulRestart
@@ -181,8 +207,12 @@ type FieldError struct {
 	// "router_id", "listen_port", "listen_addresses",
 	// "graceful_restart_time", "long_lived_stale_time"; "peer.address",
 	// "peer.asn", "peer.hold_time", "peer.keepalive", "peer.communities",
-	// "peer.max_prefixes", "peer.bfd_min_interval" for a field of a Peer;
-	// "vip" for an address of Config.VIPs.
+	// "peer.max_prefixes", "peer.bfd_min_interval", "peer.bfd",
+	// "peer.local_address", "peer.ebgp_multihop",
+	// "peer.ttl_security_hops", "peer.med", "peer.local_pref" for a field
+	// of a Peer; "vip" for an address of Config.VIPs, "vip.med" and
+	// "vip.local_pref" for its Config.VIPAttrs; "vip_attrs" for a key of
+	// Config.VIPAttrs that is not in Config.VIPs.
 	Field string
 	// Index is the position in Config.Peers (a "peer." field) or
 	// Config.VIPs ("vip") of the element the problem is about; -1 for a
@@ -279,6 +309,8 @@ func (c Config) Validate() []error {
 		if p.BFD.MinInterval%time.Millisecond != 0 {
 			peerErr("bfd_min_interval", "bfd_min_interval %s: must be whole milliseconds", p.BFD.MinInterval)
 		}
+		p.validateHops(c.ASN, peerErr)
+		p.Attrs.validate(p.ASN == c.ASN, peerErr)
 	}
 	c.GracefulRestart.validate(func(field, format string, args ...any) { add(field, -1, format, args...) })
 	vips := make(map[netip.Addr]bool)
@@ -290,6 +322,7 @@ func (c Config) Validate() []error {
 		}
 		vips[a.Unmap()] = true
 	}
+	c.validateVIPAttrs(func(field string, index int, format string, args ...any) { add(field, index, format, args...) })
 	return errs
 }
 
@@ -343,7 +376,7 @@ func (p Peer) bfdSession() (bfd.SessionConfig, bool) {
 	if !p.BFD.Enabled {
 		return bfd.SessionConfig{}, false
 	}
-	c := bfd.SessionConfig{Peer: p.Address, MinInterval: p.BFD.MinInterval, Multiplier: p.BFD.Multiplier}
+	c := bfd.SessionConfig{Peer: p.Address, Local: p.LocalAddress, MinInterval: p.BFD.MinInterval, Multiplier: p.BFD.Multiplier}
 	if c.MinInterval == 0 {
 		c.MinInterval = DefaultBFDMinInterval
 	}

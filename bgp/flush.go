@@ -74,10 +74,7 @@ const asTrans = 23456
 
 // flushPeer flushes p, reached at addr (its address, port 179).
 func flushPeer(ctx context.Context, cfg Config, p Peer, addr netip.AddrPort) error {
-	d := net.Dialer{}
-	if p.Password != "" {
-		d.Control = func(_, _ string, c syscall.RawConn) error { return setMD5(c, p.Address, p.Password) }
-	}
+	d := peerDialer(cfg, p)
 	conn, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return err
@@ -221,4 +218,51 @@ func setMD5(c syscall.RawConn, peer netip.Addr, key string) error {
 		return fmt.Errorf("tcp md5 signature: %w", serr)
 	}
 	return nil
+}
+
+// peerDialer returns the dialer of a flush session to p: from p's local
+// address, with its MD5 password, and with the TTL and minimum TTL the
+// speaker's session to p has (a router that checks them, GTSM or a
+// multihop limit, would otherwise refuse the flush).
+func peerDialer(cfg Config, p Peer) net.Dialer {
+	var d net.Dialer
+	if p.LocalAddress.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.LocalAddress, 0))
+	}
+	ttl, minTTL := p.sendTTL(cfg.ASN), p.minTTL()
+	d.Control = func(_, _ string, c syscall.RawConn) error {
+		if p.Password != "" {
+			if err := setMD5(c, p.Address, p.Password); err != nil {
+				return err
+			}
+		}
+		return setTTL(c, p.Address.Is4(), int(ttl), int(minTTL))
+	}
+	return d
+}
+
+// setTTL sets the TTL (hop limit) of the packets sent, when ttl is not 0,
+// and the minimum TTL accepted, when minTTL is not 0.
+func setTTL(c syscall.RawConn, v4 bool, ttl, minTTL int) error {
+	level, ttlOpt, minOpt := unix.IPPROTO_IP, unix.IP_TTL, unix.IP_MINTTL
+	if !v4 {
+		level, ttlOpt, minOpt = unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, unix.IPV6_MINHOPCOUNT
+	}
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		if ttl != 0 {
+			if serr = unix.SetsockoptInt(int(fd), level, ttlOpt, ttl); serr != nil {
+				serr = fmt.Errorf("set ttl %d: %w", ttl, serr)
+				return
+			}
+		}
+		if minTTL != 0 {
+			if serr = unix.SetsockoptInt(int(fd), level, minOpt, minTTL); serr != nil {
+				serr = fmt.Errorf("set minimum ttl %d: %w", minTTL, serr)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
 }

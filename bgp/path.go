@@ -87,8 +87,11 @@ const exportPolicyName = "vipd-export"
 // exportPolicy builds the policy request for the export side. Statements,
 // in order:
 //
-//   - one per peer with communities: neighbor set of that peer, add the
-//     communities, and go on (no route action);
+//   - one per peer with communities or path attributes (Peer.Attrs):
+//     neighbor set of that peer, add the communities, set the attributes,
+//     and go on (no route action);
+//   - one per VIP with path attributes (vipAttrs): that VIP's exact host
+//     prefix, set the attributes (replacing a peer's), and go on;
 //   - one per address family with VIPs: the VIPs' exact host prefixes,
 //     originated locally, ACCEPT.
 //
@@ -98,22 +101,28 @@ const exportPolicyName = "vipd-export"
 // route-server clients, so the per-peer selection is a neighbor-set
 // condition in a global policy. The policy always exists (possibly without
 // statements) so that its assignment (made once at start) stays valid;
-// SetPolicies keeps assignments and replaces definitions.
-func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, error) {
+// SetPolicies keeps assignments and replaces definitions. GoBGP drops a
+// LOCAL_PREF set here on the way to an eBGP peer (after the policy).
+func exportPolicy(peers []Peer, vips []netip.Addr, vipAttrs map[netip.Addr]Attrs) (*api.SetPoliciesRequest, error) {
 	req := &api.SetPoliciesRequest{}
 	pol := &api.Policy{Name: exportPolicyName}
 	for _, p := range peers {
-		if len(p.Communities) == 0 {
+		if len(p.Communities) == 0 && p.Attrs.IsZero() {
 			continue
 		}
-		comms := make([]string, 0, len(p.Communities))
-		for _, s := range p.Communities {
-			c, err := ParseCommunity(s)
-			if err != nil {
-				return nil, fmt.Errorf("peer %s: %w", p.Address, err)
+		actions := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED}
+		if len(p.Communities) > 0 {
+			comms := make([]string, 0, len(p.Communities))
+			for _, s := range p.Communities {
+				c, err := ParseCommunity(s)
+				if err != nil {
+					return nil, fmt.Errorf("peer %s: %w", p.Address, err)
+				}
+				comms = append(comms, FormatCommunity(c))
 			}
-			comms = append(comms, FormatCommunity(c))
+			actions.Community = &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD, Communities: comms}
 		}
+		p.Attrs.actions(actions)
 		name := "peer-" + p.Address.String()
 		req.DefinedSets = append(req.DefinedSets, &api.DefinedSet{
 			DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR,
@@ -125,12 +134,15 @@ func exportPolicy(peers []Peer, vips []netip.Addr) (*api.SetPoliciesRequest, err
 			Conditions: &api.Conditions{
 				NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: name},
 			},
-			Actions: &api.Actions{
-				Community:   &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD, Communities: comms},
-				RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED,
-			},
+			Actions: actions,
 		})
 	}
+	sets, stmts, err := vipAttrsStatements(vipAttrs)
+	if err != nil {
+		return nil, err
+	}
+	req.DefinedSets = append(req.DefinedSets, sets...)
+	pol.Statements = append(pol.Statements, stmts...)
 	for _, fam := range []struct {
 		name string
 		is4  bool
@@ -247,6 +259,7 @@ func apiPeer(p Peer, s peerSession) *api.Peer {
 		}},
 		AfiSafis: []*api.AfiSafi{afi},
 	}
+	p.applyHops(peer)
 	if g := s.gr; g.Enabled() {
 		restart := uint32(g.RestartTime / time.Second)
 		peer.GracefulRestart = &api.GracefulRestart{

@@ -116,7 +116,7 @@ func TestExportPolicy(t *testing.T) {
 		{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000, Communities: []string{"65000:6"}},
 	}
 	vips := []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8:100::10"), netip.MustParseAddr("203.0.113.11")}
-	req, err := exportPolicy(peers, vips)
+	req, err := exportPolicy(peers, vips, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestExportPolicy(t *testing.T) {
 		t.Errorf("import assignment = %v, want global import of %q rejecting the rest", in, importPolicyName)
 	}
 
-	empty, err := exportPolicy([]Peer{{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}}, nil)
+	empty, err := exportPolicy([]Peer{{Address: netip.MustParseAddr("192.0.2.254"), ASN: 65000}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,10 @@
 //
 // A Speaker originates addr/32 (IPv4) or addr/128 (IPv6, MP-BGP) with next hop
 // self. IPv4 routes go to IPv4 peers and IPv6 routes to IPv6 peers. Each
-// peer's communities are added on export to that peer; Drain adds the
+// peer's communities, MED and LOCAL_PREF (iBGP only) are set on export to
+// that peer, a VIP's own MED and LOCAL_PREF replacing the peer's; a peer
+// may be several hops away (eBGP multihop, from a loopback address) or
+// held to a number of hops by TTL security (RFC 5082). Drain adds the
 // GRACEFUL_SHUTDOWN community (RFC 8326) so routers move traffic away before
 // Withdraw removes the route.
 //
@@ -106,6 +109,7 @@ func New(cfg Config) (*Speaker, error) {
 	}
 	cfg.Peers = slices.Clone(cfg.Peers)
 	cfg.VIPs = unmapAll(cfg.VIPs)
+	cfg.VIPAttrs = cloneVIPAttrs(cfg.VIPAttrs)
 	s := &Speaker{
 		log:       cfg.logger(),
 		cfg:       cfg,
@@ -194,7 +198,7 @@ func (s *Speaker) start(ctx context.Context, held []netip.Addr, restarting bool)
 		s.stopLocked()
 		return fmt.Errorf("watch peer events: %w", err)
 	}
-	if err := s.setPolicyLocked(ctx, s.cfg.Peers, s.cfg.VIPs); err != nil {
+	if err := s.setPolicyLocked(ctx, s.cfg.Peers, s.cfg.VIPs, s.cfg.VIPAttrs); err != nil {
 		s.stopLocked()
 		return err
 	}
@@ -940,8 +944,9 @@ func (s *Speaker) peerLocked(a netip.Addr) (Peer, bool) {
 
 // Reconfigure applies a changed peer and VIP list without restarting the
 // server: removed peers are deleted (CEASE), new peers added, peers whose
-// ASN, password, timers or prefix limit changed are re-created (their
-// session resets), and community or VIP changes are applied with a soft
+// ASN, password, timers, prefix limit, local address, multihop or TTL
+// security changed are re-created (their session resets), and community,
+// path attribute (MED, LOCAL_PREF) or VIP changes are applied with a soft
 // reset out. BFD sessions follow the peers' BFD settings (a timer change
 // is a Poll Sequence, not a reset). ASN, RouterID and the listen settings
 // cannot change without a restart and are reported as an error; the logger
@@ -951,6 +956,7 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("bgp config: %w", errors.Join(errs...))
 	}
 	cfg.VIPs = unmapAll(cfg.VIPs)
+	cfg.VIPAttrs = cloneVIPAttrs(cfg.VIPAttrs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	srv, err := s.runningLocked()
@@ -1012,11 +1018,11 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 	// The policy must name new peers and VIPs before they are used, and
 	// must keep the communities of peers still up until the soft reset
 	// below.
-	if err := s.setPolicyLocked(ctx, cfg.Peers, cfg.VIPs); err != nil {
+	if err := s.setPolicyLocked(ctx, cfg.Peers, cfg.VIPs, cfg.VIPAttrs); err != nil {
 		return fmt.Errorf("reconfigure: %w", err)
 	}
-	vipsChanged := !slices.Equal(old.VIPs, cfg.VIPs)
-	s.cfg.VIPs = cfg.VIPs
+	vipsChanged := !slices.Equal(old.VIPs, cfg.VIPs) || !vipAttrsEqual(old.VIPAttrs, cfg.VIPAttrs)
+	s.cfg.VIPs, s.cfg.VIPAttrs = cfg.VIPs, cfg.VIPAttrs
 	s.rib = ribCache{}
 	for _, p := range cfg.Peers {
 		if _, ok := current[p.Address]; ok {
@@ -1044,28 +1050,29 @@ func (s *Speaker) Reconfigure(ctx context.Context, cfg Config) error {
 			s.bfd.Remove(a)
 			s.releaseLocked(ctx, srv, a, "bfd turned off")
 		}
-		if !existed || !sessionEqual(o, n) || (slices.Equal(o.Communities, n.Communities) && !vipsChanged) {
+		if !existed || !sessionEqual(o, n) || (slices.Equal(o.Communities, n.Communities) && o.Attrs.Equal(n.Attrs) && !vipsChanged) {
 			continue
 		}
 		err := srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_DIRECTION_OUT})
 		if err != nil {
 			return fmt.Errorf("reconfigure: resend routes to %s: %w", a, err)
 		}
-		s.log.Info("bgp peer updated", "peer", a, "reason", "communities or vips changed")
+		s.log.Info("bgp peer updated", "peer", a, "reason", "communities, path attributes or vips changed")
 	}
 	return nil
 }
 
 // sessionEqual reports whether a and b need the same BGP session (everything
-// but communities, which the export policy handles, and BFD, which runs
-// beside the session).
+// but communities and path attributes, which the export policy handles,
+// and BFD, which runs beside the session).
 func sessionEqual(a, b Peer) bool {
 	return a.Address == b.Address && a.ASN == b.ASN && a.Password == b.Password &&
-		a.holdTime() == b.holdTime() && a.keepalive() == b.keepalive() && a.maxPrefixes() == b.maxPrefixes()
+		a.holdTime() == b.holdTime() && a.keepalive() == b.keepalive() && a.maxPrefixes() == b.maxPrefixes() &&
+		hopsEqual(a, b)
 }
 
-func (s *Speaker) setPolicyLocked(ctx context.Context, peers []Peer, vips []netip.Addr) error {
-	req, err := exportPolicy(peers, vips)
+func (s *Speaker) setPolicyLocked(ctx context.Context, peers []Peer, vips []netip.Addr, vipAttrs map[netip.Addr]Attrs) error {
+	req, err := exportPolicy(peers, vips, vipAttrs)
 	if err != nil {
 		return fmt.Errorf("build export policy: %w", err)
 	}

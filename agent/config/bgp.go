@@ -109,6 +109,7 @@ func (v *validator) checkBGP(c *Config) {
 				peer.BFD.Multiplier = uint8(n)
 			}
 		}
+		v.readPeerHops(p, pr, &peer)
 		sc.Peers = append(sc.Peers, peer)
 	}
 	// The VIPs are checked with the section (bgp refuses addresses it
@@ -122,6 +123,7 @@ func (v *validator) checkBGP(c *Config) {
 			vipIndex = append(vipIndex, i)
 		}
 	}
+	sc.VIPAttrs = vipAttrs(c.VIPs)
 	for _, err := range sc.Validate() {
 		path := "bgp"
 		var fe *bgp.FieldError
@@ -131,6 +133,8 @@ func (v *validator) checkBGP(c *Config) {
 				path = fmt.Sprintf("bgp.peer[%d].%s", fe.Index, field)
 			case fe.Field == "vip" && fe.Index >= 0 && fe.Index < len(vipIndex):
 				path = fmt.Sprintf("vip[%d].address", vipIndex[fe.Index])
+			case strings.HasPrefix(fe.Field, "vip.") && fe.Index >= 0 && fe.Index < len(vipIndex):
+				path = fmt.Sprintf("vip[%d].%s", vipIndex[fe.Index], strings.TrimPrefix(fe.Field, "vip."))
 			default:
 				path = "bgp." + fe.Field
 			}

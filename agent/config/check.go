@@ -236,6 +236,7 @@ func (v *validator) check(c *Config) {
 	v.checkCluster(&c.Cluster)
 	v.checkConnections(&c.Connections)
 	v.checkVIPs(c)
+	v.checkVIPAttrs(c)
 	if c.BGP != nil {
 		v.checkBGP(c)
 	}

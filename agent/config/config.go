@@ -287,6 +287,13 @@ type VIPConfig struct {
 	Preempt bool `toml:"preempt"`
 	// Health gates ownership on a local check. [none: always healthy]
 	Health *HealthConfig `toml:"health"`
+	// MED is the MULTI_EXIT_DISC of this VIP's route to every BGP peer,
+	// replacing the peer's med; bgp only. [the peer's]
+	MED *uint32 `toml:"med"`
+	// LocalPref is the LOCAL_PREF of this VIP's route to the iBGP peers,
+	// replacing the peer's local_pref; bgp only, and needs an iBGP peer.
+	// [the peer's]
+	LocalPref *uint32 `toml:"local_pref"`
 
 	addr netip.Addr
 }
@@ -390,6 +397,30 @@ type BGPPeerConfig struct {
 	// BFDMultiplier is BFD's detect multiplier, 1-255. [3:
 	// bgp.DefaultBFDMultiplier]
 	BFDMultiplier *int `toml:"bfd_multiplier"`
+
+	// LocalAddress is this node's source address for the session, such
+	// as a loopback address the router peers with; it is also the next
+	// hop of the routes, so the router needs a route to it. [chosen by
+	// the kernel by route]
+	LocalAddress string `toml:"local_address"`
+	// EBGPMultihop lets an eBGP router be up to this many routed hops
+	// away (the TTL vipd sends), 1-255; not on an iBGP peer, not with
+	// ttl_security_hops. [1: directly connected]
+	EBGPMultihop *int `toml:"ebgp_multihop"`
+	// TTLSecurityHops turns on GTSM (RFC 5082): vipd sends TTL 255 and
+	// its kernel drops packets of the session from more than this many
+	// hops away, 1-254 (1: directly connected). The router must send TTL
+	// 255 too. [off]
+	TTLSecurityHops *int `toml:"ttl_security_hops"`
+	// MED is the MULTI_EXIT_DISC sent with every route to this router
+	// (lower is preferred), 0-4294967295; a VIP's med replaces it.
+	// [none]
+	MED *uint32 `toml:"med"`
+	// LocalPref is the LOCAL_PREF sent with every route to this router
+	// (higher is preferred), 1-4294967295; iBGP peers only (asn equal to
+	// bgp.asn): LOCAL_PREF is never sent to another AS. A VIP's
+	// local_pref replaces it. [none: the router sees 100]
+	LocalPref *uint32 `toml:"local_pref"`
 }
 
 // Problem is one configuration error, placed at the line and column of the
@@ -625,6 +656,7 @@ func (c *Config) Speaker() bgp.Config {
 			sc.VIPs = append(sc.VIPs, v.addr)
 		}
 	}
+	sc.VIPAttrs = vipAttrs(c.VIPs)
 	return sc
 }
 

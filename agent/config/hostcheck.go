@@ -149,6 +149,7 @@ func CheckHost(c *Config, env HostEnv) (warnings, errs []Problem) {
 					errorAt(fmt.Sprintf("bgp.peer[%d].address", i), "bgp.peer[%d].address %s is this host's own address (on %s): list the routers this node peers with, not the node", i, pr.Address, ifn)
 				}
 			}
+			v.checkLocalAddresses(c.BGP.speaker.Peers, ownedBy)
 		}
 		if a := c.Cluster.bindAddr; a.IsValid() {
 			if _, ok := ownedBy[a]; !ok {

@@ -45,6 +45,16 @@
 // under 60 MiB, and with the default max_prefixes (100) BIRD's sessions
 // are closed by the prefix limit and stay down.
 //
+// TestFRRMultihop and TestBIRDMultihop put a Linux router (the hop)
+// between one node and two routers, eBGP and iBGP, every BGP address on a
+// loopback behind static /32 routes: without ebgp_multihop the eBGP session
+// stays down (the hop counts vipd's TTL 1 segments), with it both come up
+// and the routers show the peers' and the VIPs' MED and LOCAL_PREF (iBGP)
+// on the VIP paths, next hop the node's loopback; with TTL security
+// (GTSM) for one hop the node's kernel drops the router's TTL 254
+// segments and the session stays down, for two hops it comes up.
+// TestCheckMultihopConfig runs `vipd --check` on those keys.
+//
 // The namespace tests need root and VIPD_NETNS_TESTS=1 and skip otherwise;
 // run them with
 //
