@@ -292,7 +292,7 @@ func TestWithdrawStopsBurst(t *testing.T) {
 	if err := h.a.Withdraw(ctx, vip4); err != nil {
 		t.Fatalf("Withdraw: %v", err)
 	}
-	// Withdraw waited for the burst to end: firing its timer now sends nothing.
+	// Withdraw stopped the burst: firing its timer now sends nothing.
 	w.fire <- time.Time{}
 	h.clock.idle(t)
 	if got := h.advertisements(); got != 1 {
