@@ -22,6 +22,10 @@ const (
 	DefaultGARPCount = 5
 	// DefaultGARPInterval is the spacing between advertisements of a burst.
 	DefaultGARPInterval = 200 * time.Millisecond
+	// MinRefreshInterval is the shortest Config.RefreshInterval other
+	// than 0 (off): a refresh is a correction for the neighbours that
+	// missed the burst, not a second burst.
+	MinRefreshInterval = time.Second
 )
 
 // Config configures an Announcer. The zero value of every field except
@@ -53,7 +57,7 @@ type Config struct {
 	// burst, or took a stale holder's word) points at this interface again
 	// within one period. A refresh is sent only while the VIP's host prefix
 	// is on the interface. Default 0: no refresh (vipd turns it on with
-	// l2.refresh_interval). Must not be negative.
+	// l2.refresh_interval). 0 or at least MinRefreshInterval (1s).
 	RefreshInterval time.Duration
 
 	// Logger receives state changes at info level and burst failures at warn
@@ -63,8 +67,8 @@ type Config struct {
 
 // Validate reports what is wrong with c, or nil: an interface name the
 // kernel would refuse (empty, longer than 15 bytes, ".", "..", or holding
-// '/', ':' or white space), a negative GARPCount, GARPInterval or
-// RefreshInterval. New
+// '/', ':' or white space), a negative GARPCount or GARPInterval, a
+// RefreshInterval ValidRefreshInterval refuses. New
 // refuses what Validate refuses.
 func (c Config) Validate() error {
 	if c.Interface == "" {
@@ -79,8 +83,18 @@ func (c Config) Validate() error {
 	if c.GARPInterval < 0 {
 		return fmt.Errorf("GARPInterval must not be negative, got %s", c.GARPInterval)
 	}
-	if c.RefreshInterval < 0 {
-		return fmt.Errorf("RefreshInterval must not be negative, got %s", c.RefreshInterval)
+	if err := ValidRefreshInterval(c.RefreshInterval); err != nil {
+		return fmt.Errorf("RefreshInterval: %w", err)
+	}
+	return nil
+}
+
+// ValidRefreshInterval reports what is wrong with d as a
+// Config.RefreshInterval, or nil: it must be 0 (off) or at least
+// MinRefreshInterval.
+func ValidRefreshInterval(d time.Duration) error {
+	if d != 0 && d < MinRefreshInterval {
+		return fmt.Errorf("must be 0 (off) or at least %s, got %s", MinRefreshInterval, d)
 	}
 	return nil
 }
