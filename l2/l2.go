@@ -459,9 +459,9 @@ func (a *Announcer) Silence(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
-// Withdraw stops any burst and refresh for addr and removes addr's host prefix (/32 or
-// /128) from the interface. Any other address with addr's IP, such as the
-// host's own 192.0.2.11/24, stays. Withdraw is idempotent: an absent address,
+// Withdraw stops any burst and refresh for addr and removes addr's host
+// prefix (/32 or /128) from the interface. Any other address with addr's
+// IP, such as the host's own 192.0.2.11/24, stays. Withdraw is idempotent: an absent address,
 // or a missing interface, is not an error.
 func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	vip, err := vipAddr(addr)
