@@ -93,6 +93,16 @@ type Quiescer interface {
 	Quiesce(ctx context.Context, addr netip.Addr) error
 }
 
+// Silencer is implemented by announcers that advertise a held VIP unasked
+// (l2: the gratuitous ARP / NA burst and refresh, l2.refresh_interval).
+// Silence stops that for addr and keeps the address; Announce starts it
+// again. A holder handing the VIP off make-before-break calls it, so that
+// its refresh cannot point the clients back at it after the successor
+// announced the VIP, just before it releases.
+type Silencer interface {
+	Silence(ctx context.Context, addr netip.Addr) error
+}
+
 // ConflictWatcher is implemented by announcers that can see another host
 // answering for a VIP (l2: ARP replies / neighbor advertisements from other
 // MACs).
@@ -336,6 +346,9 @@ type vipState struct {
 	quiesce *quiesce
 	// wonBack: this pass called v's quiesce off (this node keeps v).
 	wonBack bool
+	// silenced: this node, handing v off, stopped advertising it
+	// (Silencer); announcing it again ends that.
+	silenced bool
 }
 
 // conflict is another MAC answering for a VIP this node holds.

@@ -49,6 +49,33 @@ type wire struct {
 	stuck map[string]bool
 	// steps are the chain announcers' steps, in order ("b forward to ...").
 	steps []string
+	// advertising: the node advertises the address unasked (the l2
+	// refresh): from its Announce until its Silence, Withdraw or the end
+	// of its process (Backends.Close).
+	advertising map[netip.Addr]map[string]bool
+}
+
+// advertises reports whether node advertises a unasked.
+func (w *wire) advertises(node string, a netip.Addr) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.advertising[a][node]
+}
+
+// setAdvertisingLocked records whether node advertises a (every address
+// of node when a is not valid).
+func (w *wire) setAdvertisingLocked(node string, a netip.Addr, on bool) {
+	for addr, byNode := range w.advertising {
+		if !a.IsValid() || addr == a {
+			byNode[node] = on && addr == a
+		}
+	}
+	if on && a.IsValid() {
+		if w.advertising[a] == nil {
+			w.advertising[a] = map[string]bool{}
+		}
+		w.advertising[a][node] = true
+	}
 }
 
 // claimCount is how many claims the wire has seen.
@@ -75,7 +102,7 @@ func (w *wire) remove(node string, a netip.Addr) {
 
 func newWire() *wire {
 	return &wire{holders: map[netip.Addr]map[string]bool{}, drains: map[string]int{}, expires: map[netip.Addr]map[string]time.Time{}, stuck: map[string]bool{},
-		now: time.Now}
+		advertising: map[netip.Addr]map[string]bool{}, now: time.Now}
 }
 
 // expireLocked drops the addresses whose lifetime has run out.
@@ -132,6 +159,16 @@ func (f *fakeAnnouncer) Announce(_ context.Context, a netip.Addr) error {
 		f.w.claims = append(f.w.claims, f.node)
 	}
 	f.w.holders[a][f.node] = true
+	f.w.setAdvertisingLocked(f.node, a, true)
+	return nil
+}
+
+// Silence stops the node's advertisements of a and keeps the address, as
+// the l2 announcer's does.
+func (f *fakeAnnouncer) Silence(_ context.Context, a netip.Addr) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.setAdvertisingLocked(f.node, a, false)
 	return nil
 }
 
@@ -163,6 +200,7 @@ func (f *fakeAnnouncer) Withdraw(_ context.Context, a netip.Addr) error {
 	}
 	delete(f.w.holders[a], f.node)
 	delete(f.w.expires[a], f.node)
+	f.w.setAdvertisingLocked(f.node, a, false)
 	return nil
 }
 
@@ -394,23 +432,34 @@ func (w *wire) stepsSince(n int) []string {
 	return slices.Clone(w.steps[min(n, len(w.steps)):])
 }
 
-type fakeBackends struct{ ann Announcer }
+type fakeBackends struct {
+	ann Announcer
+	fa  *fakeAnnouncer
+}
 
 // fakeBackendsFor gives node its view of the fake wire.
 func fakeBackendsFor(w *wire, node string, chain bool) func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
 	return func(context.Context, *config.Config, *slog.Logger, []netip.Addr) (Backends, error) {
 		fa := &fakeAnnouncer{w: w, node: node}
 		if chain {
-			return fakeBackends{chainAnnouncer{fa}}, nil
+			return fakeBackends{chainAnnouncer{fa}, fa}, nil
 		}
-		return fakeBackends{fa}, nil
+		return fakeBackends{fa, fa}, nil
 	}
 }
 
 func (b fakeBackends) Announcer(config.VIPConfig) (Announcer, error)     { return b.ann, nil }
 func (b fakeBackends) Reconfigure(context.Context, *config.Config) error { return nil }
 func (b fakeBackends) BGPPeers(context.Context) []*apipb.BGPPeerStatus   { return nil }
-func (b fakeBackends) Close() error                                      { return nil }
+
+// Close ends the process's advertisements (the addresses stay), as the
+// l2 announcers' Close does.
+func (b fakeBackends) Close() error {
+	b.fa.w.mu.Lock()
+	defer b.fa.w.mu.Unlock()
+	b.fa.w.setAdvertisingLocked(b.fa.node, netip.Addr{}, false)
+	return nil
+}
 
 // testNode is one in-process agent.
 type testNode struct {

@@ -24,15 +24,20 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		}
 	case actKeep:
 		v.wonBack = a.abortQuiesce(ctx, v)
+		if v.silenced && !v.wonBack {
+			a.log.Info("handoff called off: advertising the VIP again", "vip", v.cfg.Name)
+			a.reannounce(ctx, v)
+		}
+		v.silenced = false
 	case actReassert:
 		v.wonBack = a.abortQuiesce(ctx, v)
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
-		actx, cancel := withTimeout(ctx)
-		defer cancel()
-		if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
-			a.log.Warn("re-announce VIP", "vip", v.cfg.Name, "err", err)
-		}
+		a.reannounce(ctx, v)
+		v.silenced = false
+	case actHandoff:
+		a.silence(ctx, v)
 	case actDrain:
+		a.silence(ctx, v)
 		if dr, ok := v.ann.(Drainer); ok {
 			actx, cancel := withTimeout(ctx)
 			defer cancel()
@@ -50,6 +55,33 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		}
 		a.release(ctx, v, d.Reason)
 	}
+}
+
+// reannounce announces a held VIP again (a new burst, the refresh again).
+func (a *Agent) reannounce(ctx context.Context, v *vipState) {
+	actx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
+		a.log.Warn("re-announce VIP", "vip", v.cfg.Name, "err", err)
+	}
+}
+
+// silence stops this node's advertisements of a VIP it hands off
+// make-before-break (Silencer), once per handoff: the successor's
+// announcement moves the clients, and a refresh from here must not move
+// them back just before this node releases the VIP.
+func (a *Agent) silence(ctx context.Context, v *vipState) {
+	s, ok := v.ann.(Silencer)
+	if !ok || v.silenced {
+		return
+	}
+	actx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := s.Silence(actx, v.cfg.Addr()); err != nil {
+		a.log.Warn("stop advertising VIP for the handoff", "vip", v.cfg.Name, "err", err)
+		return
+	}
+	v.silenced = true
 }
 
 // Announce retries back off from announceRetryMin, doubling up to
@@ -85,7 +117,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 		}
 		return
 	}
-	v.held, v.failing = true, false
+	v.held, v.failing, v.silenced = true, false, false
 	v.backoff, v.retryAt = 0, time.Time{}
 	a.startWatch(ctx, v)
 	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", reason)
@@ -108,7 +140,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 		a.log.Error("withdraw VIP", "vip", v.cfg.Name, "err", err)
 		return
 	}
-	v.held, v.handoffStarted, v.drainStarted = false, time.Time{}, time.Time{}
+	v.held, v.handoffStarted, v.drainStarted, v.silenced = false, time.Time{}, time.Time{}, false
 	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason})

@@ -112,6 +112,9 @@ func (a *Agent) verifyHeld(ctx context.Context, names []string, now time.Time, e
 		err = v.ann.Announce(actx, v.cfg.Addr())
 		cancel()
 		if err == nil {
+			// Announce advertises again: a handoff under way silences
+			// it again in this pass.
+			v.silenced = false
 			continue
 		}
 		a.metrics.announceErrors.WithLabelValues(name, "repair").Inc()

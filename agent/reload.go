@@ -37,7 +37,7 @@ func (a *Agent) reload(ctx context.Context) {
 		}
 	}
 	if c.KeepRestartSettings(old) {
-		a.log.Warn("reload: node_name, state_dir, [api], cluster bind address/port, failure_detection and the key_file path (turning encryption on or off) take effect after a restart; edits to the key_file's keys apply now")
+		a.log.Warn("reload: node_name, state_dir, [api], cluster bind address/port, failure_detection, the key_file path (turning encryption on or off) and l2.refresh_interval take effect after a restart; edits to the key_file's keys apply now")
 	}
 	actx, cancel := withTimeout(ctx)
 	defer cancel()

@@ -512,6 +512,13 @@ func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d decision) {
 	v.adopted = false
 	a.st.verifyNow = true
 	a.log.Info("restart: VIP taken over confirmed by this process's lease: its address is forever again", "vip", v.cfg.Name)
+	if _, ok := v.ann.(Silencer); ok {
+		// The previous process's advertisements (the l2 refresh) ended
+		// with it: advertise again, now that the address is forever (so
+		// Announce leaves it as it is). The MAC did not change: the burst
+		// moves no client.
+		a.reannounce(ctx, v)
+	}
 }
 
 // keepForever makes v's address forever again (Lifetimer), if its

@@ -54,8 +54,8 @@ func (c *testCluster) stopOwnerForRestart() (owner string, claims0 int, samples 
 // TestClusterRestartInPlace: the owner stops for a restart and its next
 // process starts a second later: the VIP never leaves it (every 20 ms
 // sample: exactly the owner), no node claims it, every node names the
-// owner all along, and the new process holds it and its lifetime is
-// forever again.
+// owner all along, and the new process holds it, its lifetime is forever
+// again and it advertises it (the l2 refresh).
 func TestClusterRestartInPlace(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	owner, c0, samples, _ := c.stopOwnerForRestart()
@@ -86,6 +86,9 @@ func TestClusterRestartInPlace(t *testing.T) {
 	c.w.mu.Unlock()
 	if expiring {
 		t.Error("the adopted address still has a lifetime")
+	}
+	if !c.w.advertises(owner, c.vip) {
+		t.Error("the new process does not advertise the VIP it took over (the previous process's refresh ended with it)")
 	}
 	for n := range c.nodes {
 		c.waitOwner(n, owner)

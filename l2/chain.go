@@ -17,7 +17,7 @@ import (
 // successor S on the same link that costs clients no failed request.
 //
 //   - O calls Quiesce: it keeps the VIP but stops answering ARP for it and
-//     stops its gratuitous ARP burst.
+//     stops its gratuitous ARP burst and refresh.
 //   - S calls Forward (VIP, its TCP ports, O's address on the link) and then
 //     Announce: clients move to S's MAC; S passes on to O the TCP segments it
 //     has no connection for (no SYN, conntrack state new) and drops them
@@ -179,9 +179,9 @@ func (a *Announcer) StopForward(ctx context.Context, addr netip.Addr) error {
 // answers no ARP request for addr on any interface of this network namespace
 // (table arp vipd_quiesce, a filter chain on the input hook:
 // arp operation request, target protocol address addr: drop), and this
-// Announcer's running advertisement burst for addr stops. The host keeps
-// serving the connections to addr whose packets reach it (forwarded by the
-// successor). An IPv6 addr returns an error wrapping ErrForwardUnsupported.
+// Announcer's advertisements of addr (a running burst, the refresh) stop.
+// The host keeps serving the connections to addr whose packets reach it
+// (forwarded by the successor). An IPv6 addr returns an error wrapping ErrForwardUnsupported.
 // Withdraw of addr ends the quiesce (removes the rule) after it removes the
 // address; Announce of addr ends it before it advertises (a handoff called
 // off: the host answers ARP for addr again). Needs CAP_NET_ADMIN.

@@ -20,13 +20,26 @@
 //     as a plain address by a network manager), and Announce sets them again.
 //     The first advertisement is sent before Announce returns; the rest of the
 //     burst is spaced by Config.GARPInterval in a goroutine the Announcer owns.
-//     Announce is idempotent: a host prefix that is already present is left as
-//     it is, and calling Announce again restarts the burst (useful after a
-//     conflicting owner was seen, or after the address was put back).
+//     With Config.RefreshInterval set, the same goroutine then sends one more
+//     advertisement every RefreshInterval for as long as the VIP is announced
+//     and its host prefix is on the interface (the refresh: a neighbour that
+//     missed the burst, or whose entry went back to an old holder's MAC,
+//     is corrected within one period). Announce is idempotent: a host
+//     prefix that is already present is left as it is, and calling Announce
+//     again restarts the burst (useful after a conflicting owner was seen, or
+//     after the address was put back).
 //
-//   - Withdraw stops the burst for the VIP, then removes the VIP's host
-//     prefix from the interface. Removing an absent address, or an address on
-//     an interface that no longer exists, is not an error.
+//   - Withdraw stops the burst and refresh for the VIP, then removes the
+//     VIP's host prefix from the interface. Removing an absent address, or an
+//     address on an interface that no longer exists, is not an error.
+//
+//   - Silence stops the burst and refresh and keeps the address: a holder
+//     handing the VIP off make-before-break stays silent while its successor
+//     announces. Announce starts them again.
+//
+//     Every advertisement after the first is sent under the Announcer's lock
+//     after its goroutine checked that it was not stopped, so none leaves
+//     once Withdraw, Quiesce, Silence, Announce or Close returned.
 //
 //   - Held reports whether the VIP's host prefix is configured on the
 //     interface.
@@ -39,7 +52,8 @@
 //   - Quiesce, Forward and StopForward hand an IPv4 VIP over to a successor
 //     on the same link without cutting the clients' connections
 //     (daisy-chaining): the old holder quiesces the VIP (keeps it, answers no
-//     ARP request for it, sends no more gratuitous ARP), the successor
+//     ARP request for it, sends no more gratuitous ARP: no burst, no
+//     refresh), the successor
 //     forwards to the old holder the TCP segments of connections it does not
 //     know (nftables dup, then drop) before it announces the VIP. The rules
 //     live in vipd's nftables tables ForwardTable (ip) and QuiesceTable

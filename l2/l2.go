@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ const (
 	DefaultGARPCount = 5
 	// DefaultGARPInterval is the spacing between advertisements of a burst.
 	DefaultGARPInterval = 200 * time.Millisecond
+	// MinRefreshInterval is the shortest Config.RefreshInterval other
+	// than 0 (off): a refresh is a correction for the neighbours that
+	// missed the burst, not a second burst.
+	MinRefreshInterval = time.Second
 )
 
 // Config configures an Announcer. The zero value of every field except
@@ -45,6 +50,16 @@ type Config struct {
 	// Default DefaultGARPInterval (200ms). Must not be negative.
 	GARPInterval time.Duration
 
+	// RefreshInterval is the period of the refresh: while a VIP is
+	// announced (until Withdraw, Quiesce, Silence or Close), one more
+	// advertisement of it follows the burst every RefreshInterval, so that
+	// a neighbour whose entry for the VIP points elsewhere (it missed the
+	// burst, or took a stale holder's word) points at this interface again
+	// within one period. A refresh is sent only while the VIP's host prefix
+	// is on the interface. Default 0: no refresh (vipd turns it on with
+	// l2.refresh_interval). 0 or at least MinRefreshInterval (1s).
+	RefreshInterval time.Duration
+
 	// Logger receives state changes at info level and burst failures at warn
 	// level. Default slog.Default().
 	Logger *slog.Logger
@@ -52,7 +67,8 @@ type Config struct {
 
 // Validate reports what is wrong with c, or nil: an interface name the
 // kernel would refuse (empty, longer than 15 bytes, ".", "..", or holding
-// '/', ':' or white space), a negative GARPCount or GARPInterval. New
+// '/', ':' or white space), a negative GARPCount or GARPInterval, a
+// RefreshInterval ValidRefreshInterval refuses. New
 // refuses what Validate refuses.
 func (c Config) Validate() error {
 	if c.Interface == "" {
@@ -66,6 +82,19 @@ func (c Config) Validate() error {
 	}
 	if c.GARPInterval < 0 {
 		return fmt.Errorf("GARPInterval must not be negative, got %s", c.GARPInterval)
+	}
+	if err := ValidRefreshInterval(c.RefreshInterval); err != nil {
+		return fmt.Errorf("RefreshInterval: %w", err)
+	}
+	return nil
+}
+
+// ValidRefreshInterval reports what is wrong with d as a
+// Config.RefreshInterval, or nil: it must be 0 (off) or at least
+// MinRefreshInterval.
+func ValidRefreshInterval(d time.Duration) error {
+	if d != 0 && d < MinRefreshInterval {
+		return fmt.Errorf("must be 0 (off) or at least %s, got %s", MinRefreshInterval, d)
 	}
 	return nil
 }
@@ -180,7 +209,8 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 // connections: a /32 with scope host for IPv4, a /128 with IFA_F_NODAD,
 // preferred lifetime 0 (deprecated) and valid lifetime forever for IPv6.
 // Unless Quiet, it then sends a burst of Config.GARPCount advertisements
-// spaced by Config.GARPInterval.
+// spaced by Config.GARPInterval, and one more every Config.RefreshInterval
+// after it (if set) until Withdraw, Quiesce, Silence or Close.
 //
 // Only the exact host prefix counts: an address with addr's IP and another
 // prefix length, such as the host's own 192.0.2.11/24 when addr is
@@ -195,8 +225,9 @@ func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Durat
 // an existing IPv4 address), and a burst already running for addr is
 // replaced by a new one. The first
 // advertisement is sent before Announce returns; the others are sent by a
-// goroutine owned by the Announcer, which a later Withdraw of addr or Close
-// stops. ctx bounds only the work done before Announce returns.
+// goroutine owned by the Announcer, which a later Withdraw, Quiesce or
+// Silence of addr, or Close, stops. ctx bounds only the work done before
+// Announce returns: the burst and refresh outlive it.
 //
 // If the first advertisement fails, Announce retries it once on a fresh
 // socket. If the address was added but the advertisement still could not be
@@ -256,12 +287,12 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 			return fmt.Errorf("announce %s: send advertisement: %w", vip, err)
 		}
 	}
-	if a.cfg.GARPCount > 1 {
+	if a.cfg.GARPCount > 1 || a.cfg.RefreshInterval > 0 {
 		bctx, cancel := context.WithCancel(a.ctx)
 		b := &burst{cancel: cancel, done: make(chan struct{})}
 		a.bursts[vip] = b
 		a.wg.Add(1)
-		go a.runBurst(bctx, b, vip, send)
+		go a.runBurst(bctx, b, vip)
 	}
 	a.log.Debug("vip advertised", "vip", vip, "advertisements", a.cfg.GARPCount)
 	return nil
@@ -311,40 +342,126 @@ func (a *Announcer) ensureLocked(ifi *net.Interface, vip netip.Addr) (string, er
 	return "added", nil
 }
 
-// runBurst sends the advertisements after the first one, until the burst is
-// complete or ctx ends.
-func (a *Announcer) runBurst(ctx context.Context, b *burst, vip netip.Addr, send func() error) {
+// runBurst sends the advertisements after the first one: the rest of the
+// burst, spaced by GARPInterval, then one every RefreshInterval (none when
+// it is 0), until ctx ends.
+func (a *Announcer) runBurst(ctx context.Context, b *burst, vip netip.Addr) {
 	defer a.wg.Done()
 	defer close(b.done)
-	for i := 1; i < a.cfg.GARPCount; i++ {
+	failing := false
+	for i := 1; ; i++ {
+		wait := a.cfg.GARPInterval
+		if i >= a.cfg.GARPCount {
+			if a.cfg.RefreshInterval == 0 {
+				return
+			}
+			wait = a.cfg.RefreshInterval
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.after(a.cfg.GARPInterval):
+		case <-a.after(wait):
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err := send(); err != nil {
+		sent, err := a.readvertise(ctx, vip)
+		switch {
+		case !sent && err == nil:
+			if ctx.Err() != nil {
+				return
+			}
+		case err != nil && !failing:
+			failing = true
 			a.log.Warn("vip advertisement failed", "vip", vip, "attempt", i+1, "err", err)
+		case err != nil:
+			a.log.Debug("vip advertisement failed", "vip", vip, "attempt", i+1, "err", err)
+		case failing:
+			failing = false
+			a.log.Info("vip advertisement sent again", "vip", vip, "attempt", i+1)
 		}
 	}
 }
 
-// stopBurstLocked stops the burst for vip, if any, and waits for it to end.
+// readvertise sends one more advertisement of vip, the way Announce sent
+// the first (retried once on a fresh socket), unless ctx has ended or vip's
+// host prefix is not on the interface: it reports whether it sent one. It
+// holds a.mu, under which Withdraw, Quiesce, Silence, Announce and Close
+// cancel ctx: once one of them returned, nothing more is sent. It reads the
+// interface again each time, so a refresh follows a new index or MAC.
+func (a *Announcer) readvertise(ctx context.Context, vip netip.Addr) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ctx.Err() != nil || a.closed {
+		return false, nil
+	}
+	ifi, err := a.addrs.link(a.cfg.Interface)
+	if err != nil {
+		return false, err
+	}
+	present, err := a.addrs.list(ifi)
+	if err != nil {
+		return false, fmt.Errorf("list addresses on %s: %w", ifi.Name, err)
+	}
+	if !slices.ContainsFunc(present, func(p ifAddr) bool { return p.prefix == hostPrefix(vip) }) {
+		a.log.Debug("vip address not on the interface: not advertised", "vip", vip, "prefix", hostPrefix(vip))
+		return false, nil
+	}
+	send, err := a.senderLocked(ifi, vip)
+	if err == nil {
+		if err = send(); err != nil {
+			a.dropConnLocked(vip)
+			if send, err = a.senderLocked(ifi, vip); err == nil {
+				err = send()
+			}
+		}
+	}
+	if err != nil {
+		a.dropConnLocked(vip)
+		return false, err
+	}
+	return true, nil
+}
+
+// stopBurstLocked stops the burst and refresh of vip, if any. Its goroutine
+// sends only under a.mu, after checking its context, so it sends nothing
+// once this returns; it ends by itself (Close waits for it).
 func (a *Announcer) stopBurstLocked(vip netip.Addr) {
 	b, ok := a.bursts[vip]
 	if !ok {
 		return
 	}
 	b.cancel()
-	<-b.done
 	delete(a.bursts, vip)
 }
 
-// Withdraw stops any burst for addr and removes addr's host prefix (/32 or
-// /128) from the interface. Any other address with addr's IP, such as the
-// host's own 192.0.2.11/24, stays. Withdraw is idempotent: an absent address,
+// Silence stops the advertisements of addr (a running burst and the
+// refresh) and keeps its address: the host still answers ARP and neighbor
+// solicitations for it, but no longer tells the link unasked. A holder
+// handing the VIP off make-before-break calls it, so that a refresh cannot
+// point the clients back at it after its successor announced the VIP.
+// Announce starts them again; Withdraw removes the address. Silencing a
+// VIP that is not advertised is not an error.
+func (a *Announcer) Silence(ctx context.Context, addr netip.Addr) error {
+	vip, err := vipAddr(addr)
+	if err != nil {
+		return fmt.Errorf("silence %s: %w", addr, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("silence %s: %w", vip, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("silence %s: %w", vip, net.ErrClosed)
+	}
+	if _, ok := a.bursts[vip]; ok {
+		a.stopBurstLocked(vip)
+		a.log.Info("vip advertisements stopped; address kept", "vip", vip)
+	}
+	return nil
+}
+
+// Withdraw stops any burst and refresh for addr and removes addr's host
+// prefix (/32 or /128) from the interface. Any other address with addr's
+// IP, such as the host's own 192.0.2.11/24, stays. Withdraw is idempotent: an absent address,
 // or a missing interface, is not an error.
 func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	vip, err := vipAddr(addr)

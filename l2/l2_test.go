@@ -54,6 +54,9 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	if err := (Config{Interface: "eth0.vlan-12345"}).Validate(); err != nil {
 		t.Errorf("a name of 15 bytes refused: %v", err)
 	}
+	if err := (Config{Interface: "eth0", RefreshInterval: MinRefreshInterval}).Validate(); err != nil {
+		t.Errorf("a refresh of MinRefreshInterval refused: %v", err)
+	}
 	for _, tt := range []struct {
 		name string
 		cfg  Config
@@ -61,6 +64,8 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"no interface", Config{}},
 		{"negative count", Config{Interface: "eth0", GARPCount: -1}},
 		{"negative interval", Config{Interface: "eth0", GARPInterval: -time.Second}},
+		{"negative refresh", Config{Interface: "eth0", RefreshInterval: -time.Second}},
+		{"refresh shorter than a second", Config{Interface: "eth0", RefreshInterval: 999 * time.Millisecond}},
 		{"name of 16 bytes", Config{Interface: "eth0.vlan-123456"}},
 		{"name with a slash", Config{Interface: "eth/0"}},
 		{"name with a colon (an alias)", Config{Interface: "eth0:1"}},
@@ -292,7 +297,7 @@ func TestWithdrawStopsBurst(t *testing.T) {
 	if err := h.a.Withdraw(ctx, vip4); err != nil {
 		t.Fatalf("Withdraw: %v", err)
 	}
-	// Withdraw waited for the burst to end: firing its timer now sends nothing.
+	// Withdraw stopped the burst: firing its timer now sends nothing.
 	w.fire <- time.Time{}
 	h.clock.idle(t)
 	if got := h.advertisements(); got != 1 {

@@ -225,6 +225,9 @@ func (l *srcLab) serve(t *testing.T, n string) {
 		t.Fatalf("listen in %s: %v", n, err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	// Read once here: newSrcLab is still filling l.seen for the next
+	// nodes when a connection can arrive.
+	seen := l.seen[n]
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -234,7 +237,7 @@ func (l *srcLab) serve(t *testing.T, n string) {
 			peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 			local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 			select {
-			case l.seen[n] <- peer.String():
+			case seen <- peer.String():
 			default:
 			}
 			_ = c.SetDeadline(time.Now().Add(probeTimeout))

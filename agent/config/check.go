@@ -235,8 +235,10 @@ func (v *validator) check(c *Config) {
 	}
 	v.checkCluster(&c.Cluster)
 	v.checkConnections(&c.Connections)
+	v.checkL2(&c.L2)
 	v.checkVIPs(c)
 	v.checkVIPAttrs(c)
+	c.L2.setVIPs(c.VIPs)
 	if c.BGP != nil {
 		v.checkBGP(c)
 	}
@@ -536,9 +538,10 @@ func (v *validator) checkVIPs(c *Config) {
 
 // L2 returns the configuration of the l2 announcer that carries the VIP
 // (l2.Config.Validate accepts it; Logger is left for the caller): on its
-// interface, advertised for mode "l2", bound quietly for mode "bgp".
+// interface, advertised (and refreshed every l2.refresh_interval) for mode
+// "l2", bound quietly for mode "bgp".
 func (v VIPConfig) L2() l2.Config {
-	return l2.Config{Interface: v.Interface, Quiet: v.Mode == ModeBGP}
+	return l2.Config{Interface: v.Interface, Quiet: v.Mode == ModeBGP, RefreshInterval: v.refresh}
 }
 
 func (v *validator) checkHealth(p string, h *HealthConfig) {

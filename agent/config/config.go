@@ -58,6 +58,11 @@ const (
 	DefaultBGPListenPort    = bgp.DefaultListenPort
 	DefaultPokeRate         = conns.DefaultPokeRate
 	DefaultPokeTimeout      = conns.DefaultPokeTimeout
+	// DefaultL2RefreshInterval is l2.refresh_interval: kube-vip's period,
+	// shorter than the 5s a Linux neighbour waits (delay_first_probe_time)
+	// before it probes a stale entry, for 40 frames per IPv4 VIP a minute
+	// (docs/benchmarks.md).
+	DefaultL2RefreshInterval = 3 * time.Second
 
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
@@ -104,6 +109,9 @@ type Config struct {
 	// Connections: what vipd does for the clients of its VIPs at a
 	// failover.
 	Connections ConnectionsConfig `toml:"connections"`
+	// L2 configures how the VIPs with mode "l2" are advertised on their
+	// links.
+	L2 L2Config `toml:"l2"`
 	// BGP configures the embedded BGP speaker; required when a VIP has
 	// mode = "bgp".
 	BGP *BGPConfig `toml:"bgp"`
@@ -296,6 +304,9 @@ type VIPConfig struct {
 	LocalPref *uint32 `toml:"local_pref"`
 
 	addr netip.Addr
+	// refresh is l2.refresh_interval for mode "l2" (0 for "bgp"), what
+	// L2 gives the announcer.
+	refresh time.Duration
 }
 
 // HealthConfig is a VIP's local health check: either an HTTP(S) URL or a
@@ -574,6 +585,7 @@ func (c *Config) applyDefaults(written func(path string) bool) {
 	}
 	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
 	setString(&cl.RestartGrace, DefaultRestartGrace.String())
+	setString(&c.L2.RefreshInterval, DefaultL2RefreshInterval.String())
 	for i := range c.VIPs {
 		vip := &c.VIPs[i]
 		hp := fmt.Sprintf("vip[%d].health.", i)
@@ -623,7 +635,8 @@ func (c *Config) Level() slog.Level {
 
 // KeepRestartSettings sets the settings of c that take effect only when
 // vipd restarts (node_name, state_dir, [api], cluster.bind_address,
-// bind_port, failure_detection and the key_file path) to old's, and
+// bind_port, failure_detection, the key_file path and
+// l2.refresh_interval) to old's, and
 // reports whether any of them differed: what a reload keeps.
 func (c *Config) KeepRestartSettings(old *Config) (changed bool) {
 	cl, ocl := &c.Cluster, &old.Cluster
@@ -634,6 +647,11 @@ func (c *Config) KeepRestartSettings(old *Config) (changed bool) {
 		c.NodeName, c.StateDir, c.API = old.NodeName, old.StateDir, old.API
 		cl.BindAddress, cl.BindPort, cl.bindAddr = ocl.BindAddress, ocl.BindPort, ocl.bindAddr
 		cl.FailureDetection, cl.KeyFile = ocl.FailureDetection, ocl.KeyFile
+	}
+	if c.L2.refreshInterval != old.L2.refreshInterval {
+		changed = true
+		c.L2 = old.L2
+		c.L2.setVIPs(c.VIPs)
 	}
 	return changed
 }

@@ -85,7 +85,7 @@ func exampleSections(text string) map[string]map[string]bool {
 // right above the key.
 func walkExample(text string, f func(table, key string, comment []string)) {
 	cur := ""
-	header := regexp.MustCompile(`^#?\s*\[\[?([a-z_.]+)\]\]?\s*$`)
+	header := regexp.MustCompile(`^#?\s*\[\[?([a-z0-9_.]+)\]\]?\s*$`)
 	kv := regexp.MustCompile(`^#?\s*#?\s*([a-z_]+)\s*=`)
 	var comment []string
 	for _, line := range strings.Split(text, "\n") {
@@ -134,6 +134,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"connections.reset":        "true",
 		"connections.poke_rate":    strconv.Itoa(DefaultPokeRate),
 		"connections.poke_timeout": d(DefaultPokeTimeout),
+		"l2.refresh_interval":      d(DefaultL2RefreshInterval),
 	}
 	bracketed := exampleDefaults(string(example))
 	for key, want := range defaults {
@@ -196,7 +197,7 @@ func uncommentExample(text string) string {
 	var out []string
 	inBlock := false
 	key := regexp.MustCompile(`^# [a-z_]+ = `)
-	header := regexp.MustCompile(`^# \[\[?[a-z][a-z.]*\]\]?$`)
+	header := regexp.MustCompile(`^# \[\[?[a-z][a-z0-9.]*\]\]?$`)
 	for _, line := range strings.Split(text, "\n") {
 		switch {
 		case header.MatchString(line):

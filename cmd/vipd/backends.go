@@ -136,10 +136,12 @@ func (b *realBackends) BGPPeers(ctx context.Context) []*apipb.BGPPeerStatus {
 
 var _ agent.Restarter = (*realBackends)(nil)
 
-// An L2 VIP's planned handoff can be daisy-chained.
+// An L2 VIP's planned handoff can be daisy-chained, and its advertisements
+// (the refresh) stop while it is handed off.
 var (
 	_ agent.Forwarder = (*l2.Announcer)(nil)
 	_ agent.Quiescer  = (*l2.Announcer)(nil)
+	_ agent.Silencer  = (*l2.Announcer)(nil)
 )
 
 // RestartReady implements agent.Restarter: L2 addresses stay in the

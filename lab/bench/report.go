@@ -608,6 +608,7 @@ func Markdown(r *Results, m Machine, gb []GoBench, command, svg string) string {
 		}
 		p("\n")
 	}
+	p("%s", RefreshSection)
 	if len(r.Errors) > 0 {
 		p("## Parts that did not run\n\n")
 		for _, e := range r.Errors {
