@@ -296,6 +296,7 @@ func (cp *ControlPlane) RunTrial(a Agent, scenario string, run int, logf func(st
 	samples, _ := rec.Stop()
 	tr.Moves = Moves(samples)
 	if r != nil {
+		r.Audit, _ = cp.Audit()
 		tr.Clients = r.Stats(ev, end)
 		tr.Baseline = r.Stats(ev.Add(-baseline), ev)
 	}

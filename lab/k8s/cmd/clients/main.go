@@ -26,13 +26,20 @@
 // record ends. Records, one JSON object a line, times in Unix microseconds:
 //
 //	{"k":"ready","t":T}                     every informer has synced
-//	{"k":"write","s":SEQ,"t":T,"d":D,"e":E}  a create: start, duration, error ("" = ok)
-//	{"k":"req","c":"fresh"|"long"|"lease"|"controller","t":T,"d":D,"e":E}
+//	{"k":"write","s":SEQ,"t":T,"d":D,"e":E,"a":[ID]}  a create: start, duration, error ("" = ok)
+//	{"k":"req","c":"fresh"|"long"|"lease"|"controller","t":T,"d":D,"e":E,"a":[ID]}
 //	{"k":"ev","w":W,"s":SEQ,"t":T}          informer W first saw object SEQ
 //	{"k":"list","w":W,"t":T}                W (re)lists: a list or a watch-list
 //	{"k":"watch","w":W,"t":T}               W starts a watch from a resource version
 //	{"k":"werr","w":W,"t":T,"e":E}          W's watch ended with an error
 //	{"k":"end","t":T}
+//
+// A request's "a" lists the Audit-Id headers of the apiserver's answers to
+// it (more than one when client-go sent it again, or a lease renewal's get
+// and update): the apiserver's audit log has, under each, when it received
+// the request and when it answered, so the request's time outside the
+// apiserver (the network, the client's retries) can be told from the
+// apiserver's own.
 //
 // SIGTERM or SIGINT (or -duration) ends the run: the clients stop, this
 // run's objects are deleted, the output is flushed.
@@ -49,6 +56,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,10 +136,49 @@ func (r *recorder) put(rec map[string]any) {
 }
 
 // request records a request that started at start and ended now with err
-// ("" when it succeeded): rec's fields plus t, d and e.
-func (r *recorder) request(rec map[string]any, start time.Time, err error) {
+// ("" when it succeeded): rec's fields plus t, d and e, and a, the audit
+// IDs of the answers ctx collected (withAuditIDs).
+func (r *recorder) request(ctx context.Context, rec map[string]any, start time.Time, err error) {
 	rec["t"], rec["d"], rec["e"] = start.UnixMicro(), time.Since(start).Microseconds(), errText(err)
+	if ids, ok := ctx.Value(auditKey{}).(*auditIDs); ok {
+		ids.mu.Lock()
+		if len(ids.ids) > 0 {
+			rec["a"] = slices.Clone(ids.ids)
+		}
+		ids.mu.Unlock()
+	}
 	r.put(rec)
+}
+
+// auditKey is the context key of a request's *auditIDs.
+type auditKey struct{}
+
+// auditIDs collects the Audit-Id headers of the answers to one request.
+type auditIDs struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+// withAuditIDs returns ctx collecting the audit IDs of its requests'
+// answers (auditTransport).
+func withAuditIDs(ctx context.Context) context.Context {
+	return context.WithValue(ctx, auditKey{}, &auditIDs{})
+}
+
+// auditTransport notes the Audit-Id header of every answer in the
+// request context's auditIDs.
+type auditTransport struct{ rt http.RoundTripper }
+
+func (a auditTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := a.rt.RoundTrip(req)
+	if ids, ok := req.Context().Value(auditKey{}).(*auditIDs); ok && resp != nil {
+		if id := resp.Header.Get("Audit-Id"); id != "" {
+			ids.mu.Lock()
+			ids.ids = append(ids.ids, id)
+			ids.mu.Unlock()
+		}
+	}
+	return resp, err
 }
 
 // every calls f(n), n = 1, 2, ..., at each tick of period until ctx ends;
@@ -187,6 +234,7 @@ func (o options) config(name string, own bool) *rest.Config {
 		// 10, are for controllers; the lab's loops are paced themselves.
 		QPS: 100, Burst: 200,
 	}
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return auditTransport{rt} })
 	if own {
 		// client-go's own default dialer, as a value of this config only.
 		c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
@@ -338,25 +386,27 @@ func run(o options) error {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", o.run, seq), Labels: map[string]string{"run": o.run}},
 					Data:       map[string]string{"seq": strconv.Itoa(seq)},
 				}
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+				rctx, cancel := context.WithTimeout(withAuditIDs(context.WithoutCancel(ctx)), o.requestTimeout)
 				defer cancel()
 				start := time.Now()
 				_, err := admin.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
-				rec.request(map[string]any{"k": "write", "s": seq}, start, err)
+				rec.request(rctx, map[string]any{"k": "write", "s": seq}, start, err)
 			})
 		},
 		func() {
 			every(ctx, o.requestEvery, true, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := getNamespace(ctx, o, o.config("admin", true), nil)
-				rec.request(map[string]any{"k": "req", "c": "fresh"}, start, err)
+				err := getNamespace(rctx, o, o.config("admin", true), nil)
+				rec.request(rctx, map[string]any{"k": "req", "c": "fresh"}, start, err)
 			})
 		},
 		func() {
 			every(ctx, o.requestEvery, false, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := getNamespace(ctx, o, long, longHC)
-				rec.request(map[string]any{"k": "req", "c": "long"}, start, err)
+				err := getNamespace(rctx, o, long, longHC)
+				rec.request(rctx, map[string]any{"k": "req", "c": "long"}, start, err)
 			})
 		},
 	}
@@ -367,11 +417,11 @@ func run(o options) error {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-ctl%d", o.run, seq), Labels: map[string]string{"run": o.run}},
 					Data:       map[string]string{"seq": strconv.Itoa(seq)},
 				}
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+				rctx, cancel := context.WithTimeout(withAuditIDs(context.WithoutCancel(ctx)), o.requestTimeout)
 				defer cancel()
 				start := time.Now()
 				_, err := controller.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
-				rec.request(map[string]any{"k": "req", "c": "controller"}, start, err)
+				rec.request(rctx, map[string]any{"k": "req", "c": "controller"}, start, err)
 			})
 		})
 	}
@@ -379,9 +429,10 @@ func run(o options) error {
 		loops = append(loops, func() {
 			var lease *coordinationv1.Lease
 			every(ctx, o.leaseEvery, false, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := renewLease(ctx, o, cs, node, &lease)
-				rec.request(map[string]any{"k": "req", "c": "lease"}, start, err)
+				err := renewLease(rctx, o, cs, node, &lease)
+				rec.request(rctx, map[string]any{"k": "req", "c": "lease"}, start, err)
 			})
 		})
 	}
