@@ -41,6 +41,21 @@ func TestLongestOutsideTheApiserver(t *testing.T) {
 	}
 }
 
+// TestBaselineLeavesOutRequestsInFlight: a request that started before
+// the event and failed after it is the event's, not the baseline's.
+func TestBaselineLeavesOutRequestsInFlight(t *testing.T) {
+	recs := synth{dur: 3000, watches: []string{"w"}}.records()
+	recs = append(recs, Record{Kind: "write", Seq: 500, T: t0 + 1_999_900, D: 370_000, E: "read: connection reset by peer"})
+	r := NewRun(recs)
+	ev := ms(2000)
+	if st := r.EndedBy(ev).Stats(ev.Add(-baseline), ev); st.Failed != 0 {
+		t.Errorf("baseline: %d failed (%s), want 0: the request failed after the event", st.Failed, st.FirstError)
+	}
+	if st := r.Stats(ev, ms(3000)); st.Failed != 1 {
+		t.Errorf("after the event: %d failed, want 1", st.Failed)
+	}
+}
+
 // TestParseAudit reads what kube-apiserver v1.37.2 wrote in this lab with
 // auditPolicy (testdata/audit.log: a create answered with etcd's request
 // timeout, a get, a Lease update), and a torn last line.

@@ -183,6 +183,18 @@ func NewRun(recs []Record) *Run {
 	return r
 }
 
+// EndedBy returns r without the requests that had not ended by t.
+func (r *Run) EndedBy(t time.Time) *Run {
+	c := *r
+	c.requests = nil
+	for _, rec := range r.requests {
+		if us(rec.T + rec.D).Before(t) {
+			c.requests = append(c.requests, rec)
+		}
+	}
+	return &c
+}
+
 func (r *Run) known(seq int, at time.Time) {
 	if t, ok := r.exists[seq]; !ok || at.Before(t) {
 		r.exists[seq] = at
