@@ -18,10 +18,11 @@ import (
 // its time outside (the network, the VIP's move, the client's own waits
 // and retries): each apiserver logs, for every create, get and update of
 // the clients' objects (ConfigMaps, the namespace, Leases), when it
-// received the request and when it answered it, under the audit ID it
-// returns in the answer's Audit-Id header, which the clients tool records
-// with the request. A request's time outside the apiserver is its duration
-// less the apiserver's time on each of its answers: what a failover of the
+// received the request and when it answered it, under the audit ID the
+// clients tool sent with it (Audit-ID header) and records with the
+// request. A request's time outside the apiserver is its duration less
+// the apiserver's time on each of its attempts (an attempt the apiserver
+// answered though the answer never reached the client included): what a failover of the
 // VIP can cost a client, while an apiserver slow to answer (its etcd
 // member waiting for a new leader, etcd's 7 s request timeout) is the
 // apiserver's own (docs/design.md, "No request hangs after an unplanned
@@ -82,7 +83,8 @@ func (cp *ControlPlane) Audit() (map[string]time.Duration, error) {
 
 // ParseAudit adds to into the apiserver's time (requestReceivedTimestamp
 // to stageTimestamp) of each request the audit log r answered
-// (ResponseComplete, or Panic). A torn last line is ignored.
+// (ResponseComplete, or Panic), by audit ID: the attempts of one request
+// (one ID) add up. A torn last line is ignored.
 func ParseAudit(r io.Reader, into map[string]time.Duration) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -99,7 +101,7 @@ func ParseAudit(r io.Reader, into map[string]time.Duration) error {
 		if ev.AuditID == "" || (ev.Stage != "ResponseComplete" && ev.Stage != "Panic") {
 			continue
 		}
-		into[ev.AuditID] = ev.StageTimestamp.Sub(ev.RequestReceivedTimestamp)
+		into[ev.AuditID] += ev.StageTimestamp.Sub(ev.RequestReceivedTimestamp)
 	}
 	return sc.Err()
 }

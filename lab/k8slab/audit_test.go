@@ -9,7 +9,7 @@ import (
 )
 
 // TestLongestOutsideTheApiserver: a request's time in the apiserver (its
-// answers' audit entries) is not the VIP's; the rest is.
+// attempts' audit entries) is not the VIP's; the rest is.
 func TestLongestOutsideTheApiserver(t *testing.T) {
 	recs := synth{dur: 1000, watches: []string{"w"}}.records()
 	recs = append(recs,

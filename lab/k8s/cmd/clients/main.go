@@ -34,12 +34,12 @@
 //	{"k":"werr","w":W,"t":T,"e":E}          W's watch ended with an error
 //	{"k":"end","t":T}
 //
-// A request's "a" lists the Audit-Id headers of the apiserver's answers to
-// it (more than one when client-go sent it again, or a lease renewal's get
-// and update): the apiserver's audit log has, under each, when it received
-// the request and when it answered, so the request's time outside the
-// apiserver (the network, the client's retries) can be told from the
-// apiserver's own.
+// A request's "a" is the audit ID it sent (Audit-ID header) with each of
+// its attempts (client-go's retries, a lease renewal's get and update):
+// the apiservers' audit logs have, under it, when each attempt was
+// received and answered, so the request's time outside the apiserver (the
+// network, the client's retries) can be told from the apiserver's own,
+// even for an attempt whose answer never reached the client.
 //
 // SIGTERM or SIGINT (or -duration) ends the run: the clients stop, this
 // run's objects are deleted, the output is flushed.
@@ -48,6 +48,8 @@ package main
 import (
 	"bufio"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -56,7 +58,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,15 +138,11 @@ func (r *recorder) put(rec map[string]any) {
 
 // request records a request that started at start and ended now with err
 // ("" when it succeeded): rec's fields plus t, d and e, and a, the audit
-// IDs of the answers ctx collected (withAuditIDs).
+// ID ctx carries (withAuditIDs).
 func (r *recorder) request(ctx context.Context, rec map[string]any, start time.Time, err error) {
 	rec["t"], rec["d"], rec["e"] = start.UnixMicro(), time.Since(start).Microseconds(), errText(err)
 	if ids, ok := ctx.Value(auditKey{}).(*auditIDs); ok {
-		ids.mu.Lock()
-		if len(ids.ids) > 0 {
-			rec["a"] = slices.Clone(ids.ids)
-		}
-		ids.mu.Unlock()
+		rec["a"] = ids.ids
 	}
 	r.put(rec)
 }
@@ -153,32 +150,29 @@ func (r *recorder) request(ctx context.Context, rec map[string]any, start time.T
 // auditKey is the context key of a request's *auditIDs.
 type auditKey struct{}
 
-// auditIDs collects the Audit-Id headers of the answers to one request.
-type auditIDs struct {
-	mu  sync.Mutex
-	ids []string
-}
+// auditIDs is the audit ID of one request: sent with every attempt
+// (auditTransport), so the apiserver logs each attempt it received under
+// it, answered or not.
+type auditIDs struct{ ids []string }
 
-// withAuditIDs returns ctx collecting the audit IDs of its requests'
-// answers (auditTransport).
+// withAuditIDs returns ctx with a new audit ID for its request.
 func withAuditIDs(ctx context.Context) context.Context {
-	return context.WithValue(ctx, auditKey{}, &auditIDs{})
+	var b [16]byte
+	crand.Read(b[:])
+	return context.WithValue(ctx, auditKey{}, &auditIDs{ids: []string{hex.EncodeToString(b[:])}})
 }
 
-// auditTransport notes the Audit-Id header of every answer in the
-// request context's auditIDs.
+// auditTransport sends the request context's audit ID as the Audit-ID
+// header: kube-apiserver takes a client's Audit-ID as the request's audit
+// ID (k8s.io/apiserver's WithAuditInit).
 type auditTransport struct{ rt http.RoundTripper }
 
 func (a auditTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := a.rt.RoundTrip(req)
-	if ids, ok := req.Context().Value(auditKey{}).(*auditIDs); ok && resp != nil {
-		if id := resp.Header.Get("Audit-Id"); id != "" {
-			ids.mu.Lock()
-			ids.ids = append(ids.ids, id)
-			ids.mu.Unlock()
-		}
+	if ids, ok := req.Context().Value(auditKey{}).(*auditIDs); ok {
+		req = req.Clone(req.Context())
+		req.Header.Set("Audit-ID", ids.ids[0])
 	}
-	return resp, err
+	return a.rt.RoundTrip(req)
 }
 
 // every calls f(n), n = 1, 2, ..., at each tick of period until ctx ends;
