@@ -33,7 +33,7 @@ type Record struct {
 	W string `json:"w,omitempty"`
 	// C is a request loop: fresh or long.
 	C string `json:"c,omitempty"`
-	// A are the audit IDs of the apiserver's answers to a request.
+	// A is the audit ID a request sent with each of its attempts.
 	A []string `json:"a,omitempty"`
 }
 
@@ -82,10 +82,11 @@ type ClientStats struct {
 	LongestRequest time.Duration
 	// LongestOutside is the longest time one of those requests spent
 	// outside the apiserver: its duration less the apiserver's time on
-	// its answers (Run.Audit; audit.go). What a failover costs a client,
+	// its attempts (Run.Audit; audit.go). What a failover costs a client,
 	// without the apiserver's own slowness. OutsideRequest describes that
-	// request; AuditMissing counts the answers whose audit ID was not in
-	// Run.Audit (their time is counted as outside).
+	// request; AuditMissing counts the requests whose audit ID is not in
+	// Run.Audit (no apiserver logged an attempt: all their time counts as
+	// outside).
 	LongestOutside time.Duration
 	OutsideRequest string `json:",omitempty"`
 	AuditMissing   int    `json:",omitempty"`
@@ -185,10 +186,16 @@ func NewRun(recs []Record) *Run {
 
 // EndedBy returns r without the requests that had not ended by t.
 func (r *Run) EndedBy(t time.Time) *Run {
+	return r.WithRequests(func(_, end time.Time) bool { return end.Before(t) })
+}
+
+// WithRequests returns r with only the requests keep takes (given their
+// start and end).
+func (r *Run) WithRequests(keep func(start, end time.Time) bool) *Run {
 	c := *r
 	c.requests = nil
 	for _, rec := range r.requests {
-		if us(rec.T + rec.D).Before(t) {
+		if keep(us(rec.T), us(rec.T+rec.D)) {
 			c.requests = append(c.requests, rec)
 		}
 	}
@@ -240,8 +247,8 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 				who = "write"
 			}
 			s.LongestOutside = outside
-			s.OutsideRequest = fmt.Sprintf("%s at %s: %v, %v of it in the apiserver (%d answers)", who, start.UTC().Format("15:04:05.000"),
-				end.Sub(start).Round(time.Millisecond), inside.Round(time.Millisecond), len(rec.A))
+			s.OutsideRequest = fmt.Sprintf("%s at %s: %v, %v of it in the apiserver", who, start.UTC().Format("15:04:05.000"),
+				end.Sub(start).Round(time.Millisecond), inside.Round(time.Millisecond))
 			if rec.E != "" {
 				s.OutsideRequest += ": " + rec.E
 			}
