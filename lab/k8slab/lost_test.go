@@ -65,7 +65,9 @@ func TestNoRequestHangsWhenTheHolderIsLost(t *testing.T) {
 	if _, err := cp.WaitSteady(a, steadyTimeout); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := cp.StartClients()
+	// The tool ends itself after -duration (10 min by default): longer
+	// than the runs can take, the test's timeout bounding them.
+	cl, err := cp.StartClients("-duration", (time.Duration(runs*len(scenarios))*2*time.Minute + 10*time.Minute).String())
 	if err != nil {
 		t.Fatal(err)
 	}
