@@ -539,14 +539,20 @@ func (a *Agent) stepOneTakeover(ctx context.Context, v *vipState, view []Member,
 		cc := a.st.cfg.Connections
 		cfg := conns.PokeConfig{Rate: cc.PokeRate, Timeout: cc.PokeTimeoutDuration()}
 		name, addr, from := v.cfg.Name, v.cfg.Addr(), t.from
-		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg) })
+		// Lost, not handed over: a holder that handed the VIP over on
+		// purpose (withdrawn, leaving) closed its connections itself,
+		// those opened after its list included.
+		lost := !found || !(prev.Meta.Withdrawn || prev.Meta.Leaving || prev.Meta.NodeWithdrawn)
+		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg, lost) })
 	}
 	return true
 }
 
 // poke resets the clients of from's connections to vip that this node
-// does not have itself. It runs in a goroutine of its own.
-func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from string, published conns.Set, cfg conns.PokeConfig) {
+// does not have itself, and when from was lost (it did not hand the VIP
+// over on purpose) those opened after its list (pokeUnlisted). It runs in
+// a goroutine of its own.
+func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from string, published conns.Set, cfg conns.PokeConfig, lost bool) {
 	if c.backend == nil || published.Len() == 0 {
 		return
 	}
@@ -579,7 +585,9 @@ func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from st
 		c.log.Info("reset the previous holder's clients", "vip", name, "from", from, "sent", res.Sent, "failed", res.Failed, "unsent", res.Unsent)
 	}
 	c.events.publish(&apipb.Event{Kind: "clients", Vip: name, Node: c.self, From: from, Message: msg})
-	c.pokeUnlisted(ctx, name, vip, from, published, cfg)
+	if lost {
+		c.pokeUnlisted(ctx, name, vip, from, published, cfg)
+	}
 }
 
 // pokeUnlisted resets, as the previous holder's clients come back to this

@@ -224,6 +224,50 @@ func TestClusterResetsUnlistedClients(t *testing.T) {
 	c.nodes[owner].agent.members.setAllowed(nil)
 }
 
+// TestClusterHandoffResetsNoUnlistedPorts: on a planned handoff the owner
+// closes its connections itself, those opened after its list included;
+// the successor resets what the owner listed and no port below the
+// client's new connection (those are for a lost owner).
+func TestClusterHandoffResetsNoUnlistedPorts(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr("198.51.100.7"), port)}
+	}
+	c.nodes[owner].conns.set(conn(40000))
+	for name, n := range c.nodes {
+		if name != owner {
+			c.waitPublished(name, owner, 1)
+			n.conns.set(conn(40006)) // the client, back on this node
+		}
+	}
+	c.w.setStuck(owner, true)
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	both := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 2 }, "the successor holding beside the stuck owner")
+	succ := both[0]
+	if succ == owner {
+		succ = both[1]
+	}
+	c.w.setStuck(owner, false)
+	want := []conns.Conn{conn(40000)}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(c.nodes[succ].conns.poked(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want %v", succ, c.nodes[succ].conns.poked(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The unlisted resets would come 0.1 to 1 s after the first.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := c.nodes[succ].conns.poked(); !slices.Equal(got, want) {
+			t.Fatalf("%s reset %v after a planned handoff, want only %v", succ, got, want)
+		}
+	}
+}
+
 // waitPublished waits (bounded) until node has n of publisher's
 // connections.
 func (c *testCluster) waitPublished(node, publisher string, n int) {
