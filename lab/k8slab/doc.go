@@ -64,9 +64,9 @@
 // request's time outside the apiserver (LongestOutside: the network, the
 // VIP's move, the client's retries) is told from the apiserver's own (its
 // etcd member waiting for a leader). TestNoRequestHangsWhenTheHolderIsLost
-// loses the holder 10 times ($VIPD_K8S_LOST_RUNS) in each of linkdown,
-// nodedown and partition under one control plane and holds every request
-// to 2 s outside the apiserver.
+// loses the holder $VIPD_K8S_LOST_RUNS times (it runs only when that is
+// set) in each of linkdown, nodedown and partition under one control
+// plane and holds every request to 2 s outside the apiserver.
 //
 // MoveScenarios (vipd only) make 20 planned handoffs in a row while
 // clients write on the HTTP/2 connection of their watches: the kubelet-like
