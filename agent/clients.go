@@ -35,7 +35,10 @@ import (
 //     died mid-handoff both had clients), waits until that member no
 //     longer holds it (it released it, or it is gone: dead for the lease,
 //     left), then resets every connection on the list that it does not
-//     have itself (conns.Pokable, conns.Poker), paced, in a goroutine;
+//     have itself (conns.Pokable, conns.Poker), paced, in a goroutine,
+//     and over the next seconds the ports just below each client's first
+//     new connection to this node (conns.Unlisted): the connections the
+//     client opened after the list;
 //   - a node that hands a VIP over on purpose closes its own connections
 //     on it once the successor holds it, before it takes the address away
 //     (decision.CloseClients).
@@ -536,14 +539,20 @@ func (a *Agent) stepOneTakeover(ctx context.Context, v *vipState, view []Member,
 		cc := a.st.cfg.Connections
 		cfg := conns.PokeConfig{Rate: cc.PokeRate, Timeout: cc.PokeTimeoutDuration()}
 		name, addr, from := v.cfg.Name, v.cfg.Addr(), t.from
-		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg) })
+		// Lost, not handed over: a holder that handed the VIP over on
+		// purpose (withdrawn, leaving) closed its connections itself,
+		// those opened after its list included.
+		lost := !found || !(prev.Meta.Withdrawn || prev.Meta.Leaving || prev.Meta.NodeWithdrawn)
+		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg, lost) })
 	}
 	return true
 }
 
 // poke resets the clients of from's connections to vip that this node
-// does not have itself. It runs in a goroutine of its own.
-func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from string, published conns.Set, cfg conns.PokeConfig) {
+// does not have itself, and when from was lost (it did not hand the VIP
+// over on purpose) those opened after its list (pokeUnlisted). It runs in
+// a goroutine of its own.
+func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from string, published conns.Set, cfg conns.PokeConfig, lost bool) {
 	if c.backend == nil || published.Len() == 0 {
 		return
 	}
@@ -576,6 +585,57 @@ func (c *clients) poke(ctx context.Context, name string, vip netip.Addr, from st
 		c.log.Info("reset the previous holder's clients", "vip", name, "from", from, "sent", res.Sent, "failed", res.Failed, "unsent", res.Unsent)
 	}
 	c.events.publish(&apipb.Event{Kind: "clients", Vip: name, Node: c.self, From: from, Message: msg})
+	if lost {
+		c.pokeUnlisted(ctx, name, vip, from, published, cfg)
+	}
+}
+
+// pokeUnlisted resets, as the previous holder's clients come back to this
+// node, the connections they opened after from's last list
+// (conns.Unlisted): a kubectl's connection lives for one request, so a
+// list a second old never has it, and one whose request from had taken
+// but not answered waits for the client's own timeout (docs/design.md, "No
+// request hangs after an unplanned failover"). It looks 0.1, 0.5, 1 and 3 s
+// after the first poke; a port is poked once.
+func (c *clients) pokeUnlisted(ctx context.Context, name string, vip netip.Addr, from string, published conns.Set, cfg conns.PokeConfig) {
+	start := c.now()
+	var done conns.Set
+	// When to look: a client reset by the first poke reconnects within
+	// milliseconds (a watch) or a second (client-go's reads).
+	for _, after := range [...]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 3 * time.Second} {
+		t := time.NewTimer(start.Add(after).Sub(c.now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		own, err := c.backend.List(conns.Filter{Addrs: []netip.Addr{vip}})
+		if err != nil {
+			c.log.Warn("list this node's client connections before resetting the previous holder's unlisted ones", "vip", name, "err", err)
+			return
+		}
+		var todo []conns.Conn
+		for _, cn := range conns.Unlisted(published, own, conns.UnlistedSpan) {
+			if !done.Contains(cn) {
+				todo = append(todo, cn)
+			}
+		}
+		cs := conns.Pokable(conns.NewSet(todo...), own, []conns.Takeover{{VIP: vip, Held: true}})
+		if len(cs) == 0 {
+			continue
+		}
+		done = done.Apply(conns.Delta{Added: conns.NewSet(cs...)})
+		res, err := c.backend.Poke(ctx, cs, cfg)
+		c.metrics.clientResets.WithLabelValues(name, "sent").Add(float64(res.Sent))
+		c.metrics.clientResets.WithLabelValues(name, "failed").Add(float64(res.Failed))
+		c.metrics.clientResets.WithLabelValues(name, "unsent").Add(float64(res.Unsent))
+		if err != nil {
+			c.log.Warn("reset the previous holder's clients' unlisted connections", "vip", name, "from", from, "ports", len(cs), "sent", res.Sent, "failed", res.Failed, "unsent", res.Unsent, "err", err)
+			continue
+		}
+		c.log.Info("reset the previous holder's clients' unlisted connections", "vip", name, "from", from, "ports", len(cs), "sent", res.Sent)
+	}
 }
 
 // closeClients closes this node's connections on v (a planned handoff,

@@ -191,6 +191,83 @@ func TestClusterResetsAfterFence(t *testing.T) {
 	c.nodes[owner].agent.members.setAllowed(nil)
 }
 
+// TestClusterResetsUnlistedClients: the owner's client opened connections
+// after the owner's last list (a kubectl's, for one request); when the
+// owner is lost and the client comes back to the successor on a higher
+// port, the successor resets the owner's listed connection and then the
+// client's ports between the list and its new connection (conns.Unlisted),
+// never the new connection itself.
+func TestClusterResetsUnlistedClients(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr("198.51.100.7"), port)}
+	}
+	c.nodes[owner].conns.set(conn(40000))
+	for name, n := range c.nodes {
+		if name != owner {
+			c.waitPublished(name, owner, 1)
+			n.conns.set(conn(40006)) // the client back, on this node
+		}
+	}
+	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	succ := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")[0]
+	want := []conns.Conn{conn(40000), conn(40001), conn(40002), conn(40003), conn(40004), conn(40005)}
+	deadline := time.Now().Add(8 * time.Second)
+	for !slices.Equal(c.nodes[succ].conns.poked(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want %v", succ, c.nodes[succ].conns.poked(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.nodes[owner].agent.members.setAllowed(nil)
+}
+
+// TestClusterHandoffResetsNoUnlistedPorts: on a planned handoff the owner
+// closes its connections itself, those opened after its list included;
+// the successor resets what the owner listed and no port below the
+// client's new connection (those are for a lost owner).
+func TestClusterHandoffResetsNoUnlistedPorts(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	owner := c.startSteady()
+	vip := c.vip
+	conn := func(port uint16) conns.Conn {
+		return conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.AddrPortFrom(netip.MustParseAddr("198.51.100.7"), port)}
+	}
+	c.nodes[owner].conns.set(conn(40000))
+	for name, n := range c.nodes {
+		if name != owner {
+			c.waitPublished(name, owner, 1)
+			n.conns.set(conn(40006)) // the client, back on this node
+		}
+	}
+	c.w.setStuck(owner, true)
+	if _, err := c.client(owner).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	both := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 2 }, "the successor holding beside the stuck owner")
+	succ := both[0]
+	if succ == owner {
+		succ = both[1]
+	}
+	c.w.setStuck(owner, false)
+	want := []conns.Conn{conn(40000)}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(c.nodes[succ].conns.poked(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reset %v, want %v", succ, c.nodes[succ].conns.poked(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The unlisted resets would come 0.1 to 1 s after the first.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := c.nodes[succ].conns.poked(); !slices.Equal(got, want) {
+			t.Fatalf("%s reset %v after a planned handoff, want only %v", succ, got, want)
+		}
+	}
+}
+
 // waitPublished waits (bounded) until node has n of publisher's
 // connections.
 func (c *testCluster) waitPublished(node, publisher string, n int) {

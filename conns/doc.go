@@ -26,6 +26,10 @@
 //     kernel, having no such connection, answers that with a reset whose
 //     sequence number is the one the client expects (RFC 9293 section
 //     3.5.2), and the client's connection fails at once.
+//   - Unlisted finds the connections a client opened after the previous
+//     holder's last list (a kubectl's, which lives for one request): the
+//     ports just below the client's first connection to the new holder,
+//     Linux counting a client's source ports up per destination.
 //   - Set and Delta are connection sets and the change between two, with a
 //     compact, canonical binary encoding (grouped by VIP and port, client
 //     addresses front-coded), for the holders to publish to their peers.

@@ -249,7 +249,7 @@ func (cp *ControlPlane) StartEtcd(h *netlab.Host) error {
 // the cluster CA, its local etcd member.
 func (cp *ControlPlane) apiserverArgs(h *netlab.Host) []string {
 	serving := cp.PKI.ServingPair(h.Name)
-	return []string{cp.Bin.APIServer,
+	return append([]string{cp.Bin.APIServer,
 		"--advertise-address", h.IP.String(),
 		"--secure-port", fmt.Sprint(APIServerPort),
 		"--allow-privileged=true",
@@ -265,7 +265,7 @@ func (cp *ControlPlane) apiserverArgs(h *netlab.Host) []string {
 		"--service-cluster-ip-range", ServiceCIDR.String(),
 		"--cert-dir", filepath.Join(h.Dir, "apiserver-certs"),
 		"--profiling=false",
-	}
+	}, cp.auditArgs(h)...)
 }
 
 // StartAPIServer starts h's kube-apiserver and returns at once (WaitReady

@@ -59,6 +59,15 @@
 // had not delivered existed), when every informer was back within
 // LagLimit, relists.
 //
+// Each apiserver also writes an audit log of the clients' creates, gets
+// and updates, under the audit ID each request sends (audit.go): a
+// request's time outside the apiserver (LongestOutside: the network, the
+// VIP's move, the client's retries) is told from the apiserver's own (its
+// etcd member waiting for a leader). TestNoRequestHangsWhenTheHolderIsLost
+// loses the holder $VIPD_K8S_LOST_RUNS times (it runs only when that is
+// set) in each of linkdown, nodedown and partition under one control
+// plane and holds every request to 2 s outside the apiserver.
+//
 // MoveScenarios (vipd only) make 20 planned handoffs in a row while
 // clients write on the HTTP/2 connection of their watches: the kubelet-like
 // groups renewing their Lease every 100 ms (-lease-every), or a controller
@@ -69,8 +78,9 @@
 // RunTrial drives one scenario (Scenarios) with an Agent: vipd here
 // (VipdAgent, the documented health check), keepalived in lab/bench. The
 // lab tests (TestHealthCheckRealReadyz, TestClientsThroughFailovers,
-// TestSlowControlPlane) need root and VIPD_NETNS_TESTS=1; VIPD_BIN names the
-// vipd to measure, so another build is measured with
+// TestNoRequestHangsWhenTheHolderIsLost, TestSlowControlPlane) need root
+// and VIPD_NETNS_TESTS=1; VIPD_BIN names the vipd to measure, so another
+// build is measured with
 //
 //	VIPD_NETNS_TESTS=1 VIPD_BIN=/path/to/bin go test -count=1 -v -run TestClientsThroughFailovers ./lab/k8slab/
 //

@@ -33,6 +33,8 @@ type Record struct {
 	W string `json:"w,omitempty"`
 	// C is a request loop: fresh or long.
 	C string `json:"c,omitempty"`
+	// A is the audit ID a request sent with each of its attempts.
+	A []string `json:"a,omitempty"`
 }
 
 // ParseRecords reads the clients tool's output. A torn last line (the tool
@@ -78,6 +80,16 @@ type ClientStats struct {
 	FirstError string `json:",omitempty"`
 	// LongestRequest is the slowest of those requests.
 	LongestRequest time.Duration
+	// LongestOutside is the longest time one of those requests spent
+	// outside the apiserver: its duration less the apiserver's time on
+	// its attempts (Run.Audit; audit.go). What a failover costs a client,
+	// without the apiserver's own slowness. OutsideRequest describes that
+	// request; AuditMissing counts the requests whose audit ID is not in
+	// Run.Audit (no apiserver logged an attempt: all their time counts as
+	// outside).
+	LongestOutside time.Duration
+	OutsideRequest string `json:",omitempty"`
+	AuditMissing   int    `json:",omitempty"`
 	// Stall is the longest time any informer delivered no event while an
 	// object it had not delivered yet existed (the writer's create had
 	// returned, or another informer had seen it): a watch blind to the
@@ -121,6 +133,11 @@ type Run struct {
 	deliveries map[string]map[int]time.Time // informer -> seq -> first delivery
 	lists      []Record
 	werrs      []Record
+
+	// Audit is the apiserver's time on each answer, by audit ID (the
+	// apiservers' audit logs, ControlPlane.Audit); without it every
+	// request's time counts as outside the apiserver.
+	Audit map[string]time.Duration
 }
 
 // NewRun indexes a run's records.
@@ -167,6 +184,24 @@ func NewRun(recs []Record) *Run {
 	return r
 }
 
+// EndedBy returns r without the requests that had not ended by t.
+func (r *Run) EndedBy(t time.Time) *Run {
+	return r.WithRequests(func(_, end time.Time) bool { return end.Before(t) })
+}
+
+// WithRequests returns r with only the requests keep takes (given their
+// start and end).
+func (r *Run) WithRequests(keep func(start, end time.Time) bool) *Run {
+	c := *r
+	c.requests = nil
+	for _, rec := range r.requests {
+		if keep(us(rec.T), us(rec.T+rec.D)) {
+			c.requests = append(c.requests, rec)
+		}
+	}
+	return &c
+}
+
 func (r *Run) known(seq int, at time.Time) {
 	if t, ok := r.exists[seq]; !ok || at.Before(t) {
 		r.exists[seq] = at
@@ -196,6 +231,28 @@ func (r *Run) Stats(from, to time.Time) ClientStats {
 		}
 		s.Requests++
 		s.LongestRequest = max(s.LongestRequest, end.Sub(start))
+		outside := end.Sub(start)
+		var inside time.Duration
+		for _, id := range rec.A {
+			d, ok := r.Audit[id]
+			if !ok {
+				s.AuditMissing++
+			}
+			inside += d
+		}
+		outside -= inside
+		if outside > s.LongestOutside {
+			who := rec.C
+			if rec.Kind == "write" {
+				who = "write"
+			}
+			s.LongestOutside = outside
+			s.OutsideRequest = fmt.Sprintf("%s at %s: %v, %v of it in the apiserver", who, start.UTC().Format("15:04:05.000"),
+				end.Sub(start).Round(time.Millisecond), inside.Round(time.Millisecond))
+			if rec.E != "" {
+				s.OutsideRequest += ": " + rec.E
+			}
+		}
 		if rec.E != "" {
 			s.Failed++
 			who := rec.C

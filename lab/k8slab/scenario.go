@@ -296,8 +296,11 @@ func (cp *ControlPlane) RunTrial(a Agent, scenario string, run int, logf func(st
 	samples, _ := rec.Stop()
 	tr.Moves = Moves(samples)
 	if r != nil {
+		r.Audit, _ = cp.Audit()
 		tr.Clients = r.Stats(ev, end)
-		tr.Baseline = r.Stats(ev.Add(-baseline), ev)
+		// Before the event: the requests that ended before it (one in
+		// flight at the event is the event's).
+		tr.Baseline = r.EndedBy(ev).Stats(ev.Add(-baseline), ev)
 	}
 	for _, e := range []struct {
 		what string

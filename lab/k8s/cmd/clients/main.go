@@ -26,13 +26,20 @@
 // record ends. Records, one JSON object a line, times in Unix microseconds:
 //
 //	{"k":"ready","t":T}                     every informer has synced
-//	{"k":"write","s":SEQ,"t":T,"d":D,"e":E}  a create: start, duration, error ("" = ok)
-//	{"k":"req","c":"fresh"|"long"|"lease"|"controller","t":T,"d":D,"e":E}
+//	{"k":"write","s":SEQ,"t":T,"d":D,"e":E,"a":[ID]}  a create: start, duration, error ("" = ok)
+//	{"k":"req","c":"fresh"|"long"|"lease"|"controller","t":T,"d":D,"e":E,"a":[ID]}
 //	{"k":"ev","w":W,"s":SEQ,"t":T}          informer W first saw object SEQ
 //	{"k":"list","w":W,"t":T}                W (re)lists: a list or a watch-list
 //	{"k":"watch","w":W,"t":T}               W starts a watch from a resource version
 //	{"k":"werr","w":W,"t":T,"e":E}          W's watch ended with an error
 //	{"k":"end","t":T}
+//
+// A request's "a" is the audit ID it sent (Audit-ID header) with each of
+// its attempts (client-go's retries, a lease renewal's get and update):
+// the apiservers' audit logs have, under it, when each attempt was
+// received and answered, so the request's time outside the apiserver (the
+// network, the client's retries) can be told from the apiserver's own,
+// even for an attempt whose answer never reached the client.
 //
 // SIGTERM or SIGINT (or -duration) ends the run: the clients stop, this
 // run's objects are deleted, the output is flushed.
@@ -41,6 +48,8 @@ package main
 import (
 	"bufio"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -128,10 +137,42 @@ func (r *recorder) put(rec map[string]any) {
 }
 
 // request records a request that started at start and ended now with err
-// ("" when it succeeded): rec's fields plus t, d and e.
-func (r *recorder) request(rec map[string]any, start time.Time, err error) {
+// ("" when it succeeded): rec's fields plus t, d and e, and a, the audit
+// ID ctx carries (withAuditIDs).
+func (r *recorder) request(ctx context.Context, rec map[string]any, start time.Time, err error) {
 	rec["t"], rec["d"], rec["e"] = start.UnixMicro(), time.Since(start).Microseconds(), errText(err)
+	if ids, ok := ctx.Value(auditKey{}).(*auditIDs); ok {
+		rec["a"] = ids.ids
+	}
 	r.put(rec)
+}
+
+// auditKey is the context key of a request's *auditIDs.
+type auditKey struct{}
+
+// auditIDs is the audit ID of one request: sent with every attempt
+// (auditTransport), so the apiserver logs each attempt it received under
+// it, answered or not.
+type auditIDs struct{ ids []string }
+
+// withAuditIDs returns ctx with a new audit ID for its request.
+func withAuditIDs(ctx context.Context) context.Context {
+	var b [16]byte
+	crand.Read(b[:])
+	return context.WithValue(ctx, auditKey{}, &auditIDs{ids: []string{hex.EncodeToString(b[:])}})
+}
+
+// auditTransport sends the request context's audit ID as the Audit-ID
+// header: kube-apiserver takes a client's Audit-ID as the request's audit
+// ID (k8s.io/apiserver's WithAuditInit).
+type auditTransport struct{ rt http.RoundTripper }
+
+func (a auditTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if ids, ok := req.Context().Value(auditKey{}).(*auditIDs); ok {
+		req = req.Clone(req.Context())
+		req.Header.Set("Audit-ID", ids.ids[0])
+	}
+	return a.rt.RoundTrip(req)
 }
 
 // every calls f(n), n = 1, 2, ..., at each tick of period until ctx ends;
@@ -187,6 +228,7 @@ func (o options) config(name string, own bool) *rest.Config {
 		// 10, are for controllers; the lab's loops are paced themselves.
 		QPS: 100, Burst: 200,
 	}
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return auditTransport{rt} })
 	if own {
 		// client-go's own default dialer, as a value of this config only.
 		c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
@@ -338,25 +380,27 @@ func run(o options) error {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", o.run, seq), Labels: map[string]string{"run": o.run}},
 					Data:       map[string]string{"seq": strconv.Itoa(seq)},
 				}
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+				rctx, cancel := context.WithTimeout(withAuditIDs(context.WithoutCancel(ctx)), o.requestTimeout)
 				defer cancel()
 				start := time.Now()
 				_, err := admin.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
-				rec.request(map[string]any{"k": "write", "s": seq}, start, err)
+				rec.request(rctx, map[string]any{"k": "write", "s": seq}, start, err)
 			})
 		},
 		func() {
 			every(ctx, o.requestEvery, true, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := getNamespace(ctx, o, o.config("admin", true), nil)
-				rec.request(map[string]any{"k": "req", "c": "fresh"}, start, err)
+				err := getNamespace(rctx, o, o.config("admin", true), nil)
+				rec.request(rctx, map[string]any{"k": "req", "c": "fresh"}, start, err)
 			})
 		},
 		func() {
 			every(ctx, o.requestEvery, false, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := getNamespace(ctx, o, long, longHC)
-				rec.request(map[string]any{"k": "req", "c": "long"}, start, err)
+				err := getNamespace(rctx, o, long, longHC)
+				rec.request(rctx, map[string]any{"k": "req", "c": "long"}, start, err)
 			})
 		},
 	}
@@ -367,11 +411,11 @@ func run(o options) error {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-ctl%d", o.run, seq), Labels: map[string]string{"run": o.run}},
 					Data:       map[string]string{"seq": strconv.Itoa(seq)},
 				}
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.requestTimeout)
+				rctx, cancel := context.WithTimeout(withAuditIDs(context.WithoutCancel(ctx)), o.requestTimeout)
 				defer cancel()
 				start := time.Now()
 				_, err := controller.CoreV1().ConfigMaps(o.namespace).Create(rctx, cm, metav1.CreateOptions{})
-				rec.request(map[string]any{"k": "req", "c": "controller"}, start, err)
+				rec.request(rctx, map[string]any{"k": "req", "c": "controller"}, start, err)
 			})
 		})
 	}
@@ -379,9 +423,10 @@ func run(o options) error {
 		loops = append(loops, func() {
 			var lease *coordinationv1.Lease
 			every(ctx, o.leaseEvery, false, func(int) {
+				rctx := withAuditIDs(ctx)
 				start := time.Now()
-				err := renewLease(ctx, o, cs, node, &lease)
-				rec.request(map[string]any{"k": "req", "c": "lease"}, start, err)
+				err := renewLease(rctx, o, cs, node, &lease)
+				rec.request(rctx, map[string]any{"k": "req", "c": "lease"}, start, err)
 			})
 		})
 	}
