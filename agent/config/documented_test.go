@@ -134,6 +134,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"connections.reset":        "true",
 		"connections.poke_rate":    strconv.Itoa(DefaultPokeRate),
 		"connections.poke_timeout": d(DefaultPokeTimeout),
+		"hooks.timeout":            d(DefaultHookTimeout),
 	}
 	bracketed := exampleDefaults(string(example))
 	for key, want := range defaults {
