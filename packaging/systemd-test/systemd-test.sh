@@ -761,9 +761,12 @@ step_hk1() {
 	# the stop (systemd removes /run/vipd then).
 	hk_config '#!/bin/sh
 echo "$VIPD_OLD_STATE $VIPD_NEW_STATE vip=$VIPD_VIP address=$VIPD_ADDRESS node=$VIPD_NODE reason=$VIPD_REASON uid=$(id -un) $(grep ^CapEff: /proc/self/status | tr -d "\t")" >> '"$HK_LOG"
+	# A stop and a start, not a restart: a restart in place keeps the VIP,
+	# and the new process's first hook is init->master.
+	ct c1 systemctl stop vipd.service
 	ct c1 rm -f "$HK_LOG"
 	journal_mark "$LAB_DIR/hk1.cursor"
-	ct c1 systemctl restart vipd.service
+	ct c1 systemctl start vipd.service
 	running_with_vip
 	told_master() { hk_lines | grep -q '^backup master vip=apiserver '; }
 	st_wait 10 told_master || { hk_lines; fail "no backup->master hook after the restart"; }
@@ -788,6 +791,7 @@ trap "" TERM
 sleep 600 &
 echo $! > '"$HK_PID"'
 wait; wait' 3s
+	ct c1 systemctl stop vipd.service
 	ct c1 rm -f "$HK_PID"
 	journal_mark "$LAB_DIR/hk2.cursor"
 	ct c1 systemctl start vipd.service
