@@ -23,6 +23,7 @@
 //	status.go     the status snapshot the API serves
 //	api.go        the gRPC server on the unix socket
 //	notify.go     systemd READY/STATUS/WATCHDOG
+//	hooks.go      [hooks]: a command run at each change of a VIP's state
 //	metrics.go    Prometheus
 //
 // Two parts with their own invariants are packages of their own: the
@@ -217,6 +218,9 @@ type Agent struct {
 	lease    *lease.Runner
 	clients  *clients // the VIPs' client connections (clients.go)
 
+	// hooks runs [hooks] command at the VIPs' changes of state; set by New.
+	hooks *hooks
+
 	// Shared with the goroutines around the loop.
 	cache      peerCache
 	rejoinKick chan struct{}
@@ -349,6 +353,16 @@ type vipState struct {
 	// silenced: this node, handing v off, stopped advertising it
 	// (Silencer); announcing it again ends that.
 	silenced bool
+
+	// For the hooks (hooks.go): the state the last change offered to them
+	// was to ("" before the first); why this node last took the VIP,
+	// released it, and failed to announce it; healthFailed: its check
+	// failed (a check that has not risen yet since start is not a fault).
+	hookState     string
+	heldReason    string
+	releaseReason string
+	failReason    string
+	healthFailed  bool
 }
 
 // conflict is another MAC answering for a VIP this node holds.
@@ -408,6 +422,8 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 	peers := cfg.Cluster.PeerAddrs()
 	a.peers.Store(&peers)
 	a.metrics = newMetrics(a.bgpPeerMetrics)
+	a.hooks = newHooks(a)
+	a.hooks.configure(cfg.Hooks)
 	return a, nil
 }
 

@@ -108,6 +108,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	a.record(v, true) // before the address exists, so a crash right after leaves it covered
 	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 		v.fail(now)
+		v.failReason = err.Error()
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
 		a.log.Error("announce VIP", "vip", v.cfg.Name, "err", err, "retry_in", v.backoff)
 		if werr := a.withdrawAddr(ctx, v); werr != nil {
@@ -118,6 +119,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 		return
 	}
 	v.held, v.failing, v.silenced = true, false, false
+	v.heldReason = reason
 	v.backoff, v.retryAt = 0, time.Time{}
 	a.startWatch(ctx, v)
 	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", reason)
@@ -141,6 +143,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 		return
 	}
 	v.held, v.handoffStarted, v.drainStarted, v.silenced = false, time.Time{}, time.Time{}, false
+	v.releaseReason = reason
 	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason})

@@ -365,6 +365,13 @@ func (a *Agent) onHealth(r healthResult) {
 	if v == nil || !a.st.checks.current(r) {
 		return
 	}
+	// A fault for the hooks once a check failed, until healthy again (a
+	// check rising since start is not one: keepalived's scripts start OK).
+	if r.Healthy {
+		v.healthFailed = false
+	} else if r.Err != nil {
+		v.healthFailed = true
+	}
 	msg := "healthy"
 	if !r.Healthy {
 		msg = "unhealthy"

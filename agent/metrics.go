@@ -56,6 +56,11 @@ type metrics struct {
 	nodeWithdrawn *prometheus.GaugeVec
 	kubeUp        *prometheus.GaugeVec
 	knownVIPs     []string // VIPs with series, for removal after a reload
+	// The [hooks] command's runs (hooks.go).
+	hookRuns       *prometheus.CounterVec
+	hookDuration   *prometheus.HistogramVec
+	hookSuperseded *prometheus.CounterVec
+	hookRunning    *prometheus.GaugeVec
 }
 
 func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
@@ -117,11 +122,20 @@ func newMetrics(bgpPeers func(context.Context) []bgpPeerMetric) *metrics {
 			Help: "1 when this node's Kubernetes Node withdraws it for the reason (node cordoned, node deleted...); a series per reason."}, []string{"reason"}),
 		kubeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_kubernetes_api_up",
 			Help: "1 when the last read of this node's Node from the Kubernetes API succeeded; absent when the Node watch is off."}, nil),
+		hookRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_hook_runs_total",
+			Help: "Runs of the [hooks] command, by the state it was told (master, backup, fault) and result (ok, failed, timeout, error)."}, []string{"vip", "state", "result"}),
+		hookDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vipd_hook_duration_seconds",
+			Help: "Duration of the [hooks] command's runs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"vip"}),
+		hookSuperseded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_hook_superseded_total",
+			Help: "Changes of the VIP's state that waited for a running hook and were folded into a later one (never run on their own)."}, []string{"vip"}),
+		hookRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_hook_running",
+			Help: "1 while the [hooks] command runs for the VIP."}, []string{"vip"}),
 	}
 	m.reg.MustRegister(m.held, m.owner, m.ownershipChanges, m.members, m.healthUp, m.healthChecks,
 		m.healthLatency, m.conflicts, m.rejoinAttempts, m.rejoinJoined, m.quorum, m.withdrawn, m.announceErrors,
 		m.repairs, m.rejected, m.fenced, m.fenceAge, m.vipHolders, m.vipInfo, m.withdrawnSince, m.nodeWithdrawn, m.kubeUp,
 		m.clientConns, m.clientConnsKnown, m.clientPublishBytes, m.clientResets, m.clientsClosed, m.clientReconnects,
+		m.hookRuns, m.hookDuration, m.hookSuperseded, m.hookRunning,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bgpPeers != nil {
 		m.reg.MustRegister(&bgpCollector{peers: bgpPeers})

@@ -90,6 +90,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 
 	a.noteNodeKept(kept)
+	a.noteHookStates()
 	for _, v := range a.st.vips {
 		if v.held && v.cfg.Announce != config.AnnounceAll {
 			wantDrive = true

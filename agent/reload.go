@@ -52,6 +52,7 @@ func (a *Agent) reload(ctx context.Context) {
 	if a.opts.LogLevel != nil {
 		a.opts.LogLevel.Set(c.Level())
 	}
+	a.hooks.configure(c.Hooks)
 	if err := a.setupVIPs(ctx, c); err != nil {
 		a.log.Error("reload: set up VIPs", "err", err)
 	}

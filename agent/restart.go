@@ -449,6 +449,7 @@ func (a *Agent) adopt(ctx context.Context, ad adoption) {
 		}
 		a.record(v, true)
 		v.held, v.adopted = true, true
+		v.heldReason = "restart in place"
 		v.healthy, v.healthSince = rv.Healthy, a.now()
 		a.startWatch(ctx, v)
 		a.log.Info("holding VIP", "vip", name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", "taken over from the previous process (restart in place)")

@@ -259,6 +259,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 			a.release(ctx, v, "shutting down")
 		}
 	}
+	a.noteHookStates()
 	// The final metadata (leaving, holding nothing) must reach the others
 	// before the leave message, or they record this node as dead instead
 	// of left.
@@ -301,6 +302,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 		if st == nil || st.cfg.Addr() != vc.Addr() || st.cfg.Mode != vc.Mode || st.cfg.Interface != vc.Interface {
 			if st != nil && st.held {
 				a.release(ctx, st, "configuration changed")
+				a.noteHookState(st)
 			}
 			st = &vipState{healthy: vc.Health == nil, healthSince: a.now()}
 		}
@@ -314,6 +316,7 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 	for name, st := range a.st.vips {
 		if _, keep := next[name]; !keep && st.held {
 			a.release(ctx, st, "removed from configuration")
+			a.noteHookState(st)
 		}
 	}
 	a.st.vips = next

@@ -16,6 +16,8 @@
 #   K8S_SCENARIOS=all  handoff,sigterm,rolling,crash,nodedown,linkdown,partition,unhealthy
 #   BENCH_DOCS=docs where the report goes (e.g. /tmp for a quick look)
 #   BENCH_LOGS=DIR  keep a copy of every lab's daemon logs under DIR
+#   VIPD_BENCH_EXTRA=TOML  appended to vipd's configuration in the failover labs (a [hooks]
+#                   section: docs/benchmarks.md, "Hooks and the failover time")
 #
 # Needs root, go, ip, keepalived, bird2 (bird, birdc), curl. Uses bin/vipd and
 # bin/vipctl (make build) or VIPD_BIN. Every lab lives in namespaces it creates

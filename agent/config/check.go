@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/user"
 	"reflect"
 	"slices"
 	"sort"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/vipd/vipd/internal/childcaps"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -243,6 +245,61 @@ func (v *validator) check(c *Config) {
 		v.checkBGP(c)
 	}
 	v.checkKubernetes(c)
+	v.checkHooks(&c.Hooks)
+}
+
+func (v *validator) checkHooks(h *HooksConfig) {
+	if len(h.Command) > 0 && h.Command[0] == "" {
+		v.at("hooks.command", "hooks command has an empty program name")
+	}
+	h.timeout = v.durationAtLeast("hooks.timeout", h.Timeout, 100*time.Millisecond)
+	h.uid, h.gid = -1, -1
+	if h.User != "" {
+		uid, gid, err := lookupUser(h.User)
+		if err != nil {
+			v.at("hooks.user", "hooks user %q: %v", h.User, err)
+		} else {
+			h.uid, h.gid = uid, gid
+		}
+	}
+	h.caps = nil
+	for i, name := range h.Capabilities {
+		c, ok := childcaps.ByName(name)
+		switch {
+		case !ok:
+			v.at("hooks.capabilities", "capabilities[%d]: %q is not a capability (CAP_NET_ADMIN, CAP_NET_RAW ...)", i, name)
+		case slices.Contains(childcaps.Dropped, c):
+			v.at("hooks.capabilities", "capabilities[%d]: a hook never keeps %s (it reads any file)", i, name)
+		case slices.Contains(h.caps, c):
+			v.at("hooks.capabilities", "capabilities[%d]: %s is listed twice", i, name)
+		default:
+			h.caps = append(h.caps, c)
+		}
+	}
+	if len(h.Command) == 0 && (h.User != "" || len(h.Capabilities) > 0) {
+		v.at("hooks", "hooks.user and hooks.capabilities need hooks.command")
+	}
+}
+
+// lookupUser resolves a user name or numeric uid to its uid and primary
+// group.
+func lookupUser(name string) (uid, gid int, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		var uerr error
+		if u, uerr = user.LookupId(name); uerr != nil {
+			return 0, 0, fmt.Errorf("no such user")
+		}
+	}
+	uid, err = strconv.Atoi(u.Uid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("uid %q: %w", u.Uid, err)
+	}
+	gid, err = strconv.Atoi(u.Gid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("gid %q: %w", u.Gid, err)
+	}
+	return uid, gid, nil
 }
 
 func (v *validator) checkCluster(cl *ClusterConfig) {

@@ -63,6 +63,7 @@ const (
 	// before it probes a stale entry, for 40 frames per IPv4 VIP a minute
 	// (docs/benchmarks.md).
 	DefaultL2RefreshInterval = 3 * time.Second
+	DefaultHookTimeout      = 10 * time.Second
 
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
@@ -121,6 +122,9 @@ type Config struct {
 	// cordoned, excluded (vipd.io/exclude), deleted or shutting-down Node
 	// withdraws the node.
 	Kubernetes KubernetesConfig `toml:"kubernetes"`
+	// Hooks runs a command when this node takes, releases, loses or cannot
+	// hold a VIP (keepalived's notify scripts).
+	Hooks HooksConfig `toml:"hooks"`
 
 	// Path is the file the configuration was read from.
 	Path string `toml:"-"`
@@ -275,6 +279,63 @@ type KubernetesConfig struct {
 
 	watch nodewatch.Config
 }
+
+// HooksConfig is the command run when a VIP's state on this node changes
+// (agent/hooks.go; keepalived's notify_master, notify_backup and
+// notify_fault in one). The states are master (this node holds the VIP),
+// backup (it does not, and could) and fault (it cannot: its interface is
+// down, its health check fails, an announce failed, or it is fenced); the
+// first change after a start is from init. Hooks never hold up a
+// failover: the loop hands each change to the VIP's runner and goes on.
+// One VIP's hooks run one at a time, in order: a change while its hook runs
+// waits for that hook, and changes that wait are folded into one, from the
+// state the last hook was told to the newest (none runs when those are the
+// same), so at most one hook runs and one waits per VIP.
+type HooksConfig struct {
+	// Command is run (argv, no shell, working directory /) at every
+	// change, with an environment of PATH and VIPD_VIP, VIPD_ADDRESS,
+	// VIPD_NODE, VIPD_OLD_STATE, VIPD_NEW_STATE and VIPD_REASON; its exit
+	// status is logged, counted and published as a hook event. It keeps
+	// none of vipd's capabilities but the ones listed in capabilities.
+	// [none: no hooks]
+	Command []string `toml:"command"`
+	// Timeout bounds one run: then the command's process group gets
+	// SIGTERM, and SIGKILL a second later. Whatever the command left
+	// running in its process group is killed when it exits. At least
+	// 100ms. [10s]
+	Timeout string `toml:"timeout"`
+	// User runs the command as this user (a name or a numeric uid), with
+	// its primary group and no supplementary group; that needs vipd to run
+	// as root (the packaged unit runs vipd, and so its hooks, as user vipd,
+	// which cannot switch users). [vipd's own user]
+	User string `toml:"user"`
+	// Capabilities are the capabilities of vipd's own that the command
+	// keeps ("CAP_NET_ADMIN" for a hook that changes routes); never
+	// CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE. A command run as root
+	// without user has every capability whatever this says. [none]
+	Capabilities []string `toml:"capabilities"`
+
+	timeout  time.Duration
+	caps     []uint
+	uid, gid int // -1 without user
+}
+
+// On reports whether a hook command is configured.
+func (h HooksConfig) On() bool { return len(h.Command) > 0 }
+
+// TimeoutDuration returns the parsed timeout.
+func (h HooksConfig) TimeoutDuration() time.Duration { return h.timeout }
+
+// Credential returns the uid and gid of user (ok false without user).
+func (h HooksConfig) Credential() (uid, gid uint32, ok bool) {
+	if h.User == "" || h.uid < 0 {
+		return 0, 0, false
+	}
+	return uint32(h.uid), uint32(h.gid), true
+}
+
+// CapabilityNumbers returns the parsed capabilities.
+func (h HooksConfig) CapabilityNumbers() []uint { return slices.Clone(h.caps) }
 
 // VIPConfig is one virtual IP.
 type VIPConfig struct {
@@ -586,6 +647,7 @@ func (c *Config) applyDefaults(written func(path string) bool) {
 	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
 	setString(&cl.RestartGrace, DefaultRestartGrace.String())
 	setString(&c.L2.RefreshInterval, DefaultL2RefreshInterval.String())
+	setString(&c.Hooks.Timeout, DefaultHookTimeout.String())
 	for i := range c.VIPs {
 		vip := &c.VIPs[i]
 		hp := fmt.Sprintf("vip[%d].health.", i)

@@ -135,6 +135,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		"connections.poke_rate":    strconv.Itoa(DefaultPokeRate),
 		"connections.poke_timeout": d(DefaultPokeTimeout),
 		"l2.refresh_interval":      d(DefaultL2RefreshInterval),
+		"hooks.timeout":            d(DefaultHookTimeout),
 	}
 	bracketed := exampleDefaults(string(example))
 	for key, want := range defaults {

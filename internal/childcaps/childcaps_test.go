@@ -110,3 +110,45 @@ func TestStartDropsAmbient(t *testing.T) {
 	}()
 	<-done
 }
+
+func TestByName(t *testing.T) {
+	for name, want := range map[string]uint{"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_NET_RAW": unix.CAP_NET_RAW,
+		"CAP_CHOWN": unix.CAP_CHOWN, "CAP_CHECKPOINT_RESTORE": unix.CAP_CHECKPOINT_RESTORE, "CAP_SETUID": unix.CAP_SETUID} {
+		if got, ok := ByName(name); !ok || got != want {
+			t.Errorf("ByName(%q) = %d, %v; want %d", name, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "NET_ADMIN", "cap_net_admin", "CAP_NOPE"} {
+		if _, ok := ByName(bad); ok {
+			t.Errorf("ByName(%q) found a capability", bad)
+		}
+	}
+	if len(names) != unix.CAP_LAST_CAP+1 {
+		t.Errorf("%d names, want CAP_LAST_CAP+1 = %d", len(names), unix.CAP_LAST_CAP+1)
+	}
+}
+
+func TestKeptOnly(t *testing.T) {
+	net := uint32(1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_NET_RAW | 1<<unix.CAP_NET_BIND_SERVICE)
+	in := [2]unix.CapUserData{{Permitted: net | 1<<unix.CAP_DAC_READ_SEARCH, Effective: net, Inheritable: net | 1<<unix.CAP_DAC_READ_SEARCH}, {Inheritable: 1 << (unix.CAP_BPF - 32)}}
+	cases := []struct {
+		name string
+		keep []uint
+		want [2]uint32
+	}{
+		{"nothing kept", nil, [2]uint32{0, 0}},
+		{"CAP_NET_ADMIN kept", []uint{unix.CAP_NET_ADMIN}, [2]uint32{1 << unix.CAP_NET_ADMIN, 0}},
+		{"a read-any-file capability is never kept", []uint{unix.CAP_DAC_READ_SEARCH, unix.CAP_NET_RAW}, [2]uint32{1 << unix.CAP_NET_RAW, 0}},
+		{"one of the upper word", []uint{unix.CAP_BPF}, [2]uint32{0, 1 << (unix.CAP_BPF - 32)}},
+		{"one the process lacks is not added", []uint{unix.CAP_SYS_ADMIN}, [2]uint32{0, 0}},
+	}
+	for _, tc := range cases {
+		got := keptOnly(in, tc.keep)
+		if got[0].Inheritable != tc.want[0] || got[1].Inheritable != tc.want[1] {
+			t.Errorf("%s: inheritable %#x %#x, want %#x %#x", tc.name, got[0].Inheritable, got[1].Inheritable, tc.want[0], tc.want[1])
+		}
+		if got[0].Permitted != in[0].Permitted || got[0].Effective != in[0].Effective {
+			t.Errorf("%s: changed more than the inheritable set", tc.name)
+		}
+	}
+}

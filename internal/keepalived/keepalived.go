@@ -115,6 +115,9 @@ func splitWords(line string) ([]string, error) {
 type vip struct {
 	name, address, iface string
 	health               *script
+	// notify are the instance's notify scripts by the vipd state they run
+	// at (master, backup, fault): keepalived command lines.
+	notify map[string]string
 }
 
 // script is a converted vrrp_script.
@@ -154,7 +157,8 @@ func Convert(conf *Conf) (out string, notes []string) {
 			}
 		case "vrrp_instance":
 			sawInstance = true
-			iface, preempt := "", true
+			iface, preempt, priority := "", true, "100" // keepalived's default priority
+			notify, generic := map[string]string{}, ""
 			var health *script
 			var addrs []*Node
 			for _, c := range n.Children {
@@ -165,6 +169,7 @@ func Convert(conf *Conf) (out string, notes []string) {
 				case "state":
 					note(c, "state %s: vipd has no initial MASTER/BACKUP; the nodes elect the owner (the one that holds the VIP keeps it; at a cold start the highest-ranked eligible node, a hash of node and VIP names)", arg(c))
 				case "priority":
+					priority = arg(c)
 					note(c, "priority %s: vipd has no priorities; every healthy node is equally eligible, and the holder keeps the VIP until it fails or is withdrawn (vipctl withdraw, a drain hook) — preempt = true gives it back to a node that recovers", arg(c))
 				case "virtual_router_id":
 					note(c, "virtual_router_id %s: not needed (vipd's membership is its own protocol on cluster.bind_port, 7946)", arg(c))
@@ -203,10 +208,27 @@ func Convert(conf *Conf) (out string, notes []string) {
 					preempt = false
 				case "preempt_delay":
 					note(c, "preempt_delay: (vipd's preempt has no delay)")
-				case "notify", "notify_master", "notify_backup", "notify_fault", "notify_stop":
-					note(c, "%s %s: vipd runs no notify scripts; follow `vipctl events --follow --json` (hold, release, ownership) or the metrics (vipd_vip_held) instead", key(c), strings.Join(c.Words[1:], " "))
+				case "notify_master", "notify_backup", "notify_fault":
+					st := strings.TrimPrefix(key(c), "notify_")
+					notify[st] = arg(c)
+					note(c, "%s %s: carried over as [hooks] command, run by /bin/sh when the VIP's state on this node becomes %s (keepalived ran it without a shell): check the quoting", key(c), arg(c), st)
+				case "notify":
+					generic = arg(c)
+					note(c, "notify %s: carried over as [hooks] command, run by /bin/sh with keepalived's arguments (INSTANCE %s STATE PRIORITY) at each change of the VIP's state on this node (the VIPD_ variables say more): check the quoting", arg(c), arg(n))
+				case "notify_stop":
+					note(c, "notify_stop %s: not carried over: vipd has no stop state; at a stop it releases the VIP and runs the hook for backup", arg(c))
 				default:
 					note(c, "%s: (no vipd equivalent)", strings.Join(c.Words, " "))
+				}
+			}
+			if generic != "" {
+				// keepalived runs both the generic script and the state's.
+				for _, st := range []string{"master", "backup", "fault"} {
+					line := fmt.Sprintf("%s INSTANCE %s %s %s", generic, arg(n), strings.ToUpper(st), priority)
+					if own := notify[st]; own != "" {
+						line = own + "; " + line
+					}
+					notify[st] = line
 				}
 			}
 			for _, a := range addrs {
@@ -219,6 +241,7 @@ func Convert(conf *Conf) (out string, notes []string) {
 					v.name = fmt.Sprintf("apiserver-%d", len(vips)+1)
 				}
 				v.health = health
+				v.notify = notify
 				vips = append(vips, v)
 			}
 			if preempt {
@@ -354,7 +377,30 @@ func render(bindAddr string, peers []string, vips []vip) string {
 			}
 		}
 	}
+	if cmd := hookCommand(vips); cmd != "" {
+		b.WriteString("\n# keepalived's notify scripts, run by /bin/sh at each change of a VIP's state on\n")
+		b.WriteString("# this node (VIPD_VIP; VIPD_NEW_STATE: master, backup, fault): docs/keepalived.md.\n")
+		b.WriteString("[hooks]\n")
+		fmt.Fprintf(&b, "command = [\"/bin/sh\", \"-c\", %s]\n", strconv.Quote(cmd))
+	}
 	return b.String()
+}
+
+// hookCommand is the shell command that runs the VIPs' notify scripts for
+// the state a hook is told ("" without any).
+func hookCommand(vips []vip) string {
+	var cases []string
+	for _, v := range vips {
+		for _, st := range []string{"master", "backup", "fault"} {
+			if line := v.notify[st]; line != "" {
+				cases = append(cases, fmt.Sprintf("%s:%s) %s ;;", v.name, st, line))
+			}
+		}
+	}
+	if len(cases) == 0 {
+		return ""
+	}
+	return `case "$VIPD_VIP:$VIPD_NEW_STATE" in ` + strings.Join(cases, " ") + " esac"
 }
 
 func key(n *Node) string {

@@ -2,6 +2,8 @@ package keepalived
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -67,7 +69,7 @@ func TestConvertGuideUnicast(t *testing.T) {
 	}
 	for _, want := range [][]string{
 		{"priority", "100"}, {"state", "BACKUP"}, {"weight", "-2"}, {"virtual_router_id", "51"},
-		{"authentication", "key_file"}, {"notify_master", "vipctl events"}, {"router_id", "LVS_DEVEL"},
+		{"authentication", "key_file"}, {"notify_master", "[hooks] command"}, {"router_id", "LVS_DEVEL"},
 	} {
 		if !hasNote(notes, want...) {
 			t.Errorf("no note about %v in:\n%s", want, strings.Join(notes, "\n"))
@@ -110,5 +112,87 @@ func TestParseErrors(t *testing.T) {
 		if _, err := Parse(tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want %q", tc.text, err, tc.want)
 		}
+	}
+}
+
+// runHook runs the converted [hooks] command as vipd would for a VIP's new
+// state, with the script paths in it replaced by a recorder that appends
+// its arguments to a file, and returns what it recorded.
+func runHook(t *testing.T, argv []string, scripts []string, vipName, state string) string {
+	t.Helper()
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "rec.sh")
+	log := filepath.Join(dir, "log")
+	if err := os.WriteFile(rec, []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv = slices.Clone(argv)
+	for _, s := range scripts {
+		argv[len(argv)-1] = strings.ReplaceAll(argv[len(argv)-1], s, rec)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "VIPD_VIP=" + vipName, "VIPD_NEW_STATE=" + state}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%q: %v: %s", argv, err, out)
+	}
+	b, _ := os.ReadFile(log)
+	return strings.TrimSpace(string(b))
+}
+
+// TestConvertNotifyToHooks: the guide's notify_master becomes a [hooks]
+// command that runs the script, with its argument, when the VIP becomes
+// master and at no other state; a generic notify script runs at every
+// state with keepalived's arguments (after the state's own script);
+// notify_stop is noted as not carried over.
+func TestConvertNotifyToHooks(t *testing.T) {
+	out, _ := convertFile(t, "testdata/kubeadm-ha-guide-unicast.conf")
+	c, err := config.Parse("converted.toml", []byte(out))
+	if err != nil {
+		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
+	}
+	if !c.Hooks.On() {
+		t.Fatalf("no [hooks] command:\n%s", out)
+	}
+	scripts := []string{"/etc/keepalived/notify.sh"}
+	if got := runHook(t, c.Hooks.Command, scripts, "apiserver", "master"); got != "master" {
+		t.Errorf("at master the hook ran %q, want notify.sh master", got)
+	}
+	for _, st := range []string{"backup", "fault"} {
+		if got := runHook(t, c.Hooks.Command, scripts, "apiserver", st); got != "" {
+			t.Errorf("at %s the hook ran %q, want nothing", st, got)
+		}
+	}
+
+	conf, err := Parse(`vrrp_instance VI_1 {
+    interface eth0
+    notify "/usr/local/bin/keepalived-notify"
+    notify_fault "/usr/local/bin/page oncall"
+    notify_stop /usr/local/bin/stopped
+    priority 150
+    virtual_ipaddress {
+        192.0.2.10
+    }
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, notes := Convert(conf)
+	out = strings.Replace(out, "# bind_address = \"\"", "bind_address = \"192.0.2.11\"", 1)
+	c, err = config.Parse("converted.toml", []byte(out))
+	if err != nil {
+		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
+	}
+	scripts = []string{"/usr/local/bin/keepalived-notify", "/usr/local/bin/page"}
+	for st, want := range map[string]string{
+		"master": "INSTANCE VI_1 MASTER 150",
+		"backup": "INSTANCE VI_1 BACKUP 150",
+		"fault":  "oncall\nINSTANCE VI_1 FAULT 150",
+	} {
+		if got := runHook(t, c.Hooks.Command, scripts, "apiserver", st); got != want {
+			t.Errorf("at %s the hook ran %q, want %q", st, got, want)
+		}
+	}
+	if !hasNote(notes, "notify_stop", "not carried over") {
+		t.Errorf("no note about notify_stop in:\n%s", strings.Join(notes, "\n"))
 	}
 }

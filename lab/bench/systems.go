@@ -18,13 +18,15 @@ var healthURL = fmt.Sprintf("http://127.0.0.1:%d/readyz", netlab.HTTPPort)
 
 // vipdOptions is the vipd configuration of the failover lab: one L2 VIP
 // with an HTTP health check at vipd's default interval, rise and fall,
-// failure_detection "fast".
+// failure_detection "fast"; $VIPD_BENCH_EXTRA is appended to it (a
+// [hooks] section, to measure a failover with a slow hook).
 func vipdOptions() netlab.VipdOptions {
 	return netlab.VipdOptions{
 		VIPs:             []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}},
 		RejoinInterval:   "2s",
 		FailureDetection: "fast",
 		LogLevel:         "info",
+		Extra:            os.Getenv("VIPD_BENCH_EXTRA"),
 	}
 }
 

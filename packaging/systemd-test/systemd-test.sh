@@ -28,6 +28,12 @@
 #      while a health command vipd runs has no CAP_DAC_READ_SEARCH and
 #      cannot read them; unlinked and back to the default configuration, the watch is off and
 #      vipctl status says how to turn it on
+#   hk a [hooks] command runs at each change of the VIP's state (init to
+#      backup to master at a start, master to backup at a stop), told the
+#      VIP, its address, the node and the states, as user vipd with no
+#      capability, and its end is in the journal and vipctl events; a hook
+#      that hangs (ignoring SIGTERM, with a child) does not hold the VIP up
+#      and is killed with its child after its 3s timeout
 #   7  systemctl stop removes the VIP; dpkg -P leaves no unit, keeps the user
 #   8  a root-owned 0600 key file: --check warns, the failed start says how to
 #      fix it, a crash still gets its VIP removed
@@ -760,6 +766,79 @@ step_k3() {
 	kc_says 'enabled = true' || fail "the status line does not say how to turn the Node watch on: '$(kc_line)'"
 }
 
+# --- hk: notify hooks ([hooks]) ----------------------------------------------
+
+HK_LOG=/var/lib/vipd/hooks.log
+HK_PID=/var/lib/vipd/hang.pid
+# hk_config SCRIPT [TIMEOUT]: c1's config with SCRIPT (written to
+# /usr/local/bin/vipd-test-hook) as [hooks] command.
+hk_config() {
+	printf '%s\n' "$1" | ct c1 sh -c 'cat > /usr/local/bin/vipd-test-hook && chmod 0755 /usr/local/bin/vipd-test-hook'
+	c1_config "$(printf '\n[hooks]\ncommand = ["/usr/local/bin/vipd-test-hook"]\ntimeout = "%s"' "${2:-10s}")"
+}
+hk_lines() { ct c1 cat "$HK_LOG" 2>/dev/null || true; }
+step_hk1() {
+	# The hook records what it was told, who it runs as and its
+	# capabilities, in a directory the unit lets it write that outlives
+	# the stop (systemd removes /run/vipd then).
+	hk_config '#!/bin/sh
+echo "$VIPD_OLD_STATE $VIPD_NEW_STATE vip=$VIPD_VIP address=$VIPD_ADDRESS node=$VIPD_NODE reason=$VIPD_REASON uid=$(id -un) $(grep ^CapEff: /proc/self/status | tr -d "\t")" >> '"$HK_LOG"
+	# A stop and a start, not a restart: a restart in place keeps the VIP,
+	# and the new process's first hook is init->master.
+	ct c1 systemctl stop vipd.service
+	ct c1 rm -f "$HK_LOG"
+	journal_mark "$LAB_DIR/hk1.cursor"
+	ct c1 systemctl start vipd.service
+	running_with_vip
+	told_master() { hk_lines | grep -q '^backup master vip=apiserver '; }
+	st_wait 10 told_master || { hk_lines; fail "no backup->master hook after the restart"; }
+	hk_lines
+	hk_lines | head -1 | grep -q "^init backup vip=apiserver address=$VIP node=c1 reason=started " || fail "the first hook is not init->backup with the VIP, its address and the node"
+	hk_lines | grep '^backup master ' | grep -q "address=$VIP node=c1 .* uid=vipd CapEff:0000000000000000" ||
+		fail "the hook did not run as user vipd with no capability (vipd has CapEff $(ct c1 awk '/^CapEff:/ { print $2 }' "/proc/$(prop c1 MainPID)/status"))"
+	hk_ran() { journal_since "$LAB_DIR/hk1.cursor" | grep 'hook ran' | grep -q 'to=master'; }
+	st_wait 5 hk_ran || fail "no 'hook ran ... to=master' in the journal"
+	journal_since "$LAB_DIR/hk1.cursor" | grep 'hook ran' | grep 'to=master' | grep -q 'exit_code=0' || fail "the journal line has no exit_code=0"
+	ct c1 vipctl events | grep '^[^ ]* hook ' | grep -q 'to="master"' || fail "vipctl events has no hook event to master: $(ct c1 vipctl events | grep ' hook ' | tail -3)"
+	# At a stop, the release's hook runs before vipd exits.
+	ct c1 systemctl stop vipd.service
+	hk_lines | tail -1 | grep -q '^master backup vip=apiserver ' || { hk_lines; fail "no master->backup hook at systemctl stop"; }
+}
+step_hk2() {
+	# A hook that hangs, with a child, ignoring SIGTERM: vipd takes the VIP
+	# meanwhile, kills the hook's process group after the 3s timeout (and
+	# SIGKILL 1s later) and says so.
+	hk_config '#!/bin/sh
+trap "" TERM
+sleep 600 &
+echo $! > '"$HK_PID"'
+wait; wait' 3s
+	ct c1 systemctl stop vipd.service
+	ct c1 rm -f "$HK_PID"
+	journal_mark "$LAB_DIR/hk2.cursor"
+	ct c1 systemctl start vipd.service
+	running_with_vip
+	hk_killed() { journal_since "$LAB_DIR/hk2.cursor" | grep 'hook failed' | grep -q 'result=timeout'; }
+	st_wait 15 hk_killed || { journal_since "$LAB_DIR/hk2.cursor" | tail -20; fail "no 'hook failed ... result=timeout' in the journal"; }
+	journal_since "$LAB_DIR/hk2.cursor" | grep -E 'holding VIP|hook failed' | head -4
+	# The VIP was taken while the first hook hung: "holding VIP" comes
+	# before the first hook's end.
+	journal_since "$LAB_DIR/hk2.cursor" | grep -E 'holding VIP|hook failed' | head -1 | grep -q 'holding VIP' ||
+		fail "vipd did not take the VIP while its hook hung"
+	local child
+	child=$(ct c1 cat "$HK_PID") || fail "the hook wrote no pid"
+	gone() { ! ct c1 test -d "/proc/$child" || ct c1 grep -q '^State:.*Z' "/proc/$child/status"; }
+	st_wait 5 gone || fail "the hook's child $child (sleep 600) still runs after the timeout"
+	c1_has_vip || fail "the VIP went with the hook"
+	ct c1 vipctl events | grep ' hook ' | grep -q 'timeout: killed after the 3s timeout' || fail "vipctl events has no hook timeout event"
+}
+step_hk3() {
+	ct c1 systemctl stop vipd.service
+	ct c1 rm -f /usr/local/bin/vipd-test-hook "$HK_LOG" "$HK_PID"
+	c1_config
+	running_with_vip
+}
+
 # --- 7: stop, purge ---------------------------------------------------------
 
 step_7a() {
@@ -1090,6 +1169,9 @@ st_step k1 "a root-only kubelet kubeconfig: the Node watch fails with permission
 st_step k2 "with the kubelet-credentials drop-in linked as documented, the watch reaches the network" step_k2
 st_step k4 "with the drop-in, a health command vipd runs lacks CAP_DAC_READ_SEARCH and cannot read the kubeconfig" step_k4
 st_step k3 "the drop-in unlinked and the watch off again" step_k3
+st_step hk1 "a [hooks] command runs at each change, told its VIP, address, node and states, as user vipd with no capability" step_hk1
+st_step hk2 "a hook that hangs (ignoring SIGTERM, with a child) does not hold the VIP up and is killed with its child after its timeout" step_hk2
+st_step hk3 "no hooks again" step_hk3
 st_step 7a "systemctl stop removes the VIP" step_7a
 st_step 7b "dpkg -P of a running vipd stops it, removes the VIP and leaves no unit" step_7b
 st_step 7c "dpkg -P keeps the vipd user and group (docs/install.md)" step_7c

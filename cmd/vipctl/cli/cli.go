@@ -259,8 +259,8 @@ func (e *env) eventsCmd() *cobra.Command {
 		Long: `Prints this node's recent events, by kind: ownership, hold, release,
 membership, health, withdraw, conflict, drift (a held VIP found missing and
 announced again), clients (the VIP's clients reset or closed when it moved),
-fence, node (what its Kubernetes Node says) and restart (a restart in
-place); docs/operations.md lists what each says. --follow keeps streaming
+fence, node (what its Kubernetes Node says), restart (a restart in
+place) and hook (how a run of the [hooks] command ended); docs/operations.md lists what each says. --follow keeps streaming
 new ones, --json prints one JSON object per line.`,
 		Args:              noArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
