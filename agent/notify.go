@@ -19,8 +19,10 @@ func sdNotify(state string) {
 func (a *Agent) markReady() {
 	if !a.st.ready {
 		a.st.ready = true
-		a.opts.Notify("READY=1")
+		// Logged before READY=1, so that the journal shows it before
+		// systemd's "Started" (systemd-test step 1e reads that order).
 		a.log.Info("vipd ready", "members", len(a.members.snapshot()))
+		a.opts.Notify("READY=1")
 	}
 }
 

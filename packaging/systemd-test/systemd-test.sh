@@ -250,7 +250,7 @@ step_1e() {
 	[ "$t" = notify ] || fail "Type=$t"
 	[ "$a/$s" = active/running ] || fail "systemctl start returned with vipd $a/$s"
 	ct c1 vipctl status >/dev/null || fail "vipctl status failed right after systemctl start returned"
-	# The journal shows the order: vipd's "vipd ready" (logged as it sends
+	# The journal shows the order: vipd's "vipd ready" (logged just before
 	# READY=1) before systemd's "Started".
 	journal_since "$LAB_DIR/1e.cursor" >"$LAB_DIR/1e.journal"
 	awk '/msg="vipd ready"/ && !r { r = NR } /systemd\[1\]: Started vipd.service/ && !s { s = NR }
