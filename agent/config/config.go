@@ -63,7 +63,7 @@ const (
 	// before it probes a stale entry, for 40 frames per IPv4 VIP a minute
 	// (docs/benchmarks.md).
 	DefaultL2RefreshInterval = 3 * time.Second
-	DefaultHookTimeout      = 10 * time.Second
+	DefaultHookTimeout       = 10 * time.Second
 
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
