@@ -60,7 +60,7 @@ endif
 # and already ran above). ./lab/... includes lab/vm, which runs the labs
 # this kernel cannot (lab/bondvlan needs bonding and 802.1Q) in a QEMU VM
 # booted with Debian's kernel; see lab/vm's doc.
-NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./cmd/... ./lab/...
+NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./internal/netnstest/... ./cmd/... ./lab/...
 netns-test: build k8s-bin
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 25m -p 1 $(NETNS_PKGS)
 
