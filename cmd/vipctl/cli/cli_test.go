@@ -576,3 +576,19 @@ func TestJSONErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryCallIsBounded: every command that calls vipd once gives up when
+// vipd does not answer in the call's time, with the "is it stuck?" message
+// and exit 5, and closes its connection (the fake sees no call left open).
+func TestEveryCallIsBounded(t *testing.T) {
+	f := &fakeVipd{hang: true}
+	sock := serve(t, f)
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"withdraw"}, {"restore"}, {"forget", "cp-2"}, {"decommission"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, _, stderr := vipctlTimeout(t, 50*time.Millisecond, append([]string{"--socket", sock}, args...)...)
+			if code != ExitUnavailable || !strings.Contains(stderr, "vipd did not answer on "+sock+" in time; is it stuck?") {
+				t.Errorf("exit %d, stderr %q; want %d and vipd did not answer in time", code, stderr, ExitUnavailable)
+			}
+		})
+	}
+}

@@ -33,9 +33,22 @@ type fakeVipd struct {
 	events       []*apipb.Event
 	withdrawReq  *apipb.WithdrawRequest
 	forgot       string
+	// hang makes every unary call wait until its caller gives up.
+	hang bool
 }
 
-func (f *fakeVipd) Status(context.Context, *apipb.StatusRequest) (*apipb.StatusResponse, error) {
+// stall waits, when f hangs, until the caller's context ends.
+func (f *fakeVipd) stall(ctx context.Context) {
+	f.mu.Lock()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+	}
+}
+
+func (f *fakeVipd) Status(ctx context.Context, _ *apipb.StatusRequest) (*apipb.StatusResponse, error) {
+	f.stall(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.statusErr != nil {
@@ -47,7 +60,8 @@ func (f *fakeVipd) Status(context.Context, *apipb.StatusRequest) (*apipb.StatusR
 	return f.status, nil
 }
 
-func (f *fakeVipd) Withdraw(_ context.Context, req *apipb.WithdrawRequest) (*apipb.WithdrawResponse, error) {
+func (f *fakeVipd) Withdraw(ctx context.Context, req *apipb.WithdrawRequest) (*apipb.WithdrawResponse, error) {
+	f.stall(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.withdrawReq = req
@@ -60,13 +74,15 @@ func (f *fakeVipd) Withdraw(_ context.Context, req *apipb.WithdrawRequest) (*api
 	return f.withdrawResp, nil
 }
 
-func (f *fakeVipd) Restore(context.Context, *apipb.RestoreRequest) (*apipb.RestoreResponse, error) {
+func (f *fakeVipd) Restore(ctx context.Context, _ *apipb.RestoreRequest) (*apipb.RestoreResponse, error) {
+	f.stall(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &apipb.RestoreResponse{}, f.restoreErr
 }
 
-func (f *fakeVipd) Forget(_ context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
+func (f *fakeVipd) Forget(ctx context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
+	f.stall(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forgot = req.GetNode()
@@ -123,8 +139,15 @@ func testNow() time.Time { return time.Date(2026, 5, 4, 12, 5, 0, 0, time.UTC) }
 // vipctl runs vipctl in-process and returns its exit code and output.
 func vipctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return vipctlTimeout(t, 0, args...)
+}
+
+// vipctlTimeout is vipctl with each call bounded by timeout instead of
+// defaultCallTimeout.
+func vipctlTimeout(t *testing.T, timeout time.Duration, args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: testNow, loc: time.UTC}
+	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: testNow, loc: time.UTC, timeout: timeout}
 	code := e.run(args, "test")
 	return code, stdout.String(), stderr.String()
 }
