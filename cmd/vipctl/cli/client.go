@@ -158,17 +158,5 @@ func inGroupNotSession(gid int) bool {
 		}
 	}
 	u, err := user.Current()
-	if err != nil {
-		return false
-	}
-	ids, err := u.GroupIds()
-	if err != nil {
-		return false
-	}
-	for _, id := range ids {
-		if id == strconv.Itoa(gid) {
-			return true
-		}
-	}
-	return false
+	return err == nil && apipb.InGroup(u, gid)
 }
