@@ -80,6 +80,10 @@ type Options struct {
 	// its own bridge port, instead of one veth. The bridge carries the
 	// tagged frames as they are. [false: one veth, Iface]
 	BondVLAN bool
+	// Settle bounds convergence after the lab's vipds start and after
+	// every event a lab waits out (Lab.Settle), before scaling by
+	// Slowdown. [DefaultSettle]
+	Settle time.Duration
 }
 
 // Host is one namespace attached to the lab bridge.
@@ -126,6 +130,12 @@ type Lab struct {
 	IPv6 bool
 	// BondVLAN records Options.BondVLAN.
 	BondVLAN bool
+	// Settle bounds convergence after start and after every event:
+	// Options.Settle scaled by Slowdown.
+	Settle time.Duration
+	// StopTimeout bounds a SIGTERM shutdown of vipd (handoff_timeout is
+	// 10 s by default): DefaultStopTimeout scaled by Slowdown.
+	StopTimeout time.Duration
 
 	t testing.TB
 
@@ -155,7 +165,11 @@ func New(t testing.TB, o Options) *Lab {
 	if err != nil {
 		t.Fatalf("netlab: %v", err)
 	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
+	}
 	l := &Lab{Prefix: prefix, Switch: prefix + "-sw", Dir: dir, IPv6: o.IPv6, BondVLAN: o.BondVLAN, t: t,
+		Settle: Scaled(o.Settle), StopTimeout: Scaled(DefaultStopTimeout),
 		vipds: map[string]*Vipd{}, https: map[string]*Proc{}}
 	t.Cleanup(l.teardown)
 	l.Tools = BuildTools(t, dir)
