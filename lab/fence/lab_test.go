@@ -13,10 +13,6 @@ import (
 )
 
 const (
-	// settle bounds convergence after start and after every heal (a member
-	// memberlist took for dead comes back through the rejoin loop, every
-	// rejoin_interval: 5 s in the lab).
-	settle = 20 * time.Second
 	// probeInterval is the client's probe interval; sampleEvery the holder
 	// sampling interval.
 	probeInterval = 20 * time.Millisecond
@@ -33,20 +29,12 @@ func options() netlab.VipdOptions {
 	return netlab.VipdOptions{VIPs: []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}}}
 }
 
-// cluster starts 3 nodes with the client namespace, the lab httpd and vipd
-// (options()) on each, waits until every node sees every other alive and
-// exactly one holds the VIP, and returns the lab, the VIP and its holder.
-func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	l.StartHTTPAll()
-	l.StartVipds(options())
-	vip := options().VIPs[0]
-	owner, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, owner
+// spec is every fence test's cluster: 3 nodes with the client namespace,
+// the lab httpd and vipd (options()) on each. Convergence after start and
+// after every heal gets 20 s: a member memberlist took for dead comes back
+// through the rejoin loop, every netlab.RejoinInterval.
+func spec() netlab.Spec {
+	return netlab.Spec{Options: netlab.Options{Settle: 20 * time.Second}, HTTP: true, Vipd: options()}
 }
 
 // runsFromEnv is VIPD_FENCE_RUNS (2 when unset: make test stays within CI's

@@ -33,7 +33,7 @@ const (
 // state ... state=dead", "member gone (lease expired)"), not in the event
 // stream; and the owner must not fence itself. Counts are logged.
 func TestNoFalseFailoverUnderLoad(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, spec())
 	start := time.Now()
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 3 * time.Minute})
 	defer pr.Stop()
