@@ -172,7 +172,7 @@ func New(t testing.TB, o Options) *Lab {
 		Settle: Scaled(o.Settle), StopTimeout: Scaled(DefaultStopTimeout),
 		vipds: map[string]*Vipd{}, https: map[string]*Proc{}}
 	t.Cleanup(l.teardown)
-	l.Tools = BuildTools(t, dir)
+	l.Tools = SharedTools(t)
 
 	l.mustAddNS(l.Switch)
 	netnstest.Bridge(t, l.Switch, Bridge)
