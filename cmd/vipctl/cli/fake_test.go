@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
 )
@@ -33,22 +35,25 @@ type fakeVipd struct {
 	events       []*apipb.Event
 	withdrawReq  *apipb.WithdrawRequest
 	forgot       string
-	// hang makes every unary call wait until its caller gives up.
-	hang bool
+	// hang, when not nil, makes every unary call answer nothing until it
+	// is closed (a vipd that is stuck), and then fail.
+	hang chan struct{}
 }
 
-// stall waits, when f hangs, until the caller's context ends.
-func (f *fakeVipd) stall(ctx context.Context) {
-	f.mu.Lock()
-	hang := f.hang
-	f.mu.Unlock()
-	if hang {
-		<-ctx.Done()
+// stall waits, when f hangs, until hang is closed, and says the call
+// failed then; the caller has given up long before.
+func (f *fakeVipd) stall() error {
+	if f.hang == nil {
+		return nil
 	}
+	<-f.hang
+	return status.Error(codes.Unavailable, "fake vipd: released")
 }
 
-func (f *fakeVipd) Status(ctx context.Context, _ *apipb.StatusRequest) (*apipb.StatusResponse, error) {
-	f.stall(ctx)
+func (f *fakeVipd) Status(context.Context, *apipb.StatusRequest) (*apipb.StatusResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.statusErr != nil {
@@ -60,8 +65,10 @@ func (f *fakeVipd) Status(ctx context.Context, _ *apipb.StatusRequest) (*apipb.S
 	return f.status, nil
 }
 
-func (f *fakeVipd) Withdraw(ctx context.Context, req *apipb.WithdrawRequest) (*apipb.WithdrawResponse, error) {
-	f.stall(ctx)
+func (f *fakeVipd) Withdraw(_ context.Context, req *apipb.WithdrawRequest) (*apipb.WithdrawResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.withdrawReq = req
@@ -74,15 +81,19 @@ func (f *fakeVipd) Withdraw(ctx context.Context, req *apipb.WithdrawRequest) (*a
 	return f.withdrawResp, nil
 }
 
-func (f *fakeVipd) Restore(ctx context.Context, _ *apipb.RestoreRequest) (*apipb.RestoreResponse, error) {
-	f.stall(ctx)
+func (f *fakeVipd) Restore(context.Context, *apipb.RestoreRequest) (*apipb.RestoreResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &apipb.RestoreResponse{}, f.restoreErr
 }
 
-func (f *fakeVipd) Forget(ctx context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
-	f.stall(ctx)
+func (f *fakeVipd) Forget(_ context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forgot = req.GetNode()
