@@ -52,7 +52,7 @@ func TestFlappingOwnerLink(t *testing.T) {
 			vip.Address, st.multi, st.multiTime.Round(time.Millisecond), st.longestMulti.Round(time.Millisecond), owner.Name)
 		// What the nodes did around the longest stretch.
 		for _, n := range l.Nodes {
-			for _, line := range logBetween(t, n, st.longestFrom.Add(-3*time.Second), st.longestTo.Add(500*time.Millisecond),
+			for _, line := range n.VipdLogBetween(t, st.longestFrom.Add(-3*time.Second), st.longestTo.Add(500*time.Millisecond),
 				"holding VIP", "released VIP", "quorum", "ownership change", "duplicate", "re-announc", "member state") {
 				t.Logf("%s: %s", n.Name, line)
 			}

@@ -35,30 +35,6 @@ func memberState(st netlab.Status, name string) string {
 	return "absent"
 }
 
-// logBetween returns the lines of h's log stamped between from and to
-// (slog's time=...Z) that contain any of words.
-func logBetween(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
-	t.Helper()
-	var out []string
-	for _, line := range strings.Split(h.MustVipdLog(t), "\n") {
-		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if !ok || !strings.HasPrefix(line, "time=") {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil || at.Before(from) || at.After(to) {
-			continue
-		}
-		for _, w := range words {
-			if strings.Contains(line, w) {
-				out = append(out, line)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // readPeerCache reads h's state_dir/peers.json and returns the names in it.
 func readPeerCache(dir string) ([]string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "peers.json"))

@@ -249,7 +249,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 		t.Errorf("during key rotation: want exactly one holder in every sample: %s", st)
 	}
 	for _, n := range l.Nodes {
-		if lines := logBetween(t, n, start, time.Now(), "state=dead", "state=suspect"); len(lines) > 0 {
+		if lines := n.VipdLogBetween(t, start, time.Now(), "state=dead", "state=suspect"); len(lines) > 0 {
 			t.Errorf("%s saw members fail during the rotation: %s", n.Name, lines[0])
 		}
 	}

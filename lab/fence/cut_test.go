@@ -249,7 +249,7 @@ func heldByOther(s netlab.HolderSample, name string) bool {
 func logAround(t *testing.T, l *netlab.Lab, from, to time.Time) {
 	t.Helper()
 	for _, n := range l.Nodes {
-		for _, line := range logLines(t, n, from, to, "holding VIP", "released VIP", "fence", "lease expired",
+		for _, line := range n.VipdLogBetween(t, from, to, "holding VIP", "released VIP", "fence", "lease expired",
 			"ownership change", "member state", "quorum") {
 			t.Logf("%s: %s", n.Name, line)
 		}

@@ -70,7 +70,7 @@ func TestFlappingHealthDoesNotBounce(t *testing.T) {
 				f.pattern, f.what, owner.Name, first, strings.Join(ss.Transitions(), "; "))
 		}
 		for _, n := range l.Nodes {
-			for _, line := range logLines(t, n, from, time.Time{}, "ownership change", "released VIP") {
+			for _, line := range n.VipdLogBetween(t, from, time.Time{}, "ownership change", "released VIP") {
 				t.Errorf("%q: %s: %s", f.pattern, n.Name, line)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,40 +62,6 @@ func median(ds []time.Duration) time.Duration {
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
-}
-
-// logLines returns the lines of h's vipd log stamped in [from, to] (zero
-// to: no end) that contain any of words.
-func logLines(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
-	t.Helper()
-	s, err := h.VipdLog()
-	if err != nil {
-		t.Fatalf("vipd log of %s: %v", h.Name, err)
-	}
-	return matchLines(s, from, to, words...)
-}
-
-// matchLines is logLines over a log's text: slog's text lines start with
-// "time=RFC3339Nano".
-func matchLines(log string, from, to time.Time, words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(log, "\n") {
-		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if !ok || !strings.HasPrefix(line, "time=") {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil || at.Before(from) || (!to.IsZero() && at.After(to)) {
-			continue
-		}
-		for _, w := range words {
-			if strings.Contains(line, w) {
-				out = append(out, line)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // onlyHolder reports whether every sample saw exactly name holding, and

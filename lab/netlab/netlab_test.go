@@ -236,3 +236,20 @@ func TestProcessToolsDir(t *testing.T) {
 		t.Errorf("the directory of live process %d was removed: %v", os.Getppid(), err)
 	}
 }
+
+func TestLogLinesBetween(t *testing.T) {
+	log := `time=2026-01-02T03:04:05.100Z level=INFO msg="member state" member=n2 state=dead
+time=2026-01-02T03:04:06.000Z level=INFO msg="member gone (lease expired)" member=n1
+not a log line with member gone
+time=2026-01-02T03:04:09.000Z level=WARN msg="fenced: no majority" evidence_age=310ms
+`
+	from := time.Date(2026, 1, 2, 3, 4, 5, 500_000_000, time.UTC)
+	got := LogLinesBetween(log, from, time.Time{}, "member gone", "state=dead", "fenced")
+	if len(got) != 2 || !strings.Contains(got[0], "lease expired") || !strings.Contains(got[1], "fenced") {
+		t.Errorf("LogLinesBetween from 05.5 = %q, want the lease and fence lines", got)
+	}
+	to := time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC)
+	if got := LogLinesBetween(log, time.Time{}, to, "member"); len(got) != 2 {
+		t.Errorf("LogLinesBetween up to 07 = %q, want the two member lines", got)
+	}
+}
