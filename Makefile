@@ -26,7 +26,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet staticcheck vulncheck vulncheck-prep vulndb-update fmt fuzz bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: all build test unit netns-test vet staticcheck staticcheck-prep vulncheck vulncheck-prep vulndb-update fmt fuzz bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -35,23 +35,29 @@ build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/vipd ./cmd/vipd
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/vipctl ./cmd/vipctl
 
-# test runs everything: unit tests with the race detector, then (as root) the
-# network-namespace tests that start real vipd processes. As root, the real
-# control plane lab's binaries (k8s-bin: minutes of compiling when cold)
-# build meanwhile at the lowest CPU priority (nice 19), on the CPU the unit
-# tests leave idle while they wait on timers; their output follows the
-# unit tests'.
-test: vet staticcheck
+# test runs everything: gofmt and vet, then the unit tests with the race
+# detector, then (as root) the network-namespace tests that start real vipd
+# processes. staticcheck runs alongside the unit tests at the lowest CPU
+# priority (nice 19), on the CPU they leave idle while they wait on
+# timers; as root so does the build of the real control plane lab's
+# binaries (k8s-bin: minutes of compiling when cold). Their output
+# follows the unit tests'; a failure of either fails make test.
+test: vet
 ifeq ($(IS_ROOT),1)
-	@log=$$(mktemp); \
+	@log=$$(mktemp); slog=$$(mktemp); \
 	nice -n 19 $(MAKE) -s k8s-bin >"$$log" 2>&1 & bpid=$$!; \
+	nice -n 19 $(MAKE) -s staticcheck >"$$slog" 2>&1 & spid=$$!; \
 	$(GO) test -race -count=1 ./...; rc=$$?; \
+	wait $$spid; src=$$?; \
+	echo "staticcheck (alongside the unit tests, nice 19):"; cat "$$slog"; rm -f "$$slog"; \
 	wait $$bpid; brc=$$?; \
 	echo "k8s-bin (built alongside the unit tests, nice 19):"; cat "$$log"; rm -f "$$log"; \
 	test $$rc -eq 0 || exit $$rc; \
+	test $$src -eq 0 || { echo "staticcheck failed"; exit $$src; }; \
 	test $$brc -eq 0 || { echo "k8s-bin failed"; exit $$brc; }
 	$(MAKE) netns-test
 else
+	$(MAKE) staticcheck
 	$(GO) test -race -count=1 ./...
 	@echo "not root: network-namespace tests skipped (run make test as root)"
 endif
@@ -60,7 +66,7 @@ endif
 # and already ran above). ./lab/... includes lab/vm, which runs the labs
 # this kernel cannot (lab/bondvlan needs bonding and 802.1Q) in a QEMU VM
 # booted with Debian's kernel; see lab/vm's doc.
-NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./cmd/... ./lab/...
+NETNS_PKGS := ./l2/... ./bgp/... ./conns/... ./internal/netnstest/... ./cmd/... ./lab/...
 netns-test: build k8s-bin
 	VIPD_NETNS_TESTS=1 VIPD_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 25m -p 1 $(NETNS_PKGS)
 
@@ -116,12 +122,6 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-# staticcheck runs honnef.co/go/tools at a pinned version (part of make
-# test; kept at zero findings).
-STATICCHECK_VERSION := v0.8.2
-staticcheck:
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-
 # vulncheck runs govulncheck (golang.org/x/vuln, pinned) over vipd's code
 # against an offline database built from a pinned golang.org/x/vulndb
 # module version (its cmd/indexdb over data/osv), and fails on any
@@ -138,6 +138,18 @@ VULN_CACHE     := $(LAB_CACHE)/vulncheck
 VULNDB_CACHE   := $(VULN_CACHE)/vulndb
 VULNDB_DIR     := $(VULNDB_CACHE)/$(VULNDB_VERSION)
 GOVULNCHECK    := $(VULN_CACHE)/govulncheck-$(VULN_VERSION)-$(GOTOOLCHAIN)/govulncheck
+# staticcheck runs honnef.co/go/tools at a pinned version (part of make
+# test, alongside the unit tests at nice 19; kept at zero findings). Its
+# binary is built once per version and Go toolchain into $(LAB_CACHE) (go
+# run would link it again on every run); staticcheck-prep builds only that.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(LAB_CACHE)/staticcheck-$(STATICCHECK_VERSION)-$(GOTOOLCHAIN)/staticcheck
+staticcheck: staticcheck-prep
+	$(STATICCHECK) ./...
+staticcheck-prep: $(STATICCHECK)
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
 vulncheck: vulncheck-prep
 	@out=$$(mktemp); \
 	$(GOVULNCHECK) -db file://$(VULNDB_DIR) -format json ./... >"$$out" \

@@ -118,24 +118,14 @@ func (s *apiServer) authorize(ctx context.Context, what string) error {
 	return status.Errorf(codes.PermissionDenied, "%s refused for uid %d: only root or members of the API socket group may call it", what, ai.UID)
 }
 
+// inGroup reports whether the caller runs with group gid or its user
+// belongs to it (apipb.InGroup).
 func inGroup(c peerCred, gid int) bool {
 	if int(c.GID) == gid {
 		return true
 	}
 	u, err := user.LookupId(strconv.Itoa(int(c.UID)))
-	if err != nil {
-		return false
-	}
-	gids, err := u.GroupIds()
-	if err != nil {
-		return false
-	}
-	for _, g := range gids {
-		if g == strconv.Itoa(gid) {
-			return true
-		}
-	}
-	return false
+	return err == nil && apipb.InGroup(u, gid)
 }
 
 // Status implements apipb.VipdServer.

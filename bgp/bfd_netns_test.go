@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // fastBFD is the BFD setting of the lab: 100ms x 3, the routers' too.
@@ -63,7 +64,7 @@ func peerBy(ps []PeerStatus, a netip.Addr) PeerStatus {
 // cut heals, and SIGTERM of the speaker shows FRR an AdminDown, not a
 // failure.
 func TestFRRBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh", "nft")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh", "nft")
 	rns, sns := lab(t, "fb")
 	frr := routers.StartFRRConfig(t, rns, routers.FRRConfig{BGPD: frrBGPWithBFD, BFDD: frrBFDConf})
 	spk := startSpeakerProc(t, sns, speakerConfig(
@@ -74,7 +75,7 @@ func TestFRRBFD(t *testing.T) {
 	waitUp := func(what string) {
 		t.Helper()
 		for _, nb := range speakers {
-			routers.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": frr bgp and bfd up with "+nb.String(), func() (bool, string) {
+			netnstest.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": frr bgp and bfd up with "+nb.String(), func() (bool, string) {
 				if ok, out := frr.Established(nb); !ok {
 					return false, out
 				}
@@ -83,7 +84,7 @@ func TestFRRBFD(t *testing.T) {
 					fmt.Sprintf("bfd peer %+v (%v)", p, err)
 			})
 		}
-		routers.Eventually(t, 10*time.Second, 100*time.Millisecond, what+": speaker sees bfd up", func() (bool, string) {
+		netnstest.Eventually(t, 10*time.Second, 100*time.Millisecond, what+": speaker sees bfd up", func() (bool, string) {
 			ps := spk.peers(t)
 			for _, a := range []netip.Addr{routerV4, routerV6} {
 				if p := peerBy(ps, a); p.BFD != "up" || p.State != "established" || p.HeldByBFD {
@@ -101,7 +102,7 @@ func TestFRRBFD(t *testing.T) {
 
 	// Cut: both links stay up, nothing passes.
 	cut := time.Now()
-	uncut := routers.Cut(t, rns, speakerV4, speakerV6)
+	uncut := netnstest.Cut(t, rns, speakerV4, speakerV6)
 	waitNoRoute(t, frr, vip4, 1500*time.Millisecond, "frr drops the ipv4 vip through bfd (hold time 3s)")
 	gone4 := time.Since(cut)
 	waitNoRoute(t, frr, vip6, 1500*time.Millisecond, "frr drops the ipv6 vip through bfd")
@@ -112,7 +113,7 @@ func TestFRRBFD(t *testing.T) {
 			t.Errorf("frr bfd peer %s after the cut: %+v (%v), want down, control detection time expired", nb, p, err)
 		}
 	}
-	routers.Eventually(t, 2*time.Second, 50*time.Millisecond, "speaker closes bgp after bfd down", func() (bool, string) {
+	netnstest.Eventually(t, 2*time.Second, 50*time.Millisecond, "speaker closes bgp after bfd down", func() (bool, string) {
 		ps := spk.peers(t)
 		for _, a := range []netip.Addr{routerV4, routerV6} {
 			p := peerBy(ps, a)
@@ -133,7 +134,7 @@ func TestFRRBFD(t *testing.T) {
 	// A planned stop: AdminDown, which FRR records as the remote's
 	// diagnostic instead of a detection failure.
 	spk.signal(t, syscall.SIGTERM)
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "frr sees admin down", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "frr sees admin down", func() (bool, string) {
 		p, _, err := frr.BFDPeer(speakerV4)
 		return err == nil && p.Status == "down" && p.RemoteDiagnostic == "administratively down" && p.Diagnostic != "control detection time expired",
 			fmt.Sprintf("%+v (%v)", p, err)
@@ -168,7 +169,7 @@ protocol bgp spk6 {
 
 // TestBIRDBFD is TestFRRBFD's first half against BIRD 2's protocol bfd.
 func TestBIRDBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc", "nft")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc", "nft")
 	rns, sns := lab(t, "bb")
 	bird := routers.StartBIRD(t, rns, birdBFDConf)
 	spk := startSpeakerProc(t, sns, speakerConfig(
@@ -181,7 +182,7 @@ func TestBIRDBFD(t *testing.T) {
 			proto string
 			nb    netip.Addr
 		}{{"spk4", speakerV4}, {"spk6", speakerV6}} {
-			routers.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": bird "+c.proto+" established with bfd up", func() (bool, string) {
+			netnstest.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": bird "+c.proto+" established with bfd up", func() (bool, string) {
 				if ok, out := bird.Established(c.proto); !ok {
 					return false, out
 				}
@@ -194,7 +195,7 @@ func TestBIRDBFD(t *testing.T) {
 	spk.do(t, "announce "+vip4.Addr().String())
 	waitRoute(t, bird, vip4, speakerV4, "bird has the ipv4 vip", noGshut)
 	cut := time.Now()
-	uncut := routers.Cut(t, rns, speakerV4, speakerV6)
+	uncut := netnstest.Cut(t, rns, speakerV4, speakerV6)
 	waitNoRoute(t, bird, vip4, 1500*time.Millisecond, "bird drops the vip through bfd (hold time 3s)")
 	t.Logf("cut: bird dropped the ipv4 vip after %v", time.Since(cut).Round(10*time.Millisecond))
 	out, _ := bird.Cmd("show protocols all spk4")
@@ -205,7 +206,7 @@ func TestBIRDBFD(t *testing.T) {
 	up("after the cut healed")
 	waitRoute(t, bird, vip4, speakerV4, "bird has the ipv4 vip again", noGshut)
 	spk.signal(t, syscall.SIGTERM)
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "bird sees the bfd session go down", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "bird sees the bfd session go down", func() (bool, string) {
 		st, err := bird.BFDState(speakerV4)
 		return err == nil && st != "Up", fmt.Sprintf("bfd %q (%v)", st, err)
 	})

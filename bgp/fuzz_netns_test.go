@@ -20,7 +20,8 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // TestPeerFuzz is a BGP peer fuzzer for the speaker vipd embeds: peers in
@@ -35,7 +36,7 @@ import (
 // Several fuzz peers run at once, since each reset session costs the
 // speaker's 5 s idle hold before it reconnects.
 func TestPeerFuzz(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc")
 	duration := 5 * time.Second
 	if v := os.Getenv("VIPD_BGP_FUZZ_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -54,12 +55,12 @@ func TestPeerFuzz(t *testing.T) {
 	}
 
 	rns, sns := lab(t, "z")
-	fns := routers.NewNS(t, routers.NSName("bgp", "zf"))
+	fns := netnstest.NewNS(t, netnstest.Name("bgp", "zf"))
 	var addrs []string
 	for _, a := range fuzzPeerAddrs {
 		addrs = append(addrs, a.String()+"/24")
 	}
-	routers.Veth(t, fns, "eth0", addrs, sns, "eth1", []string{"198.51.100.200/24"})
+	netnstest.Veth(t, fns, "eth0", addrs, sns, "eth1", []string{"198.51.100.200/24"})
 	bird := routers.StartBIRD(t, rns, fuzzBirdConf)
 	peers := []Peer{{Address: routerV6, ASN: routerASN, HoldTime: 3 * time.Second}}
 	for _, a := range fuzzPeerAddrs {
@@ -67,7 +68,7 @@ func TestPeerFuzz(t *testing.T) {
 	}
 	log := &tailBuffer{max: 64 << 10}
 	spk := startSpeakerProcLog(t, sns, speakerConfig(peers...), log)
-	routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "bird spk6 established", func() (bool, string) {
+	netnstest.Eventually(t, 20*time.Second, 200*time.Millisecond, "bird spk6 established", func() (bool, string) {
 		return bird.Established("spk6")
 	})
 	spk.do(t, "announce "+vip6.Addr().String())

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // Graceful restart against real routers (RFC 4724): the router is each
@@ -132,7 +133,7 @@ func checkDense(t *testing.T, ss []ribSample) {
 func announcing(t *testing.T, r grRouter, sns string, cfg Config) *speakerProc {
 	t.Helper()
 	spk := startSpeakerProc(t, sns, cfg)
-	routers.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
+	netnstest.Eventually(t, 20*time.Second, 100*time.Millisecond, "session established", r.established)
 	spk.do(t, "announce "+vip4.Addr().String())
 	waitRoute(t, r, vip4, speakerV4, "router has the vip", noGshut)
 	return spk
@@ -143,7 +144,7 @@ func announcing(t *testing.T, r grRouter, sns string, cfg Config) *speakerProc {
 func waitNoVIPRoute(t *testing.T, r grRouter, timeout, interval time.Duration, what string) time.Time {
 	t.Helper()
 	var gone time.Time
-	routers.Eventually(t, timeout, interval, what, func() (bool, string) {
+	netnstest.Eventually(t, timeout, interval, what, func() (bool, string) {
 		rs, err := r.Routes(vip4)
 		if err != nil {
 			return false, err.Error()
@@ -201,10 +202,10 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 		exited := time.Now()
 		spk.detach(t)
 		spk = resumeSpeakerProc(t, sns, cfg, vip4.Addr())
-		routers.Eventually(t, 20*time.Second, 50*time.Millisecond, "session back", r.established)
+		netnstest.Eventually(t, 20*time.Second, 50*time.Millisecond, "session back", r.established)
 		// Fresh again: the new speaker's End-of-RIB ended the stale period.
 		var fresh time.Time
-		routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "route fresh again", func() (bool, string) {
+		netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "route fresh again", func() (bool, string) {
 			rs, err := r.Routes(vip4)
 			if err != nil {
 				return false, err.Error()
@@ -296,7 +297,7 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 		spk = announcing(t, r, sns, cfg)
 		spk.kill(t)
 		// Stale now (the router keeps it for the restart time).
-		routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "router keeping the route for a restart", func() (bool, string) {
+		netnstest.Eventually(t, 5*time.Second, 50*time.Millisecond, "router keeping the route for a restart", func() (bool, string) {
 			rs, err := r.Routes(vip4)
 			if err != nil {
 				return false, err.Error()
@@ -320,7 +321,7 @@ func gracefulRestart(t *testing.T, r grRouter, sns string, cfg Config) {
 }
 
 func TestFRRGracefulRestart(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	rns, sns := lab(t, "gf")
 	frr := routers.StartFRR(t, rns, frrConf)
 	nb := speakerV4.String()
@@ -350,7 +351,7 @@ func TestFRRGracefulRestart(t *testing.T) {
 }
 
 func TestBIRDGracefulRestart(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc")
 	rns, sns := lab(t, "gb")
 	bird := routers.StartBIRD(t, rns, birdConf)
 	gracefulRestart(t, grRouter{

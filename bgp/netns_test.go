@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // Lab addresses: the router and the speaker share one veth link.
@@ -29,9 +30,9 @@ const (
 
 // lab creates a router namespace and a speaker namespace linked by a veth pair.
 func lab(t *testing.T, tag string) (routerNS, speakerNS string) {
-	routerNS = routers.NewNS(t, routers.NSName("bgp", tag+"r"))
-	speakerNS = routers.NewNS(t, routers.NSName("bgp", tag+"s"))
-	routers.Veth(t,
+	routerNS = netnstest.NewNS(t, netnstest.Name("bgp", tag+"r"))
+	speakerNS = netnstest.NewNS(t, netnstest.Name("bgp", tag+"s"))
+	netnstest.Veth(t,
 		routerNS, "eth0", []string{routerV4.String() + "/24", routerV6.String() + "/64"},
 		speakerNS, "eth0", []string{speakerV4.String() + "/24", speakerV6.String() + "/64"})
 	return routerNS, speakerNS
@@ -45,7 +46,7 @@ func speakerConfig(peers ...Peer) Config {
 // hop is nh and whose communities satisfy want.
 func waitRoute(t *testing.T, r routers.Router, prefix netip.Prefix, nh netip.Addr, what string, want func(routers.Route) bool) {
 	t.Helper()
-	routers.Eventually(t, 15*time.Second, 100*time.Millisecond, what, func() (bool, string) {
+	netnstest.Eventually(t, 15*time.Second, 100*time.Millisecond, what, func() (bool, string) {
 		rs, err := r.Routes(prefix)
 		if err != nil {
 			return false, err.Error()
@@ -61,7 +62,7 @@ func waitRoute(t *testing.T, r routers.Router, prefix netip.Prefix, nh netip.Add
 
 func waitNoRoute(t *testing.T, r routers.Router, prefix netip.Prefix, timeout time.Duration, what string) {
 	t.Helper()
-	routers.Eventually(t, timeout, 50*time.Millisecond, what, func() (bool, string) {
+	netnstest.Eventually(t, timeout, 50*time.Millisecond, what, func() (bool, string) {
 		rs, err := r.Routes(prefix)
 		if err != nil {
 			return false, err.Error()
@@ -72,7 +73,7 @@ func waitNoRoute(t *testing.T, r routers.Router, prefix netip.Prefix, timeout ti
 
 func waitKernelRoute(t *testing.T, ns string, prefix netip.Prefix, nh netip.Addr) {
 	t.Helper()
-	routers.Eventually(t, 10*time.Second, 100*time.Millisecond, "kernel route "+prefix.String(), func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 100*time.Millisecond, "kernel route "+prefix.String(), func() (bool, string) {
 		nhs, err := routers.KernelNextHops(ns, prefix)
 		if err != nil {
 			return false, err.Error()
@@ -109,7 +110,7 @@ protocol bgp spk6 {
 `
 
 func TestBIRD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc")
 	rns, sns := lab(t, "b")
 	bird := routers.StartBIRD(t, rns, birdConf)
 	cfg := speakerConfig(
@@ -118,7 +119,7 @@ func TestBIRD(t *testing.T) {
 	)
 	spk := startSpeakerProc(t, sns, cfg)
 	for _, proto := range []string{"spk4", "spk6"} {
-		routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "bird "+proto+" established", func() (bool, string) {
+		netnstest.Eventually(t, 20*time.Second, 200*time.Millisecond, "bird "+proto+" established", func() (bool, string) {
 			return bird.Established(proto)
 		})
 	}
@@ -214,7 +215,7 @@ router bgp 65000
 `
 
 func TestFRR(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	rns, sns := lab(t, "f")
 	frr := routers.StartFRR(t, rns, frrConf)
 	spk := startSpeakerProc(t, sns, speakerConfig(
@@ -222,7 +223,7 @@ func TestFRR(t *testing.T) {
 		Peer{Address: routerV6, ASN: routerASN, HoldTime: 3 * time.Second},
 	))
 	for _, nb := range []netip.Addr{speakerV4, speakerV6} {
-		routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "frr session with "+nb.String(), func() (bool, string) {
+		netnstest.Eventually(t, 20*time.Second, 200*time.Millisecond, "frr session with "+nb.String(), func() (bool, string) {
 			return frr.Established(nb)
 		})
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // A process may hold 20,000 files here (and may not raise it), fewer than
@@ -103,7 +103,7 @@ func holdConns(b *testing.B, ns string, to netip.AddrPort, n int) {
 func listenQueue(b *testing.B, ns string, to netip.AddrPort, n int) {
 	b.Helper()
 	var fd int
-	inNS(b, ns, func() (err error) {
+	netnstest.MustIn(b, ns, func() (err error) {
 		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ type benchServer struct {
 func serve(b *testing.B, ns string, vip netip.Addr) *benchServer {
 	b.Helper()
 	var l net.Listener
-	inNS(b, ns, func() (err error) {
+	netnstest.MustIn(b, ns, func() (err error) {
 		l, err = net.Listen("tcp", netip.AddrPortFrom(vip, 6443).String())
 		return err
 	})
@@ -150,7 +150,7 @@ func serve(b *testing.B, ns string, vip netip.Addr) *benchServer {
 func (s *benchServer) connect(b *testing.B, n int) []net.Conn {
 	b.Helper()
 	out := make([]net.Conn, 0, 2*n)
-	inNS(b, s.ns, func() error {
+	netnstest.MustIn(b, s.ns, func() error {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)}, KeepAlive: -1}
 		for range n {
 			c, err := d.Dial("tcp", netip.AddrPortFrom(s.vip, 6443).String())
@@ -177,15 +177,15 @@ func closeAll(cs []net.Conn) {
 // version in go.mod) costs for the same answer: every TCP socket of the
 // host, in every state, with its tcp_info, filtered in Go.
 func BenchmarkList(b *testing.B) {
-	netlab.SkipUnlessEnabled(b)
-	ns := newNS(b, "bench")
+	netnstest.SkipUnlessEnabled(b)
+	ns := netnstest.NewNS(b, netnstest.Name("cn", "bench"))
 	if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", "net.core.somaxconn=65535").CombinedOutput(); err != nil {
 		b.Fatalf("somaxconn: %v %s", err, out)
 	}
 	counts := map[string]int{"192.0.2.10": 10, "192.0.2.11": 1000, "192.0.2.12": 20000}
-	ip(b, "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
+	netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
 	for vip, n := range counts {
-		ip(b, "-n", ns, "addr", "add", vip+"/32", "dev", "lo")
+		netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", vip+"/32", "dev", "lo")
 		to := netip.AddrPortFrom(netip.MustParseAddr(vip), 6443)
 		listenQueue(b, ns, to, n)
 		holdConns(b, ns, to, n)
@@ -210,7 +210,7 @@ func BenchmarkList(b *testing.B) {
 	b.Run("conns=20000/library", func(b *testing.B) {
 		vip := netip.MustParseAddr("192.0.2.12")
 		var h *netlink.Handle
-		inNS(b, ns, func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_SOCK_DIAG); return err })
+		netnstest.MustIn(b, ns, func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_SOCK_DIAG); return err })
 		defer h.Close()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -236,11 +236,11 @@ func BenchmarkList(b *testing.B) {
 // BenchmarkDestroy closes 1,000 connections per operation (a planned
 // release); setting them up is not counted.
 func BenchmarkDestroy(b *testing.B) {
-	netlab.SkipUnlessEnabled(b)
-	ns := newNS(b, "bench")
+	netnstest.SkipUnlessEnabled(b)
+	ns := netnstest.NewNS(b, netnstest.Name("cn", "bench"))
 	vip := netip.MustParseAddr("192.0.2.10")
-	ip(b, "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
-	ip(b, "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "lo")
+	netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
+	netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "lo")
 	tab := openTableIn(b, ns)
 	srv := serve(b, ns, vip)
 	const n = 1000
@@ -265,15 +265,15 @@ func BenchmarkDestroy(b *testing.B) {
 // nobody has (the other end of the veth drops the frames): the sender's own
 // cost, the kernel's output path included.
 func BenchmarkPoke(b *testing.B) {
-	netlab.SkipUnlessEnabled(b)
-	ns, sink := newNS(b, "bench"), newNS(b, "sink")
-	ip(b, "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1", "netns", sink)
-	ip(b, "-n", ns, "addr", "add", "192.0.2.1/24", "dev", "p0")
-	ip(b, "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "p0")
-	ip(b, "-n", ns, "link", "set", "p0", "up")
-	ip(b, "-n", sink, "link", "set", "p1", "up")
-	ip(b, "-n", ns, "neigh", "add", "192.0.2.254", "lladdr", "02:00:00:00:27:fe", "dev", "p0", "nud", "permanent")
-	ip(b, "-n", ns, "route", "add", "198.51.100.0/24", "via", "192.0.2.254")
+	netnstest.SkipUnlessEnabled(b)
+	ns, sink := netnstest.NewNS(b, netnstest.Name("cn", "bench")), netnstest.NewNS(b, netnstest.Name("cn", "sink"))
+	netnstest.MustRun(b, "ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1", "netns", sink)
+	netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", "192.0.2.1/24", "dev", "p0")
+	netnstest.MustRun(b, "ip", "-n", ns, "addr", "add", "192.0.2.10/32", "dev", "p0")
+	netnstest.MustRun(b, "ip", "-n", ns, "link", "set", "p0", "up")
+	netnstest.MustRun(b, "ip", "-n", sink, "link", "set", "p1", "up")
+	netnstest.MustRun(b, "ip", "-n", ns, "neigh", "add", "192.0.2.254", "lladdr", "02:00:00:00:27:fe", "dev", "p0", "nud", "permanent")
+	netnstest.MustRun(b, "ip", "-n", ns, "route", "add", "198.51.100.0/24", "via", "192.0.2.254")
 	p, err := NewPoker(PokeConfig{Rate: 1 << 30})
 	if err != nil {
 		b.Fatal(err)
@@ -288,7 +288,7 @@ func BenchmarkPoke(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		inNS(b, ns, func() error {
+		netnstest.MustIn(b, ns, func() error {
 			res, err := p.Poke(context.Background(), cs)
 			if err == nil && res.Sent != n {
 				err = fmt.Errorf("poke: %+v", res)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // idleLab is a host h with the VIP 192.0.2.10 (and 192.0.2.1) and a
@@ -34,11 +34,11 @@ import (
 func idleLab(t *testing.T) (h, c string) {
 	t.Helper()
 	h, c, hIf := hostAndClient(t)
-	ip(t, "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
-	ip(t, "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
-	ip(t, "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
-	ip(t, "-n", h, "link", "set", hIf, "up")
-	ip(t, "-n", c, "link", "set", "eth0", "up")
+	netnstest.MustRun(t, "ip", "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
+	netnstest.MustRun(t, "ip", "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
+	netnstest.MustRun(t, "ip", "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
+	netnstest.MustRun(t, "ip", "-n", h, "link", "set", hIf, "up")
+	netnstest.MustRun(t, "ip", "-n", c, "link", "set", "eth0", "up")
 	return h, c
 }
 
@@ -55,10 +55,10 @@ func destroyIdle(tab *Table, f Filter, until time.Time) (DestroyResult, error) {
 // off), DestroyIdle returns at once and leaves the busy connection open:
 // it goes on working.
 func TestNetnsDestroyIdleCalledOff(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	h, c := idleLab(t)
 	var l net.Listener
-	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	netnstest.MustIn(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
 	t.Cleanup(func() { l.Close() })
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -109,12 +109,12 @@ func TestNetnsDestroyIdleCalledOff(t *testing.T) {
 // until the client has all of it. Closing it earlier drops the rest of the
 // answer (the kernel discards the send queue and resets the client).
 func TestNetnsDestroyIdleSendQueue(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	h, c := idleLab(t)
 	const size = 16 << 20 // far more than the socket buffers hold
 	answer := bytes.Repeat([]byte("x"), size)
 	var l net.Listener
-	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	netnstest.MustIn(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
 	var wg sync.WaitGroup
 	t.Cleanup(func() { l.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -176,7 +176,7 @@ func TestNetnsDestroyIdleSendQueue(t *testing.T) {
 // connection is closed at an idle moment between writes, and the client's
 // next write goes out on a new connection.
 func TestNetnsDestroyIdleHTTP2(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	h, c := idleLab(t)
 	const (
 		commit      = 20 * time.Millisecond
@@ -241,7 +241,7 @@ func TestNetnsDestroyIdleHTTP2(t *testing.T) {
 	})
 	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	var l net.Listener
-	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	netnstest.MustIn(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
 	var served sync.WaitGroup
 	served.Go(func() { _ = srv.ServeTLS(l, "", "") })
 	t.Cleanup(func() { srv.Close(); served.Wait() })

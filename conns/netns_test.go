@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,9 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
-	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // These tests run the real kernel paths in network namespaces they create
@@ -33,61 +29,18 @@ import (
 // destroy); the experiment measured about 0.1 s.
 const resetWithin = 2 * time.Second
 
-var nsSeq atomic.Int32
+// ifSeq makes interface names unique per test, so Go's interface-name
+// cache cannot map a name to an index from an earlier namespace.
+var ifSeq atomic.Int32
 
-// newNS creates a network namespace with lo up, removed at cleanup.
-func newNS(t testing.TB, name string) string {
-	t.Helper()
-	ns := fmt.Sprintf("vt-cn-%d-%d-%s", os.Getpid(), nsSeq.Add(1), name)
-	ip(t, "netns", "add", ns)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
-		}
-	})
-	ip(t, "-n", ns, "link", "set", "lo", "up")
-	return ns
-}
-
-func ip(t testing.TB, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// inNS runs f on an OS thread in namespace ns, so the sockets f creates
-// live there. The thread is thrown away afterwards (no UnlockOSThread).
 // openTableIn opens a Table in namespace ns and closes it when the test
 // ends.
 func openTableIn(t testing.TB, ns string) *Table {
 	t.Helper()
 	var tab *Table
-	inNS(t, ns, func() (err error) { tab, err = Open(); return err })
+	netnstest.MustIn(t, ns, func() (err error) { tab, err = Open(); return err })
 	t.Cleanup(func() { tab.Close() })
 	return tab
-}
-
-func inNS(t testing.TB, ns string, f func() error) {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("in namespace %s: %v", ns, err)
-	}
 }
 
 // listen listens on addr in ns and accepts connections until cleanup,
@@ -95,7 +48,7 @@ func inNS(t testing.TB, ns string, f func() error) {
 func listen(t testing.TB, ns, addr string) <-chan net.Conn {
 	t.Helper()
 	var l net.Listener
-	inNS(t, ns, func() (err error) {
+	netnstest.MustIn(t, ns, func() (err error) {
 		l, err = net.Listen("tcp", addr)
 		return err
 	})
@@ -133,7 +86,7 @@ func listen(t testing.TB, ns, addr string) <-chan net.Conn {
 func dial(t testing.TB, ns, addr string) net.Conn {
 	t.Helper()
 	var c net.Conn
-	inNS(t, ns, func() (err error) {
+	netnstest.MustIn(t, ns, func() (err error) {
 		d := net.Dialer{Timeout: 2 * time.Second, KeepAlive: -1}
 		c, err = d.Dial("tcp", addr)
 		return err
@@ -197,18 +150,17 @@ type failoverLab struct {
 
 func newFailoverLab(t *testing.T) *failoverLab {
 	t.Helper()
-	l := &failoverLab{sw: newNS(t, "sw"), s1: newNS(t, "s1"), s2: newNS(t, "s2"), c: newNS(t, "c"), s2MAC: "02:00:00:27:00:12"}
-	ip(t, "-n", l.sw, "link", "add", "br0", "type", "bridge")
-	ip(t, "-n", l.sw, "link", "set", "br0", "up")
-	id := nsSeq.Add(1)
+	l := &failoverLab{sw: netnstest.NewNS(t, netnstest.Name("cn", "sw")), s1: netnstest.NewNS(t, netnstest.Name("cn", "s1")), s2: netnstest.NewNS(t, netnstest.Name("cn", "s2")), c: netnstest.NewNS(t, netnstest.Name("cn", "c")), s2MAC: "02:00:00:27:00:12"}
+	netnstest.Bridge(t, l.sw, "br0")
+	id := ifSeq.Add(1)
 	attach := func(ns, name string, octet int, mac string) string {
 		port := fmt.Sprintf("p%d%s", id, name)
-		ip(t, "-n", l.sw, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		ip(t, "-n", l.sw, "link", "set", port, "master", "br0", "up")
-		ip(t, "-n", ns, "link", "set", "eth0", "address", mac)
-		ip(t, "-n", ns, "addr", "add", fmt.Sprintf("192.0.2.%d/24", octet), "dev", "eth0")
-		ip(t, "-n", ns, "addr", "add", fmt.Sprintf("2001:db8::%d/64", octet), "dev", "eth0", "nodad")
-		ip(t, "-n", ns, "link", "set", "eth0", "up")
+		netnstest.MustRun(t, "ip", "-n", l.sw, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		netnstest.MustRun(t, "ip", "-n", l.sw, "link", "set", port, "master", "br0", "up")
+		netnstest.MustRun(t, "ip", "-n", ns, "link", "set", "eth0", "address", mac)
+		netnstest.MustRun(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("192.0.2.%d/24", octet), "dev", "eth0")
+		netnstest.MustRun(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("2001:db8::%d/64", octet), "dev", "eth0", "nodad")
+		netnstest.MustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 		return port
 	}
 	l.s1Port = attach(l.s1, "s1", 11, "02:00:00:27:00:11")
@@ -228,7 +180,7 @@ func addVIP(t *testing.T, ns string, vip netip.Addr) {
 	} else {
 		args = append(args, "scope", "host")
 	}
-	ip(t, args...)
+	netnstest.MustRun(t, "ip", args...)
 }
 
 // TestNetnsPokeResetsClient is the scenario: a client holds an idle
@@ -239,7 +191,7 @@ func addVIP(t *testing.T, ns string, vip netip.Addr) {
 // resetWithin of the poke. The control (no poke) shows it would not have:
 // the connection is still silent after the same time.
 func TestNetnsPokeResetsClient(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	for _, tc := range []struct {
 		name     string
 		vip      string
@@ -267,7 +219,7 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 
 			// s1 publishes its connections.
 			var published Set
-			inNS(t, l.s1, func() error {
+			netnstest.MustIn(t, l.s1, func() error {
 				tab, err := Open()
 				if err != nil {
 					return err
@@ -281,12 +233,12 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 			}
 
 			// s1 is lost; s2 takes the VIP over.
-			ip(t, "-n", l.sw, "link", "set", l.s1Port, "down")
+			netnstest.MustRun(t, "ip", "-n", l.sw, "link", "set", l.s1Port, "down")
 			if tc.s2Listen {
 				listen(t, l.s2, ":6443")
 			}
 			addVIP(t, l.s2, vip)
-			ip(t, "-n", l.c, "neigh", "replace", vip.String(), "lladdr", l.s2MAC, "dev", "eth0", "nud", "reachable")
+			netnstest.MustRun(t, "ip", "-n", l.c, "neigh", "replace", vip.String(), "lladdr", l.s2MAC, "dev", "eth0", "nud", "reachable")
 
 			start := time.Now()
 			if tc.poke {
@@ -296,7 +248,7 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 				}
 				var own Set
 				var res PokeResult
-				inNS(t, l.s2, func() error {
+				netnstest.MustIn(t, l.s2, func() error {
 					tab, err := Open()
 					if err != nil {
 						return err
@@ -332,9 +284,9 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 // by a veth pair: hIf in h, eth0 in c (no addresses yet).
 func hostAndClient(t *testing.T) (h, c, hIf string) {
 	t.Helper()
-	h, c = newNS(t, "h"), newNS(t, "c")
-	hIf = fmt.Sprintf("h%d", nsSeq.Add(1))
-	ip(t, "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
+	h, c = netnstest.NewNS(t, netnstest.Name("cn", "h")), netnstest.NewNS(t, netnstest.Name("cn", "c"))
+	hIf = fmt.Sprintf("h%d", ifSeq.Add(1))
+	netnstest.MustRun(t, "ip", "-n", h, "link", "add", hIf, "type", "veth", "peer", "name", "eth0", "netns", c)
 	return h, c, hIf
 }
 
@@ -344,7 +296,7 @@ func hostAndClient(t *testing.T) (h, c, hIf string) {
 // VIP on another port, not the host's own connection to its VIP. The
 // clients of the closed ones see a reset at once.
 func TestNetnsDestroy(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	h, c, hIf := hostAndClient(t)
 	for _, a := range [][]string{
 		{h, "192.0.2.1/24", hIf}, {h, "192.0.2.10/32", hIf}, {h, "2001:db8::1/64", hIf}, {h, "2001:db8::10/128", hIf},
@@ -354,10 +306,10 @@ func TestNetnsDestroy(t *testing.T) {
 		if strings.Contains(a[1], ":") {
 			args = append(args, "nodad")
 		}
-		ip(t, args...)
+		netnstest.MustRun(t, "ip", args...)
 	}
-	ip(t, "-n", h, "link", "set", hIf, "up")
-	ip(t, "-n", c, "link", "set", "eth0", "up")
+	netnstest.MustRun(t, "ip", "-n", h, "link", "set", hIf, "up")
+	netnstest.MustRun(t, "ip", "-n", c, "link", "set", "eth0", "up")
 
 	listen(t, h, ":6443")           // dual-stack: IPv4 clients on an IPv6 socket
 	listen(t, h, "192.0.2.10:8080") // IPv4 only, another port
@@ -420,19 +372,19 @@ func TestNetnsDestroy(t *testing.T) {
 // has gone out (its client reads the whole answer, then the reset), and
 // closes one whose request is never answered at Until, counted as busy. Destroy would cut the request being answered.
 func TestNetnsDestroyIdle(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	h, c, hIf := hostAndClient(t)
-	ip(t, "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
-	ip(t, "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
-	ip(t, "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
-	ip(t, "-n", h, "link", "set", hIf, "up")
-	ip(t, "-n", c, "link", "set", "eth0", "up")
+	netnstest.MustRun(t, "ip", "-n", h, "addr", "add", "192.0.2.1/24", "dev", hIf)
+	netnstest.MustRun(t, "ip", "-n", h, "addr", "add", "192.0.2.10/32", "dev", hIf)
+	netnstest.MustRun(t, "ip", "-n", c, "addr", "add", "192.0.2.2/24", "dev", "eth0")
+	netnstest.MustRun(t, "ip", "-n", h, "link", "set", hIf, "up")
+	netnstest.MustRun(t, "ip", "-n", c, "link", "set", "eth0", "up")
 
 	// A server that answers "quick" at once, "slow" after slowAnswer and
 	// "stuck" never.
 	const slowAnswer = 400 * time.Millisecond
 	var l net.Listener
-	inNS(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
+	netnstest.MustIn(t, h, func() (err error) { l, err = net.Listen("tcp", "192.0.2.10:6443"); return err })
 	var wg sync.WaitGroup
 	t.Cleanup(func() { l.Close(); wg.Wait() })
 	wg.Go(func() {

@@ -111,7 +111,7 @@ func checkHost(r hostReader, iface string, vip netip.Addr) ([]HostWarning, error
 			}
 		}
 		ws = append(ws, HostWarning{Problem: fmt.Sprintf("%s is outside every prefix on %s (%s): hosts on that link will not ARP or solicit for it, so only a router with a route to it reaches it",
-			vip, iface, orNone(own))})
+			vip, iface, joinOrNone(own))})
 	}
 	if vip.Is4() {
 		w, err := checkARPIgnore(r, iface, vip, outside)
@@ -247,7 +247,8 @@ func sysctlName(family, dev, key string) string {
 	return "net." + family + ".conf." + dev + "." + key
 }
 
-func orNone(ss []string) string {
+// joinOrNone lists ss, or says "none".
+func joinOrNone(ss []string) string {
 	if len(ss) == 0 {
 		return "none"
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // Daisy-chaining with the real kernel: the old holder O, its successor S and
@@ -56,22 +58,11 @@ func newChainLab(t *testing.T) *chainLab {
 		mac: map[string]net.HardwareAddr{}, an: map[string]*Announcer{}}
 	for _, n := range []string{"sw", "o", "s", "c"} {
 		l.ns[n] = "vt-dc-" + id + "-" + n
-		ipCmd(t, "netns", "add", l.ns[n])
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", l.ns[n]).CombinedOutput(); err != nil {
-				t.Errorf("ip netns del %s: %v\n%s", l.ns[n], err, out)
-			}
-		})
-		h, err := netns.GetFromName(l.ns[n])
-		if err != nil {
-			t.Fatalf("open namespace %s: %v", l.ns[n], err)
-		}
-		t.Cleanup(func() { h.Close() })
-		l.h[n] = h
+		netnstest.NewNS(t, l.ns[n])
+		l.h[n] = netnstest.Handle(t, l.ns[n])
 	}
 	sw := l.ns["sw"]
-	ipCmd(t, "-n", sw, "link", "add", "br0", "type", "bridge")
-	ipCmd(t, "-n", sw, "link", "set", "br0", "up")
+	netnstest.Bridge(t, sw, "br0")
 	for n, a := range map[string]netip.Addr{"o": chainO, "s": chainS, "c": chainC} {
 		// Unique per run (Go caches interface names to indexes).
 		l.ifc[n] = "dc" + id + n
@@ -82,7 +73,6 @@ func newChainLab(t *testing.T) *chainLab {
 		ipCmd(t, "-n", sw, "link", "add", port, "type", "veth", "peer", "name", l.ifc[n], "netns", l.ns[n])
 		ipCmd(t, "-n", sw, "link", "set", port, "master", "br0", "up")
 		ipCmd(t, "-n", l.ns[n], "addr", "add", a.String()+"/24", "dev", l.ifc[n])
-		ipCmd(t, "-n", l.ns[n], "link", "set", "lo", "up")
 		ipCmd(t, "-n", l.ns[n], "link", "set", l.ifc[n], "up")
 	}
 	for _, n := range []string{"o", "s", "c"} {
@@ -92,7 +82,7 @@ func newChainLab(t *testing.T) *chainLab {
 		l.serve(t, n)
 		cfg := Config{Interface: l.ifc[n], Logger: slog.New(slog.NewTextHandler(t.Output(), nil)).With("host", n)}
 		var a *Announcer
-		if err := inNS(l.h[n], func() (err error) {
+		if err := netnstest.InHandle(l.h[n], func() (err error) {
 			a, err = New(cfg)
 			return err
 		}); err != nil {
@@ -111,7 +101,7 @@ func newChainLab(t *testing.T) *chainLab {
 // in runs fn with host n's Announcer on a thread in n's namespace: Announce
 // opens its advertisement sockets in the calling thread's namespace.
 func (l *chainLab) in(n string, fn func(a *Announcer) error) error {
-	return inNS(l.h[n], func() error { return fn(l.an[n]) })
+	return netnstest.InHandle(l.h[n], func() error { return fn(l.an[n]) })
 }
 
 // serve runs a TCP echo server on :6443 in namespace n until the test ends:
@@ -119,7 +109,7 @@ func (l *chainLab) in(n string, fn func(a *Announcer) error) error {
 func (l *chainLab) serve(t *testing.T, n string) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNS(l.h[n], func() (err error) {
+	if err := netnstest.InHandle(l.h[n], func() (err error) {
 		ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", chainPort))
 		return err
 	}); err != nil {
@@ -168,7 +158,7 @@ func (l *chainLab) serve(t *testing.T, n string) {
 func (l *chainLab) dial(t *testing.T) net.Conn {
 	t.Helper()
 	var c net.Conn
-	err := inNS(l.h["c"], func() error {
+	err := netnstest.InHandle(l.h["c"], func() error {
 		var last error
 		for range 5 {
 			var err error
@@ -249,7 +239,7 @@ func (l *chainLab) waitNeigh(t *testing.T, n string) {
 func (l *chainLab) arpRepliers(t *testing.T) []string {
 	t.Helper()
 	var got []string
-	err := inNS(l.h["c"], func() error {
+	err := netnstest.InHandle(l.h["c"], func() error {
 		ifi, err := net.InterfaceByName(l.ifc["c"])
 		if err != nil {
 			return err
@@ -287,7 +277,7 @@ func (l *chainLab) arpRepliers(t *testing.T) []string {
 func (l *chainLab) vipdTables(t *testing.T, n string) []string {
 	t.Helper()
 	var names []string
-	err := inNS(l.h[n], func() error {
+	err := netnstest.InHandle(l.h[n], func() error {
 		c, err := nftables.New()
 		if err != nil {
 			return err
@@ -353,7 +343,7 @@ func (l *chainLab) start(t *testing.T) net.Conn {
 // and ARP land on the successor only, and once forwarding stops the old
 // connection is reset; no nftables table is left.
 func TestNetnsDaisyChain(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newChainLab(t)
 	ctx := context.Background()
 	old := l.start(t)
@@ -406,7 +396,7 @@ func TestNetnsDaisyChain(t *testing.T) {
 // Forward resets the old connection at its next send, so
 // TestNetnsDaisyChain can fail.
 func TestNetnsHandoffWithoutForward(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newChainLab(t)
 	old := l.start(t)
 	l.handoff(t, false)
@@ -420,7 +410,7 @@ func TestNetnsHandoffWithoutForward(t *testing.T) {
 // quiesce (ARP answered again, table removed), and Close removes the rules
 // of Forward and Quiesce.
 func TestNetnsQuiesceCalledOff(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newChainLab(t)
 	ctx := context.Background()
 	old := l.start(t)
@@ -465,7 +455,7 @@ func TestNetnsQuiesceCalledOff(t *testing.T) {
 // calling thread's namespace, and an Announcer closed afterwards finds
 // nothing to remove.
 func TestNetnsCleanupNftables(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	a := newLabAnnouncer(t, l, Config{})
 	ctx := context.Background()
@@ -477,7 +467,7 @@ func TestNetnsCleanupNftables(t *testing.T) {
 	}
 	tables := func() []string {
 		var names []string
-		if err := inNS(l.hA, func() error {
+		if err := netnstest.InHandle(l.hA, func() error {
 			c, err := nftables.New()
 			if err != nil {
 				return err
@@ -513,7 +503,7 @@ func TestNetnsCleanupNftables(t *testing.T) {
 	}
 	var removed []string
 	cleanup := func() (err error) { removed, err = CleanupNftables(); return err }
-	if err := inNS(l.hA, cleanup); err != nil {
+	if err := netnstest.InHandle(l.hA, cleanup); err != nil {
 		t.Fatalf("CleanupNftables: %v", err)
 	}
 	if slices.Sort(removed); !slices.Equal(removed, []string{ForwardTable, QuiesceTable}) {
@@ -522,7 +512,7 @@ func TestNetnsCleanupNftables(t *testing.T) {
 	if got := tables(); len(got) != 0 {
 		t.Fatalf("tables left after CleanupNftables: %v", got)
 	}
-	if err := inNS(l.hA, cleanup); err != nil || len(removed) != 0 {
+	if err := netnstest.InHandle(l.hA, cleanup); err != nil || len(removed) != 0 {
 		t.Fatalf("CleanupNftables with nothing to remove: removed %v, %v", removed, err)
 	}
 	if err := a.Close(); err != nil {
@@ -568,7 +558,7 @@ func (l *chainLab) snmpIP(t *testing.T, n, name string) int {
 // crossing the close), as a raw socket does it.
 func (l *chainLab) sendStray(t *testing.T, sport uint16) {
 	t.Helper()
-	err := inNS(l.h["c"], func() error {
+	err := netnstest.InHandle(l.h["c"], func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_TCP)
 		if err != nil {
 			return fmt.Errorf("raw socket: %w", err)
@@ -611,7 +601,7 @@ func (l *chainLab) sendStray(t *testing.T, sport uint16) {
 // the VIP the same segment reached O and stopped there (O answers it with
 // a reset).
 func TestNetnsDaisyChainReleaseNoLoop(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newChainLab(t)
 	for _, n := range []string{"o", "s"} {
 		ipCmd(t, "netns", "exec", l.ns[n], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // Network namespace tests for converging on what the kernel holds: the
@@ -20,10 +22,10 @@ import (
 // link state read per namespace, and an interface deleted and recreated.
 
 // goInNS runs fn in a new goroutine on a thread switched into ns (never
-// unlocked, see inNS) and returns a channel with its result.
+// unlocked, see netnstest.InHandle) and returns a channel with its result.
 func goInNS(ns netns.NsHandle, fn func() error) <-chan error {
 	errc := make(chan error, 1)
-	go func() { errc <- inNS(ns, fn) }()
+	go func() { errc <- netnstest.InHandle(ns, fn) }()
 	return errc
 }
 
@@ -49,7 +51,7 @@ func linkIndex(t *testing.T, ns netns.NsHandle, name string) int {
 // kernel holds an IPv6 address once per interface): Announce says so, and
 // nothing removes the /64.
 func TestNetnsHostAddressSurvives(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	own4 := netip.MustParseAddr("192.0.2.11")
 	own6 := netip.MustParseAddr("2001:db8::1")
@@ -62,7 +64,7 @@ func TestNetnsHostAddressSurvives(t *testing.T) {
 	has := func(addr netip.Addr) bool {
 		t.Helper()
 		var held bool
-		if err := inNS(l.hA, func() (err error) {
+		if err := netnstest.InHandle(l.hA, func() (err error) {
 			held, err = HasAddress(l.ifA, addr)
 			return err
 		}); err != nil {
@@ -98,7 +100,7 @@ func TestNetnsHostAddressSurvives(t *testing.T) {
 	}
 
 	check("before Announce", false)
-	if err := inNS(l.hA, func() error { return a.Announce(ctx, own4) }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, own4) }); err != nil {
 		t.Fatalf("Announce(%s): %v", own4, err)
 	}
 	check("after Announce", true)
@@ -112,25 +114,25 @@ func TestNetnsHostAddressSurvives(t *testing.T) {
 	}
 	check("after a second Withdraw", false)
 
-	if err := inNS(l.hA, func() error { return a.Announce(ctx, own4) }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, own4) }); err != nil {
 		t.Fatalf("Announce(%s) again: %v", own4, err)
 	}
 	for i := range 2 { // the second call finds only the /24
-		if err := inNS(l.hA, func() error { return RemoveAddress(l.ifA, own4) }); err != nil {
+		if err := netnstest.InHandle(l.hA, func() error { return RemoveAddress(l.ifA, own4) }); err != nil {
 			t.Fatalf("RemoveAddress(%s) #%d: %v", own4, i+1, err)
 		}
 		check("after RemoveAddress", false)
 	}
 	ping("after RemoveAddress")
 
-	err := inNS(l.hA, func() error { return a.Announce(ctx, own6) })
+	err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, own6) })
 	if !errors.Is(err, errOtherPrefix) {
 		t.Fatalf("Announce(%s) with %s/64 on the interface = %v, want errOtherPrefix", own6, own6, err)
 	}
 	if err := a.Withdraw(ctx, own6); err != nil {
 		t.Fatalf("Withdraw(%s): %v", own6, err)
 	}
-	if err := inNS(l.hA, func() error { return RemoveAddress(l.ifA, own6) }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() error { return RemoveAddress(l.ifA, own6) }); err != nil {
 		t.Fatalf("RemoveAddress(%s): %v", own6, err)
 	}
 	if held := has(own6); held {
@@ -144,7 +146,7 @@ func TestNetnsHostAddressSurvives(t *testing.T) {
 // interface's index and name, and WatchAddrs returns nil once its context
 // ends.
 func TestNetnsWatchAddrs(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	index := linkIndex(t, l.hA, l.ifA)
 	a := newLabAnnouncer(t, l, Config{Quiet: true})
@@ -191,7 +193,7 @@ func TestNetnsWatchAddrs(t *testing.T) {
 			if err := a.Withdraw(ctx, vip); err != nil {
 				t.Fatalf("Withdraw(%s): %v", vip, err)
 			}
-			if err := inNS(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
+			if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
 				t.Fatalf("Announce(%s): %v", vip, err)
 			}
 			seen = await("Announce "+vip.String(), host, true, 500*time.Millisecond)
@@ -208,7 +210,7 @@ func TestNetnsWatchAddrs(t *testing.T) {
 		}
 	}
 
-	if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
 		t.Fatalf("Announce(%s): %v", labVIP4, err)
 	}
 	if !await("Announce again", hostPrefix(labVIP4), true, probeTimeout) {
@@ -227,11 +229,11 @@ func TestNetnsWatchAddrs(t *testing.T) {
 // show the namespace of its mount instead), and follows the administrative
 // state and the carrier.
 func TestNetnsLinkUp(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	up := func() bool {
 		var got bool
-		if err := inNS(l.hA, func() error { got = LinkUp(l.ifA); return nil }); err != nil {
+		if err := netnstest.InHandle(l.hA, func() error { got = LinkUp(l.ifA); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return got
@@ -252,7 +254,7 @@ func TestNetnsLinkUp(t *testing.T) {
 	if LinkUp(l.ifA) {
 		t.Fatalf("LinkUp(%s) outside namespace A = true; the interface exists only in A", l.ifA)
 	}
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		if LinkUp(l.ifB) || LinkUp("vt-l2-absent") {
 			return errors.New("an interface absent from A reads as up")
 		}
@@ -275,7 +277,7 @@ func TestNetnsLinkUp(t *testing.T) {
 // and neighbor advertisements from the new MAC; a new WatchConflicts hears
 // B's claims.
 func TestNetnsInterfaceRecreated(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	const count = 2
 	a := newLabAnnouncer(t, l, Config{GARPCount: count, GARPInterval: 50 * time.Millisecond})
@@ -285,7 +287,7 @@ func TestNetnsInterfaceRecreated(t *testing.T) {
 	announce := func(step string) {
 		t.Helper()
 		for _, vip := range vips {
-			if err := inNS(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
+			if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, vip) }); err != nil {
 				t.Fatalf("%s: Announce(%s): %v", step, vip, err)
 			}
 		}
@@ -311,7 +313,7 @@ func TestNetnsInterfaceRecreated(t *testing.T) {
 			t.Fatal("WatchConflicts still running 5s after its interface was deleted")
 		}
 	}
-	if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); !errors.Is(err, errNoLink) {
+	if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, labVIP4) }); !errors.Is(err, errNoLink) {
 		t.Fatalf("Announce with the interface gone = %v, want errNoLink", err)
 	}
 

@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // A VIP is never the source address of the owner's own connections, in L2
@@ -75,15 +77,8 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 	}
 	for _, n := range []string{"a", "b", "r", "c"} {
 		l.ns[n] = "vt-l2s-" + id + "-" + n
-		ipCmd(t, "netns", "add", l.ns[n])
-		t.Cleanup(func() { ipCmd(t, "netns", "del", l.ns[n]) })
-		h, err := netns.GetFromName(l.ns[n])
-		if err != nil {
-			t.Fatalf("open namespace %s: %v", l.ns[n], err)
-		}
-		t.Cleanup(func() { h.Close() })
-		l.h[n] = h
-		ipCmd(t, "-n", l.ns[n], "link", "set", "lo", "up")
+		netnstest.NewNS(t, l.ns[n])
+		l.h[n] = netnstest.Handle(t, l.ns[n])
 	}
 	a, b, r, c := l.ns["a"], l.ns["b"], l.ns["r"], l.ns["c"]
 	ipCmd(t, "-n", r, "link", "add", "br0", "type", "bridge")
@@ -148,7 +143,7 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 
 	cfg := Config{Interface: l.vipIface, Quiet: bgp, GARPCount: 1,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	if err := inNS(l.h["a"], func() (err error) { l.a, err = New(cfg); return err }); err != nil {
+	if err := netnstest.InHandle(l.h["a"], func() (err error) { l.a, err = New(cfg); return err }); err != nil {
 		t.Fatalf("New in A: %v", err)
 	}
 	t.Cleanup(func() {
@@ -157,7 +152,7 @@ func newSrcLab(t *testing.T, bgp bool) *srcLab {
 		}
 	})
 	for _, vip := range l.vips {
-		if err := inNS(l.h["a"], func() error { return l.a.Announce(context.Background(), vip) }); err != nil {
+		if err := netnstest.InHandle(l.h["a"], func() error { return l.a.Announce(context.Background(), vip) }); err != nil {
 			t.Fatalf("Announce %s: %v", vip, err)
 		}
 	}
@@ -218,7 +213,7 @@ func (l *srcLab) readdNode(t *testing.T) {
 func (l *srcLab) serve(t *testing.T, n string) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNS(l.h[n], func() (err error) {
+	if err := netnstest.InHandle(l.h[n], func() (err error) {
 		ln, err = net.Listen("tcp", fmt.Sprintf("[::]:%d", srcPort))
 		return err
 	}); err != nil {
@@ -250,7 +245,7 @@ func (l *srcLab) serve(t *testing.T, n string) {
 // dial connects from namespace n to dst's server (bounded: 5 tries of 1s)
 // and returns the connection's local address and what the server answered.
 func (l *srcLab) dial(n string, dst netip.Addr) (local netip.Addr, peer, served string, err error) {
-	err = inNS(l.h[n], func() error {
+	err = netnstest.InHandle(l.h[n], func() error {
 		var last error
 		for range 5 {
 			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(dst, srcPort).String(), time.Second)
@@ -341,7 +336,7 @@ func (l *srcLab) checkIncoming(t *testing.T) {
 }
 
 func TestNetnsVIPNeverSource(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	for _, mode := range []struct {
 		name string
 		bgp  bool
@@ -374,7 +369,7 @@ func TestNetnsVIPNeverSource(t *testing.T) {
 // vipd's attributes again. The owner still answers ARP for an IPv4 VIP
 // inside the node's prefix with arp_ignore 0, 1 and 2.
 func TestNetnsVIPAttributes(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newSrcLab(t, false)
 	ctx := context.Background()
 	attrs := func(vip netip.Addr) (netlink.Addr, bool) {
@@ -419,7 +414,7 @@ func TestNetnsVIPAttributes(t *testing.T) {
 		if ok, err := l.a.Verify(ctx, vip); err != nil || ok {
 			t.Errorf("Verify(%s) re-added as a plain address = %v, %v; want false", vip, ok, err)
 		}
-		if err := inNS(l.h["a"], func() error { return l.a.Announce(ctx, vip) }); err != nil {
+		if err := netnstest.InHandle(l.h["a"], func() error { return l.a.Announce(ctx, vip) }); err != nil {
 			t.Fatalf("Announce(%s) to repair: %v", vip, err)
 		}
 		if ok, err := l.a.Verify(ctx, vip); err != nil || !ok {
@@ -447,12 +442,12 @@ func TestNetnsVIPAttributes(t *testing.T) {
 // interface, IPv6 disabled on it, and a VIP outside its prefixes, each
 // named.
 func TestNetnsCheckHost(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	check := func(vip netip.Addr) []HostWarning {
 		t.Helper()
 		var ws []HostWarning
-		if err := inNS(l.hA, func() (err error) { ws, err = CheckHost(l.ifA, vip); return err }); err != nil {
+		if err := netnstest.InHandle(l.hA, func() (err error) { ws, err = CheckHost(l.ifA, vip); return err }); err != nil {
 			t.Fatalf("CheckHost(%s, %s): %v", l.ifA, vip, err)
 		}
 		return ws
@@ -481,14 +476,14 @@ func TestNetnsCheckHost(t *testing.T) {
 	ipCmd(t, "-n", l.nsA, "addr", "add", "198.51.100.1/24", "dev", "vt.100")
 	ipCmd(t, "netns", "exec", l.nsA, "sysctl", "-qw", "net/ipv4/conf/vt.100/arp_ignore=8")
 	var ws []HostWarning
-	if err := inNS(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil {
 		t.Fatalf("CheckHost(vt.100): %v", err)
 	}
 	if len(ws) != 1 || ws[0].Sysctl != "net/ipv4/conf/vt.100/arp_ignore" || !strings.Contains(ws[0].String(), "sysctl -w net/ipv4/conf/vt.100/arp_ignore=1") {
 		t.Fatalf("CheckHost(vt.100) with arp_ignore 8: %v, want one warning naming net/ipv4/conf/vt.100/arp_ignore", ws)
 	}
 	ipCmd(t, "netns", "exec", l.nsA, "sysctl", "-w", ws[0].Sysctl+"="+ws[0].Value)
-	if err := inNS(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil || len(ws) != 0 {
+	if err := netnstest.InHandle(l.hA, func() (err error) { ws, err = CheckHost("vt.100", netip.MustParseAddr("198.51.100.10")); return err }); err != nil || len(ws) != 0 {
 		t.Errorf("CheckHost(vt.100) after the fix it gave: %v, %v; want nothing", ws, err)
 	}
 	if _, err := CheckHost("vt-l2-absent", labVIP4); !errors.Is(err, errNoLink) {

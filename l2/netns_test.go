@@ -23,6 +23,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/ipv6"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // These tests run the real kernel path between two network namespaces, A
@@ -38,19 +40,6 @@ var (
 // probeTimeout bounds every wait on the network in these tests.
 const probeTimeout = 5 * time.Second
 
-func requireNetns(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VIPD_NETNS_TESTS") != "1" {
-		t.Skip("network namespace test: set VIPD_NETNS_TESTS=1 (and run as root) to enable")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("network namespace test: needs root to create namespaces and veth pairs")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("network namespace test: ip (iproute2) not found")
-	}
-}
-
 type lab struct {
 	nsA, nsB   string
 	hA, hB     netns.NsHandle
@@ -60,13 +49,10 @@ type lab struct {
 
 var labSeq atomic.Int32
 
+// ipCmd runs ip(8) with args and returns its output, failing t on error.
 func ipCmd(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return netnstest.MustRun(t, "ip", args...)
 }
 
 // newLab creates namespaces A and B joined by a veth pair, with 192.0.2.1/24
@@ -86,32 +72,10 @@ func newLab(t *testing.T) *lab {
 	if len(l.ifA) > 15 {
 		l.ifA, l.ifB = l.ifA[:15], l.ifB[:15]
 	}
-	for _, ns := range []string{l.nsA, l.nsB} {
-		ipCmd(t, "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
-			}
-		})
-	}
-	ipCmd(t, "-n", l.nsA, "link", "add", l.ifA, "type", "veth", "peer", "name", l.ifB, "netns", l.nsB)
-	ipCmd(t, "-n", l.nsA, "addr", "add", "192.0.2.1/24", "dev", l.ifA)
-	ipCmd(t, "-n", l.nsA, "addr", "add", "2001:db8::1/64", "dev", l.ifA, "nodad")
-	ipCmd(t, "-n", l.nsB, "addr", "add", "192.0.2.2/24", "dev", l.ifB)
-	ipCmd(t, "-n", l.nsB, "addr", "add", "2001:db8::2/64", "dev", l.ifB, "nodad")
-	for _, x := range []struct{ ns, dev string }{{l.nsA, "lo"}, {l.nsA, l.ifA}, {l.nsB, "lo"}, {l.nsB, l.ifB}} {
-		ipCmd(t, "-n", x.ns, "link", "set", x.dev, "up")
-	}
-
-	var err error
-	if l.hA, err = netns.GetFromName(l.nsA); err != nil {
-		t.Fatalf("open namespace %s: %v", l.nsA, err)
-	}
-	t.Cleanup(func() { l.hA.Close() })
-	if l.hB, err = netns.GetFromName(l.nsB); err != nil {
-		t.Fatalf("open namespace %s: %v", l.nsB, err)
-	}
-	t.Cleanup(func() { l.hB.Close() })
+	netnstest.NewNS(t, l.nsA)
+	netnstest.NewNS(t, l.nsB)
+	netnstest.Veth(t, l.nsA, l.ifA, []string{"192.0.2.1/24", "2001:db8::1/64"}, l.nsB, l.ifB, []string{"192.0.2.2/24", "2001:db8::2/64"})
+	l.hA, l.hB = netnstest.Handle(t, l.nsA), netnstest.Handle(t, l.nsB)
 	l.macA = waitLinkUp(t, l.hA, l.ifA)
 	l.macB = waitLinkUp(t, l.hB, l.ifB)
 	return l
@@ -139,29 +103,13 @@ func waitLinkUp(t *testing.T, ns netns.NsHandle, name string) net.HardwareAddr {
 	return nil
 }
 
-// inNS runs fn on a thread switched into ns and returns its error. Sockets
-// fn creates stay in ns. The thread is never unlocked, so it exits with the
-// goroutine instead of returning to the pool inside ns.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter namespace: %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // newLabAnnouncer creates an Announcer inside namespace A.
 func newLabAnnouncer(t *testing.T, l *lab, cfg Config) *Announcer {
 	t.Helper()
 	cfg.Interface = l.ifA
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var a *Announcer
-	if err := inNS(l.hA, func() (err error) {
+	if err := netnstest.InHandle(l.hA, func() (err error) {
 		a, err = New(cfg)
 		return err
 	}); err != nil {
@@ -182,7 +130,7 @@ func observers(t *testing.T, l *lab) (*arp.Client, *ndp.Conn) {
 		ac *arp.Client
 		nc *ndp.Conn
 	)
-	err := inNS(l.hB, func() error {
+	err := netnstest.InHandle(l.hB, func() error {
 		ifi, err := net.InterfaceByName(l.ifB)
 		if err != nil {
 			return err
@@ -228,14 +176,14 @@ func findLine(lines []string, substr string) (string, bool) {
 }
 
 func TestNetnsAnnounceAndWithdraw(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	arpB, ndpB := observers(t, l)
 	const count = 3
 	a := newLabAnnouncer(t, l, Config{GARPCount: count, GARPInterval: 50 * time.Millisecond})
 	ctx := context.Background()
 
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		if err := a.Announce(ctx, labVIP4); err != nil {
 			return err
 		}
@@ -281,7 +229,7 @@ func TestNetnsAnnounceAndWithdraw(t *testing.T) {
 	})
 
 	t.Run("announcing again keeps one address", func(t *testing.T) {
-		if err := inNS(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
+		if err := netnstest.InHandle(l.hA, func() error { return a.Announce(ctx, labVIP4) }); err != nil {
 			t.Fatalf("Announce again: %v", err)
 		}
 		n := 0
@@ -385,7 +333,7 @@ func expectNA(t *testing.T, ndpB *ndp.Conn, mac net.HardwareAddr, vip netip.Addr
 }
 
 func TestNetnsRemoveAddress(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	a := newLabAnnouncer(t, l, Config{Quiet: true})
 	ctx := context.Background()
@@ -394,7 +342,7 @@ func TestNetnsRemoveAddress(t *testing.T) {
 			t.Fatalf("Announce(%s): %v", vip, err)
 		}
 	}
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		for range 2 { // idempotent
 			for _, vip := range []netip.Addr{labVIP4, labVIP6} {
 				if err := RemoveAddress(l.ifA, vip); err != nil {
@@ -418,14 +366,14 @@ func TestNetnsRemoveAddress(t *testing.T) {
 }
 
 func TestNetnsWatchConflicts(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	a := newLabAnnouncer(t, l, Config{GARPCount: 2, GARPInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	// A owns both VIPs, as a node watching for duplicate owners would.
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		if err := a.Announce(ctx, labVIP4); err != nil {
 			return err
 		}
@@ -443,7 +391,7 @@ func TestNetnsWatchConflicts(t *testing.T) {
 	// and must be ignored. (Linux does not hand outgoing frames to an
 	// ETH_P_ARP packet socket, so the IPv4 own-MAC filter is covered by the
 	// unit tests only.)
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		if err := a.Announce(ctx, labVIP4); err != nil {
 			return err
 		}
@@ -488,7 +436,7 @@ func startConflictWatches(ctx context.Context, l *lab, a *Announcer, vips ...net
 	w := &conflictWatches{vips: vips, reports: make(chan conflictReport, 256), errs: make(chan error, len(vips))}
 	for _, vip := range vips {
 		go func() {
-			w.errs <- inNS(l.hA, func() error {
+			w.errs <- netnstest.InHandle(l.hA, func() error {
 				return a.WatchConflicts(ctx, vip, func(mac net.HardwareAddr) {
 					select {
 					case w.reports <- conflictReport{vip, mac}:
@@ -565,7 +513,7 @@ func (w *conflictWatches) claimUntilReported(t *testing.T, l *lab, arpB *arp.Cli
 // TestNetnsWatchLinks: a link going down and up in the namespace is
 // reported by name, and WatchLinks returns nil once its context ends.
 func TestNetnsWatchLinks(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	names := make(chan string, 64)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -646,7 +594,7 @@ func waitReturned(t *testing.T, errc <-chan error, what string) {
 // again keeps it. This is what removes a VIP left for a restart in place
 // when no process takes it over.
 func TestNetnsSetLifetime(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	a := newLabAnnouncer(t, l, Config{GARPCount: 1})
 	ctx := context.Background()
@@ -656,7 +604,7 @@ func TestNetnsSetLifetime(t *testing.T) {
 	// the test's own namespace the interface index names another
 	// interface (a cold CI run: "sendto: network is down").
 	for _, v := range []netip.Addr{labVIP4, labVIP6, kept} {
-		if err := inNS(l.hA, func() error {
+		if err := netnstest.InHandle(l.hA, func() error {
 			if err := a.Announce(ctx, v); err != nil {
 				return err
 			}
@@ -672,7 +620,7 @@ func TestNetnsSetLifetime(t *testing.T) {
 	if line, ok := findLine(addrLines(t, l), labVIP6.String()+"/128"); !ok || !strings.Contains(line, "deprecated") {
 		t.Errorf("IPv6 VIP after SetLifetime(1s): %q, want it still deprecated (never the host's source)", line)
 	}
-	if err := inNS(l.hA, func() error { return a.SetLifetime(ctx, kept, 0) }); err != nil {
+	if err := netnstest.InHandle(l.hA, func() error { return a.SetLifetime(ctx, kept, 0) }); err != nil {
 		t.Fatal(err)
 	}
 	if line, ok := findLine(addrLines(t, l), kept.String()+"/32"); !ok || !strings.Contains(line, "valid_lft forever") {

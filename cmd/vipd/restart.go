@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -59,7 +60,7 @@ func (s *stopKinds) kind() agent.StopKind {
 		s.lg.Warn("cannot ask systemd what this stop is for: handing the VIPs off", "err", err)
 		return agent.StopHandoff
 	}
-	s.lg.Info("systemd job for this unit", "job", orNone(job))
+	s.lg.Info("systemd job for this unit", "job", cmp.Or(job, "none"))
 	k := stopKindOfJob(job)
 	if usr2 && k != agent.StopRestart {
 		s.lg.Warn("SIGUSR2 under systemd without a restart job: handing the VIPs off (systemd would not start the next vipd); restart in place with systemctl restart")
@@ -106,13 +107,6 @@ func systemdJob(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 // nextAdopts implements agent.Options.NextAdopts: the binary at this

@@ -85,3 +85,60 @@ func Match(pattern, path string) bool {
 	}
 	return path == pattern
 }
+
+// TreeChecker checks every package of a tree, with the packages its tests
+// build (go list -test -deps): a rule that must hold for the tests too, not
+// only for what ships.
+type TreeChecker struct {
+	// Pkgs is the pattern of packages to check, as go list takes it
+	// ("github.com/vipd/vipd/...").
+	Pkgs string
+	// Exempt are patterns of packages (and their tests) the rules do not
+	// apply to.
+	Exempt []string
+	// BadDeps maps patterns of packages no checked package, nor its tests,
+	// may link, directly or through others, to the reason.
+	BadDeps map[string]string
+}
+
+// Check runs go list and reports every package, or test of one, that links
+// what a rule forbids. It skips the test when the go tool is not in PATH.
+func (c TreeChecker) Check(t *testing.T) {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not in PATH: cannot list dependencies")
+	}
+	args := []string{"list", "-e", "-test", "-f", `{{.ImportPath}}|{{join .Deps " "}}`, c.Pkgs}
+	out, err := exec.Command(goTool, args...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	checked := 0
+	for _, line := range lines {
+		pkg, deps, _ := strings.Cut(line, "|")
+		// A test variant is "p [p.test]" (or "p_test [p.test]"), the test
+		// binary "p.test": all are p's for the rules.
+		base, _, _ := strings.Cut(pkg, " ")
+		base = strings.TrimSuffix(strings.TrimSuffix(base, ".test"), "_test")
+		if slices.ContainsFunc(c.Exempt, func(p string) bool { return Match(p, base) }) {
+			continue
+		}
+		checked++
+		for d := range strings.FieldsSeq(deps) {
+			for p, why := range c.BadDeps {
+				if Match(p, d) {
+					t.Errorf("%s links %s: %s", pkg, d, why)
+				}
+			}
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("go list -test %s checked %d packages: the check would show nothing", c.Pkgs, checked)
+	}
+}

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vipd/vipd/internal/netnstest/routers"
 	"github.com/vipd/vipd/lab/netlab"
-	"github.com/vipd/vipd/lab/routers"
 )
 
 // The BGP lab: BIRD runs in the client namespace (192.0.2.100), peers

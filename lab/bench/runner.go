@@ -11,10 +11,10 @@ import (
 	"testing"
 )
 
-// T runs lab code written for tests (lab/netlab, lab/routers take a
-// testing.TB) outside `go test`: Fatal ends the calling goroutine like it
-// does in a test, Cleanup functions run when Do returns, and log lines go
-// to a writer.
+// T runs lab code written for tests (lab/netlab and
+// internal/netnstest/routers take a testing.TB) outside `go test`: Fatal
+// ends the calling goroutine like it does in a test, Cleanup functions run
+// when Do returns, and log lines go to a writer.
 //
 // T embeds a nil testing.TB only to satisfy the interface's unexported
 // method; every method the lab packages call is implemented here, and any

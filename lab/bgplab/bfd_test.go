@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // frrBFDDConf is bfdd's profile for the nodes: 100ms x 3 like theirs.
@@ -56,7 +57,7 @@ type bfdRouter struct {
 }
 
 func TestFRRBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh", "nft")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/bfdd", "/usr/lib/frr/zebra", "vtysh", "nft")
 	if !strings.Contains(frrBFDConf, "bfd profile vipd") || !strings.Contains(frrBFDConf, "maximum-paths 1") {
 		t.Fatalf("frrBFDConf did not get its BFD lines:\n%s", frrBFDConf)
 	}
@@ -120,7 +121,7 @@ func TestFRRBFD(t *testing.T) {
 }
 
 func TestBIRDBFD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc", "nft")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc", "nft")
 	if !strings.Contains(birdBFDConf, "bfd yes") || strings.Contains(birdBFDConf, "merge paths") {
 		t.Fatalf("birdBFDConf did not get its BFD lines:\n%s", birdBFDConf)
 	}
@@ -201,7 +202,7 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	bfdUp := func(what string, ns ...*node) {
 		t.Helper()
 		for _, n := range ns {
-			routers.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": router's bfd with "+n.name+" up", func() (bool, string) {
+			netnstest.Eventually(t, 30*time.Second, 100*time.Millisecond, what+": router's bfd with "+n.name+" up", func() (bool, string) {
 				return r.up(n)
 			})
 		}
@@ -228,7 +229,7 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	const interval = 20 * time.Millisecond
 	pr := l.startProber(interval, 4000, 80*time.Second)
 	warm := time.Now()
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "client reaches the VIP through the router", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "client reaches the VIP through the router", func() (bool, string) {
 		total, failed, by, _ := countProbes(pr.snapshot(), warm, time.Now().Add(time.Hour))
 		return total >= 25 && failed == 0 && by[cur.name] == total, fmt.Sprintf("%d probes, %d failed, by %v", total, failed, by)
 	})
@@ -240,10 +241,10 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 		_, ok := v.pathVia(cur.ip)
 		return !ok && len(v.kernel) == 1 && v.kernel[0] != cur.ip, "want no path via " + cur.name
 	})
-	routers.Eventually(t, 2*time.Second, 50*time.Millisecond, "router reports a bfd failure with "+cur.name, func() (bool, string) {
+	netnstest.Eventually(t, 2*time.Second, 50*time.Millisecond, "router reports a bfd failure with "+cur.name, func() (bool, string) {
 		return r.failed(cur)
 	})
-	routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "client answered by another node", func() (bool, string) {
+	netnstest.Eventually(t, 5*time.Second, 50*time.Millisecond, "client answered by another node", func() (bool, string) {
 		rs := pr.snapshot()
 		last := rs[len(rs)-1]
 		return last.ok && last.server != cur.name && last.start.After(gone), fmt.Sprintf("last probe %+v", last)
@@ -313,7 +314,7 @@ func runBFDScenario(t *testing.T, l *lab, r bfdRouter) {
 	if err := cur.vipd.wait(30 * time.Second); err != nil {
 		t.Fatalf("vipd on %s after SIGTERM: %v", cur.name, err)
 	}
-	routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "router saw "+cur.name+"'s AdminDown", func() (bool, string) {
+	netnstest.Eventually(t, 5*time.Second, 50*time.Millisecond, "router saw "+cur.name+"'s AdminDown", func() (bool, string) {
 		return r.adminDown(cur)
 	})
 	t.Logf("%s after SIGTERM of %s: %s", l.router.kind, cur.name, r.lastReset(cur))

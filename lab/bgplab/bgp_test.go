@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // birdConf peers passively with the three nodes, merges equal BGP paths
@@ -74,14 +75,14 @@ exit
 `
 
 func TestBIRD(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc")
 	l := newLab(t, "b")
 	l.setRouter(birdRouter(routers.StartBIRD(t, l.routerNS, birdConf)))
 	runScenario(t, l)
 }
 
 func TestFRR(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	l := newLab(t, "f")
 	l.setRouter(frrRouter(routers.StartFRR(t, l.routerNS, frrConf)))
 	runScenario(t, l, step{"owner-fence", ownerFence})
@@ -311,7 +312,7 @@ func allMode(t *testing.T, l *lab) {
 	const interval = 20 * time.Millisecond
 	pr := l.startProber(interval, 3000, 60*time.Second)
 	warm := time.Now()
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "client reaches the VIP through the router", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "client reaches the VIP through the router", func() (bool, string) {
 		total, _, by, _ := countProbes(pr.snapshot(), warm, time.Now().Add(time.Hour))
 		return total >= 50 && by["n1"] > 0 && by["n2"] > 0 && by["n3"] > 0,
 			fmt.Sprintf("want 50 probes and answers from every node (ECMP), got %d: %v", total, by)

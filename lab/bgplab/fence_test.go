@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vipd/vipd/internal/netnstest"
 	"github.com/vipd/vipd/lab/netlab"
-	"github.com/vipd/vipd/lab/routers"
 )
 
 // The fence step's timing.
@@ -266,7 +266,7 @@ func ownerOf(st status) string {
 // and returns when they all did.
 func (l *lab) waitFormed(timeout time.Duration) time.Time {
 	l.t.Helper()
-	routers.Eventually(l.t, timeout, 50*time.Millisecond, "every vipd sees all members alive", func() (bool, string) {
+	netnstest.Eventually(l.t, timeout, 50*time.Millisecond, "every vipd sees all members alive", func() (bool, string) {
 		var seen []string
 		ok := true
 		for _, n := range l.nodes {
@@ -305,14 +305,14 @@ func (l *lab) dropMembership(n *node) {
 	}
 	l.t.Cleanup(func() {
 		// Gone already after undropMembership: the error says so.
-		_, _ = routers.Run("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", fenceTable)
+		_, _ = netnstest.Run("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", fenceTable)
 	})
 }
 
 // undropMembership deletes dropMembership's table.
 func (l *lab) undropMembership(n *node) {
 	l.t.Helper()
-	routers.MustRun(l.t, "ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", fenceTable)
+	netnstest.MustRun(l.t, "ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", fenceTable)
 }
 
 // routerSample is one read of the router's BGP table for the VIP: the next

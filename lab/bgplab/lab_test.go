@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // Lab addressing and numbers.
@@ -205,30 +206,30 @@ func newLab(t *testing.T, tag string) *lab {
 		t.Fatal(err)
 	}
 	l := &lab{t: t, bin: binaries(t), self: self, dir: t.TempDir()}
-	l.routerNS = routers.NewNS(t, routers.NSName("bgpl", tag+"r"))
-	l.clientNS = routers.NewNS(t, routers.NSName("bgpl", tag+"c"))
+	l.routerNS = netnstest.NewNS(t, netnstest.Name("bgpl", tag+"r"))
+	l.clientNS = netnstest.NewNS(t, netnstest.Name("bgpl", tag+"c"))
 	rns := l.routerNS
-	routers.MustRun(t, "ip", "netns", "exec", rns, "sysctl", "-q", "-w",
+	netnstest.MustRun(t, "ip", "netns", "exec", rns, "sysctl", "-q", "-w",
 		"net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1")
-	routers.MustRun(t, "ip", "-n", rns, "link", "add", "br0", "type", "bridge")
-	routers.MustRun(t, "ip", "-n", rns, "addr", "add", routerIP.String()+"/24", "dev", "br0")
-	routers.MustRun(t, "ip", "-n", rns, "link", "set", "br0", "up")
+	netnstest.MustRun(t, "ip", "-n", rns, "link", "add", "br0", "type", "bridge")
+	netnstest.MustRun(t, "ip", "-n", rns, "addr", "add", routerIP.String()+"/24", "dev", "br0")
+	netnstest.MustRun(t, "ip", "-n", rns, "link", "set", "br0", "up")
 	for i, name := range nodeNames {
-		n := &node{name: name, ns: routers.NewNS(t, routers.NSName("bgpl", tag+name)), ip: nodeIPs[i],
+		n := &node{name: name, ns: netnstest.NewNS(t, netnstest.Name("bgpl", tag+name)), ip: nodeIPs[i],
 			dir: filepath.Join(l.dir, name)}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		port := "p-" + name
-		routers.MustRun(t, "ip", "-n", rns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
-		routers.MustRun(t, "ip", "-n", rns, "link", "set", port, "master", "br0", "up")
-		routers.MustRun(t, "ip", "-n", n.ns, "addr", "add", n.ip.String()+"/24", "dev", "eth0")
-		routers.MustRun(t, "ip", "-n", n.ns, "link", "set", "eth0", "up")
-		routers.MustRun(t, "ip", "-n", n.ns, "route", "add", "198.51.100.0/24", "via", routerIP.String())
+		netnstest.MustRun(t, "ip", "-n", rns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
+		netnstest.MustRun(t, "ip", "-n", rns, "link", "set", port, "master", "br0", "up")
+		netnstest.MustRun(t, "ip", "-n", n.ns, "addr", "add", n.ip.String()+"/24", "dev", "eth0")
+		netnstest.MustRun(t, "ip", "-n", n.ns, "link", "set", "eth0", "up")
+		netnstest.MustRun(t, "ip", "-n", n.ns, "route", "add", "198.51.100.0/24", "via", routerIP.String())
 		l.nodes = append(l.nodes, n)
 	}
-	routers.Veth(t, rns, "eth-c", []string{clientGW.String() + "/24"}, l.clientNS, "eth0", []string{clientIP.String() + "/24"})
-	routers.MustRun(t, "ip", "-n", l.clientNS, "route", "add", "203.0.113.0/24", "via", clientGW.String())
+	netnstest.Veth(t, rns, "eth-c", []string{clientGW.String() + "/24"}, l.clientNS, "eth0", []string{clientIP.String() + "/24"})
+	netnstest.MustRun(t, "ip", "-n", l.clientNS, "route", "add", "203.0.113.0/24", "via", clientGW.String())
 	return l
 }
 
@@ -245,7 +246,7 @@ func (l *lab) setRouter(r router) {
 			l.t.Logf("==== vipd log of %s ====\n%s", n.name, b)
 		}
 		l.t.Logf("==== %s state ====\n%s", r.kind, r.dump())
-		out, _ := routers.Run("ip", "-n", l.routerNS, "route", "show")
+		out, _ := netnstest.Run("ip", "-n", l.routerNS, "route", "show")
 		l.t.Logf("==== router kernel routes ====\n%s", out)
 	})
 }
@@ -334,15 +335,15 @@ func (l *lab) bfdKeys() string {
 func (l *lab) cut(n *node) {
 	l.t.Helper()
 	port := "p-" + n.name
-	routers.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", port, "nomaster")
-	routers.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft",
+	netnstest.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", port, "nomaster")
+	netnstest.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft",
 		fmt.Sprintf("add table netdev vt_cut_%s { chain in { type filter hook ingress device %q priority 0; policy drop; }; }", n.name, port))
 }
 
 func (l *lab) uncut(n *node) {
 	l.t.Helper()
-	routers.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft", "delete", "table", "netdev", "vt_cut_"+n.name)
-	routers.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", "p-"+n.name, "master", "br0", "up")
+	netnstest.MustRun(l.t, "ip", "netns", "exec", l.routerNS, "nft", "delete", "table", "netdev", "vt_cut_"+n.name)
+	netnstest.MustRun(l.t, "ip", "-n", l.routerNS, "link", "set", "p-"+n.name, "master", "br0", "up")
 }
 
 // startVipd writes n's configuration and starts vipd, waiting (bounded)
@@ -356,7 +357,7 @@ func (l *lab) startVipd(n *node, announce string) {
 	}
 	n.vipd = startProc(t, n.ns, "vipd "+n.name, filepath.Join(n.dir, "vipd.log"), nil, nil,
 		filepath.Join(l.bin, "vipd"), "--config", path)
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API on "+n.name, func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API on "+n.name, func() (bool, string) {
 		if !n.vipd.running() {
 			t.Fatalf("vipd on %s exited: %v", n.name, n.vipd.err)
 		}
@@ -372,7 +373,7 @@ func (l *lab) startHTTP(n *node) {
 	t.Helper()
 	p := startProc(t, n.ns, "httpd "+n.name, filepath.Join(n.dir, "httpd.log"), nil,
 		[]string{roleEnv + "=" + roleHTTPD, "BGPLAB_NAME=" + n.name, fmt.Sprintf("BGPLAB_LISTEN=:%d", httpPort)}, l.self)
-	routers.Eventually(t, 5*time.Second, 50*time.Millisecond, "httpd on "+n.name, func() (bool, string) {
+	netnstest.Eventually(t, 5*time.Second, 50*time.Millisecond, "httpd on "+n.name, func() (bool, string) {
 		if !p.running() {
 			t.Fatalf("httpd on %s exited: %v", n.name, p.err)
 		}
@@ -524,7 +525,7 @@ func (l *lab) waitView(timeout time.Duration, what string, cond func(view) (bool
 	l.t.Helper()
 	var got view
 	var at time.Time
-	routers.Eventually(l.t, timeout, 50*time.Millisecond, what, func() (bool, string) {
+	netnstest.Eventually(l.t, timeout, 50*time.Millisecond, what, func() (bool, string) {
 		v, err := l.view()
 		if err != nil {
 			return false, err.Error()
@@ -577,10 +578,10 @@ func ecmpOver(ns ...*node) func(view) (bool, string) {
 func (l *lab) waitEstablished(ns ...*node) {
 	l.t.Helper()
 	for _, n := range ns {
-		routers.Eventually(l.t, 20*time.Second, 100*time.Millisecond, l.router.kind+" session with "+n.name, func() (bool, string) {
+		netnstest.Eventually(l.t, 20*time.Second, 100*time.Millisecond, l.router.kind+" session with "+n.name, func() (bool, string) {
 			return l.router.established(n)
 		})
-		routers.Eventually(l.t, 10*time.Second, 100*time.Millisecond, "bgp_peers in status of "+n.name, func() (bool, string) {
+		netnstest.Eventually(l.t, 10*time.Second, 100*time.Millisecond, "bgp_peers in status of "+n.name, func() (bool, string) {
 			st, err := l.status(n)
 			if err != nil {
 				return false, err.Error()

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // The policy lab: one vipd node peers with two routers of different AS on
@@ -188,37 +189,37 @@ func frrTable(f *routers.FRR, afi string) (map[string][]string, error) {
 // prefixes), GoBGP keeps them down (no reconnect loop), and B is
 // unaffected.
 func TestPolicy(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc", "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc", "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := &lab{t: t, bin: binaries(t), self: self, dir: t.TempDir()}
-	a := routers.NewNS(t, routers.NSName("bgpl", "pa"))
-	bns := routers.NewNS(t, routers.NSName("bgpl", "pb"))
-	n := &node{name: "n1", ns: routers.NewNS(t, routers.NSName("bgpl", "pn")), ip: polNode4, dir: filepath.Join(l.dir, "n1")}
+	a := netnstest.NewNS(t, netnstest.Name("bgpl", "pa"))
+	bns := netnstest.NewNS(t, netnstest.Name("bgpl", "pb"))
+	n := &node{name: "n1", ns: netnstest.NewNS(t, netnstest.Name("bgpl", "pn")), ip: polNode4, dir: filepath.Join(l.dir, "n1")}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	l.nodes = []*node{n}
-	routers.MustRun(t, "ip", "-n", a, "link", "add", "br0", "type", "bridge")
-	routers.MustRun(t, "ip", "-n", a, "addr", "add", polA4.String()+"/24", "dev", "br0")
-	routers.MustRun(t, "ip", "-n", a, "addr", "add", polA6.String()+"/64", "dev", "br0", "nodad")
-	routers.MustRun(t, "ip", "-n", a, "link", "set", "br0", "up")
+	netnstest.MustRun(t, "ip", "-n", a, "link", "add", "br0", "type", "bridge")
+	netnstest.MustRun(t, "ip", "-n", a, "addr", "add", polA4.String()+"/24", "dev", "br0")
+	netnstest.MustRun(t, "ip", "-n", a, "addr", "add", polA6.String()+"/64", "dev", "br0", "nodad")
+	netnstest.MustRun(t, "ip", "-n", a, "link", "set", "br0", "up")
 	for _, h := range []struct {
 		ns, port string
 		addrs    []string
 	}{{n.ns, "p-n1", []string{polNode4.String() + "/24", polNode6.String() + "/64"}}, {bns, "p-b", []string{polB4.String() + "/24", polB6.String() + "/64"}}} {
-		routers.MustRun(t, "ip", "-n", a, "link", "add", h.port, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
-		routers.MustRun(t, "ip", "-n", a, "link", "set", h.port, "master", "br0", "up")
+		netnstest.MustRun(t, "ip", "-n", a, "link", "add", h.port, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
+		netnstest.MustRun(t, "ip", "-n", a, "link", "set", h.port, "master", "br0", "up")
 		for _, ad := range h.addrs {
 			args := []string{"-n", h.ns, "addr", "add", ad, "dev", "eth0"}
 			if strings.Contains(ad, ":") {
 				args = append(args, "nodad")
 			}
-			routers.MustRun(t, "ip", args...)
+			netnstest.MustRun(t, "ip", args...)
 		}
-		routers.MustRun(t, "ip", "-n", h.ns, "link", "set", "eth0", "up")
+		netnstest.MustRun(t, "ip", "-n", h.ns, "link", "set", "eth0", "up")
 	}
 	birdA := routers.StartBIRD(t, a, polBIRDConf())
 	frrB := routers.StartFRR(t, bns, polFRRConf)
@@ -235,7 +236,7 @@ func TestPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.vipd = startProc(t, n.ns, "vipd n1", filepath.Join(n.dir, "vipd.log"), nil, nil, filepath.Join(l.bin, "vipd"), "--config", path)
-		routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API", func() (bool, string) {
+		netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API", func() (bool, string) {
 			if !n.vipd.running() {
 				t.Fatalf("vipd exited: %v", n.vipd.err)
 			}
@@ -283,7 +284,7 @@ func TestPolicy(t *testing.T) {
 
 	// Phase 1: max_prefixes = 20000, above what A sends.
 	start("20000")
-	routers.Eventually(t, 60*time.Second, 200*time.Millisecond, "all four sessions established, A's table received", func() (bool, string) {
+	netnstest.Eventually(t, 60*time.Second, 200*time.Millisecond, "all four sessions established, A's table received", func() (bool, string) {
 		ps := peers()
 		for _, a := range []netip.Addr{polA4, polA6, polB4, polB6} {
 			if p := ps[a.String()]; p.State != "established" {
@@ -293,7 +294,7 @@ func TestPolicy(t *testing.T) {
 		return ps[polA6.String()].Received == polRoutes6+1 && ps[polA4.String()].Received == polRoutes4+1,
 			fmt.Sprintf("received from A: v6 %d v4 %d", ps[polA6.String()].Received, ps[polA4.String()].Received)
 	})
-	routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "router B has exactly the VIPs", onlyVIPs)
+	netnstest.Eventually(t, 20*time.Second, 200*time.Millisecond, "router B has exactly the VIPs", onlyVIPs)
 	rss := maxRSS(10 * time.Second)
 	t.Logf("max_prefixes 20000: sessions with A up, %d + %d routes received; vipd RSS %.1f MiB (max over 10s)",
 		polRoutes6+1, polRoutes4+1, float64(rss)/(1<<20))
@@ -315,7 +316,7 @@ func TestPolicy(t *testing.T) {
 	if _, err := l.vipctl(n, 20*time.Second, "withdraw", "--force"); err != nil {
 		t.Fatal(err)
 	}
-	routers.Eventually(t, 10*time.Second, 200*time.Millisecond, "router B has nothing after the withdraw", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 200*time.Millisecond, "router B has nothing after the withdraw", func() (bool, string) {
 		t4, err4 := frrTable(frrB, "ipv4")
 		t6, err6 := frrTable(frrB, "ipv6")
 		return err4 == nil && err6 == nil && len(t4) == 0 && len(t6) == 0, fmt.Sprintf("ipv4 %v ipv6 %v (%v %v)", t4, t6, err4, err6)
@@ -323,7 +324,7 @@ func TestPolicy(t *testing.T) {
 	if _, err := l.vipctl(n, 10*time.Second, "restore"); err != nil {
 		t.Fatal(err)
 	}
-	routers.Eventually(t, 20*time.Second, 200*time.Millisecond, "router B has the VIPs again", onlyVIPs)
+	netnstest.Eventually(t, 20*time.Second, 200*time.Millisecond, "router B has the VIPs again", onlyVIPs)
 
 	// Phase 2: the default limit (100): A's sessions are closed by it.
 	n.vipd.signal(t, syscall.SIGTERM)
@@ -331,7 +332,7 @@ func TestPolicy(t *testing.T) {
 		t.Fatalf("vipd after SIGTERM: %v", err)
 	}
 	start("")
-	routers.Eventually(t, 30*time.Second, 200*time.Millisecond, "vipd closes both sessions with A at the prefix limit", func() (bool, string) {
+	netnstest.Eventually(t, 30*time.Second, 200*time.Millisecond, "vipd closes both sessions with A at the prefix limit", func() (bool, string) {
 		v4, err4 := logged(n, "prefix limit reached", "Key=192.0.2.1 ")
 		v6, err6 := logged(n, "prefix limit reached", "Key=2001:db8:1::1 ")
 		if err4 != nil || err6 != nil {

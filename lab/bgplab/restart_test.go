@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // restartGrace is cluster.restart_grace in the lab (the default), and
@@ -25,14 +26,14 @@ const (
 // kernel, at every 50 ms sample, and the client probing through the router
 // loses nothing.
 func TestFRRRestartInPlace(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh")
 	l := newLab(t, "rf")
 	l.setRouter(frrRouter(routers.StartFRR(t, l.routerNS, frrConf)))
 	restartInPlace(t, l)
 }
 
 func TestBIRDRestartInPlace(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc")
 	l := newLab(t, "rb")
 	l.setRouter(birdRouter(routers.StartBIRD(t, l.routerNS, birdConf)))
 	restartInPlace(t, l)
@@ -74,7 +75,7 @@ func restartInPlace(t *testing.T, l *lab) {
 	}()
 	pr := l.startProber(20*time.Millisecond, 3000, time.Minute)
 	warm := time.Now()
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "client answered by the owner through the router", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "client answered by the owner through the router", func() (bool, string) {
 		_, _, by, _ := countProbes(pr.snapshot(), warm, time.Now().Add(time.Hour))
 		return by[owner.name] >= 10, fmt.Sprintf("answers %v", by)
 	})
@@ -87,7 +88,7 @@ func restartInPlace(t *testing.T, l *lab) {
 	exited := time.Now()
 	l.startVipd(owner, "owner")
 	l.waitEstablished(owner)
-	routers.Eventually(t, 10*time.Second, 100*time.Millisecond, "the new process holds the VIP", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the new process holds the VIP", func() (bool, string) {
 		st, err := l.status(owner)
 		if err != nil {
 			return false, err.Error()

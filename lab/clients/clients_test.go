@@ -19,8 +19,6 @@ import (
 )
 
 const (
-	// settle bounds convergence after start.
-	settle = 15 * time.Second
 	// resetWithin bounds the time from the fault to the client's reset:
 	// the lease takes the holder for gone within about 0.5 s, then the
 	// claim, the pokes and the client's answer.
@@ -32,22 +30,11 @@ const (
 	metricsPort = 9471
 )
 
-// lab starts three nodes serving HTTP on :6443 and vipd with the given
-// [connections] table, and returns the lab, its VIP and the holder.
-func lab(t *testing.T, connections string) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	l.StartHTTPAll()
-	o := netlab.VipdOptions{Extra: connections}
-	for _, n := range l.Nodes {
-		l.StartVipdConfig(n, l.EditedVipdConfig(t, n, o, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort)))
-	}
-	vip := l.DefaultVIPs()[0]
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, holder
+// spec is a cluster of three nodes serving HTTP on :6443 and vipd with
+// the given [connections] table and /metrics on metricsPort.
+func spec(connections string) netlab.Spec {
+	return netlab.Spec{HTTP: true, Vipd: netlab.VipdOptions{Extra: connections},
+		Edits: []string{`(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort)}}
 }
 
 // idleClient opens a TCP connection from the client namespace to the VIP's
@@ -107,7 +94,7 @@ func readResult(c net.Conn, deadline time.Time) error {
 func TestIdleClientResetWhenHolderLost(t *testing.T) {
 	for _, fault := range []string{"link down", "vipd killed, server hung"} {
 		t.Run(fault, func(t *testing.T) {
-			l, vip, holder := lab(t, "[connections]\nports = [6443]\n")
+			l, vip, holder := netlab.StartCluster(t, spec("[connections]\nports = [6443]\n"))
 			c := idleClient(t, l, vip)
 			waitKnown(t, l, holder)
 
@@ -135,7 +122,7 @@ func TestIdleClientResetWhenHolderLost(t *testing.T) {
 			}
 			t.Logf("client reset %v after the %s", time.Since(start).Round(time.Millisecond), fault)
 
-			next, err := l.WaitMoved(vip, holder.Name, settle, l.Others(holder)...)
+			next, err := l.WaitMoved(vip, holder.Name, l.Settle, l.Others(holder)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,11 +150,11 @@ func TestIdleClientResetWhenHolderLost(t *testing.T) {
 // TestIdleClientSilentWithoutReset is the control: with reset = false the
 // client's connection to the lost holder stays silent.
 func TestIdleClientSilentWithoutReset(t *testing.T) {
-	l, vip, holder := lab(t, "[connections]\nreset = false\n")
+	l, vip, holder := netlab.StartCluster(t, spec("[connections]\nreset = false\n"))
 	c := idleClient(t, l, vip)
 	start := time.Now()
 	l.LinkDown(holder)
-	if _, err := l.WaitMoved(vip, holder.Name, settle, l.Others(holder)...); err != nil {
+	if _, err := l.WaitMoved(vip, holder.Name, l.Settle, l.Others(holder)...); err != nil {
 		t.Fatal(err)
 	}
 	err := readResult(c, start.Add(silentFor))

@@ -97,16 +97,16 @@ func TestBindAddressAddedLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range rest {
-		l.StartVipd(n, opts)
+		l.StartVipd(n, netlab.VipdOptions{})
 	}
 	vip := l.DefaultVIPs()[0]
-	if _, err := l.WaitOneHolder(vip, settle, rest...); err != nil {
+	if _, err := l.WaitOneHolder(vip, l.Settle, rest...); err != nil {
 		t.Fatal(err)
 	}
 
 	notify := listenNotify(t, filepath.Join(x.Dir, "notify.sock"))
 	started := time.Now()
-	v, err := l.StartVipdNoWait(x, l.VipdConfig(x, opts), "NOTIFY_SOCKET="+filepath.Join(x.Dir, "notify.sock"))
+	v, err := l.StartVipdNoWait(x, l.VipdConfig(x, netlab.VipdOptions{}), "NOTIFY_SOCKET="+filepath.Join(x.Dir, "notify.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,17 +134,17 @@ func TestBindAddressAddedLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ready notification
-	if ok, _ := netlab.Eventually(settle, 20*time.Millisecond, func() (bool, string) {
+	if ok, _ := netlab.Eventually(l.Settle, 20*time.Millisecond, func() (bool, string) {
 		var ok bool
 		ready, ok = notify.first("READY=1")
 		return ok, ""
 	}); !ok {
-		t.Fatalf("%s: no READY=1 within %v of adding its address:\n%s", x.Name, settle, x.MustVipdLog(t))
+		t.Fatalf("%s: no READY=1 within %v of adding its address:\n%s", x.Name, l.Settle, x.MustVipdLog(t))
 	}
 	if _, ok := waitLog(t, x, 0, time.Second, "cluster.bind_address is configured now"); !ok {
 		t.Errorf("%s: no \"cluster.bind_address is configured now\" line", x.Name)
 	}
-	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(x, l.Nodes, l.Settle); err != nil {
 		t.Fatalf("%s after its address appeared: %v", x.Name, err)
 	}
 	alive := time.Since(added)
@@ -156,7 +156,7 @@ func TestBindAddressAddedLater(t *testing.T) {
 			t.Fatalf("vipctl withdraw on %s: %v %s", n.Name, err, out)
 		}
 	}
-	if h, err := l.WaitOneHolder(vip, settle); err != nil || h != x.Name {
+	if h, err := l.WaitOneHolder(vip, l.Settle); err != nil || h != x.Name {
 		t.Fatalf("with %s withdrawn: holder %q (%v), want %s", rest[0].Name+" and "+rest[1].Name, h, err, x.Name)
 	}
 	t.Logf("%s holds %s once the others withdrew", x.Name, vip.Address)

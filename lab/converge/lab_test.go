@@ -9,13 +9,6 @@ import (
 )
 
 const (
-	// rejoinInterval is cluster.rejoin_interval in every test config.
-	rejoinInterval = 5 * time.Second
-	// settle bounds convergence after start and after every event.
-	settle = 15 * time.Second
-	// stopTimeout bounds a SIGTERM shutdown (handoff_timeout is 10s by
-	// default).
-	stopTimeout = 20 * time.Second
 	// probeInterval is the client's probe interval and sampleEvery the
 	// holder sampling interval.
 	probeInterval = 20 * time.Millisecond
@@ -28,34 +21,8 @@ const (
 	metricsPort = 9470
 )
 
-var opts = netlab.VipdOptions{RejoinInterval: rejoinInterval.String()}
-
 // withMetrics is the config edit that serves /metrics on metricsPort.
 var withMetrics = []string{`(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort)}
-
-// cluster starts a 3-node lab with the client namespace, the HTTP server on
-// every node when http is set, and vipd with o and edits (see config) on
-// every node; it waits until every node sees every other alive and exactly
-// one holds the VIP, and returns the lab, the VIP and its holder.
-func cluster(t *testing.T, o netlab.VipdOptions, http bool, edits ...string) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	if http {
-		l.StartHTTPAll()
-	}
-	for _, n := range l.Nodes {
-		l.StartVipdConfig(n, l.EditedVipdConfig(t, n, o, edits...))
-	}
-	vip := l.DefaultVIPs()[0]
-	if len(o.VIPs) > 0 {
-		vip = o.VIPs[0]
-	}
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, holder
-}
 
 // ip runs ip(8) with args inside h's namespace.
 func ip(h *netlab.Host, args ...string) error {

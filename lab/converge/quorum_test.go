@@ -19,11 +19,11 @@ const cutWatch = 10 * time.Second
 // Sampled every 20 ms for 10 s after the cut, never two holders; after the
 // heal the VIP is held again by exactly one node.
 func TestPartitionAfterGracefulLeave(t *testing.T) {
-	l, vip, owner := cluster(t, opts, false)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{Vipd: netlab.VipdOptions{}})
 	gone := owner // the worst case: the VIP moves first
-	l.StopCleanly(t, gone, stopTimeout)
+	l.StopCleanly(t, gone, l.StopTimeout)
 	rest := l.Others(gone)
-	holder, err := l.WaitOneHolder(vip, settle, rest...)
+	holder, err := l.WaitOneHolder(vip, l.Settle, rest...)
 	if err != nil {
 		t.Fatalf("after %s left: %v", gone.Name, err)
 	}
@@ -80,7 +80,7 @@ func TestPartitionAfterGracefulLeave(t *testing.T) {
 
 	heal := time.Now()
 	l.Uncut(h)
-	next, err := l.WaitOneHolder(vip, rejoinInterval+10*time.Second, rest...)
+	next, err := l.WaitOneHolder(vip, netlab.RejoinInterval+10*time.Second, rest...)
 	if err != nil {
 		t.Fatalf("after the heal: %v", err)
 	}

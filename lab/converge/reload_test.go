@@ -27,10 +27,10 @@ const reloadWatch = 4 * time.Second
 // is logged at debug only after the second reload.
 func TestReloadKeepsOwner(t *testing.T) {
 	health := fmt.Sprintf("http://127.0.0.1:%d/readyz", netlab.HTTPPort)
-	o := opts
+	o := netlab.VipdOptions{}
 	o.LogLevel = "info"
 	o.VIPs = []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: health, HealthInterval: "1s"}}
-	l, vip, owner := cluster(t, o, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true, Vipd: o})
 	peer := l.Others(owner)[0]
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()

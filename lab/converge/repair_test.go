@@ -25,7 +25,7 @@ const maxRepairGap = time.Second
 //     (and then adds back only what it manages: not the VIP). Flushing only
 //     the /32 would be the ip addr del case again.
 func TestAddressRemovedBehindVipd(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true, withMetrics...)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true, Edits: withMetrics})
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 90 * time.Second})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, servedRun, time.Now(), 5*time.Second); err != nil {
@@ -140,7 +140,7 @@ const maxRecreateGap = 2 * time.Second
 // declare the owner dead and take the VIP over; when it is back, the old
 // owner must rejoin without taking the VIP back or holding it alongside.
 func TestInterfaceRecreated(t *testing.T) {
-	l, vip, _ := cluster(t, opts, true)
+	l, vip, _ := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 90 * time.Second})
 	defer pr.Stop()
 	rec := l.RecordHolders(vip.Address, sampleEvery, 80*time.Second)
@@ -154,7 +154,7 @@ func TestInterfaceRecreated(t *testing.T) {
 		{"deleted for 3s", 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			holder, err := l.WaitOneHolder(vip, settle)
+			holder, err := l.WaitOneHolder(vip, l.Settle)
 			if err != nil {
 				t.Fatalf("before: %v", err)
 			}
@@ -176,7 +176,7 @@ func TestInterfaceRecreated(t *testing.T) {
 			up := time.Now()
 			// Answered again: servedRun probes in a row by one node.
 			var by string
-			ok, _ := netlab.Eventually(settle, 20*time.Millisecond, func() (bool, string) {
+			ok, _ := netlab.Eventually(l.Settle, 20*time.Millisecond, func() (bool, string) {
 				w := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})
 				run, cur := 0, ""
 				for _, p := range w {
@@ -193,9 +193,9 @@ func TestInterfaceRecreated(t *testing.T) {
 				return run >= servedRun, ""
 			})
 			if !ok {
-				t.Fatalf("%s: the client was not answered %d times in a row within %v", tc.name, servedRun, settle)
+				t.Fatalf("%s: the client was not answered %d times in a row within %v", tc.name, servedRun, l.Settle)
 			}
-			final, err := l.WaitOneHolder(vip, settle)
+			final, err := l.WaitOneHolder(vip, l.Settle)
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -204,7 +204,7 @@ func TestInterfaceRecreated(t *testing.T) {
 			if h, err := l.OneHolder(vip); err != nil || h != final {
 				t.Errorf("%s: 2s after converging: holder %q (%v), want %s", tc.name, h, err, final)
 			}
-			if err := l.WaitAlive(x, l.Nodes, rejoinInterval+5*time.Second); err != nil {
+			if err := l.WaitAlive(x, l.Nodes, netlab.RejoinInterval+5*time.Second); err != nil {
 				t.Errorf("%s: %v", tc.name, err)
 			}
 			window := netlab.ProbesBetween(pr.Probes(), ev.Time, time.Time{})

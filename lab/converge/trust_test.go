@@ -87,7 +87,7 @@ func TestTrustBoundaries(t *testing.T) {
 }
 
 func trustBoundaries(t *testing.T, keyed bool) {
-	o := opts
+	o := netlab.VipdOptions{}
 	o.LogLevel = "info"
 	var edits []string
 	edits = append(edits, withMetrics...)
@@ -102,7 +102,7 @@ func trustBoundaries(t *testing.T, keyed bool) {
 		l.StartVipdConfig(n, strings.ReplaceAll(cfg, "KEYFILE", key))
 	}
 	vip := l.DefaultVIPs()[0]
-	owner, err := l.WaitSteady(vip, settle)
+	owner, err := l.WaitSteady(vip, l.Settle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,16 +214,16 @@ func trustBoundaries(t *testing.T, keyed bool) {
 
 	t.Run("owner restart keeps the VIP", func(t *testing.T) {
 		start := time.Now()
-		l.StopCleanly(t, owner, stopTimeout)
+		l.StopCleanly(t, owner, l.StopTimeout)
 		cfg, err := os.ReadFile(l.Vipd(owner).Config)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.StartVipdConfig(owner, string(cfg))
-		if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(owner, l.Nodes, l.Settle); err != nil {
 			t.Fatal(err)
 		}
-		holder, err := l.WaitOneHolder(vip, settle)
+		holder, err := l.WaitOneHolder(vip, l.Settle)
 		if err != nil {
 			t.Fatalf("after the restart of %s: %v", owner.Name, err)
 		}

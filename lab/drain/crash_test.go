@@ -16,7 +16,7 @@ import (
 // the address must be gone from that node, a peer must hold the VIP, and the
 // restarted vipd must converge to exactly one holder.
 func TestCrashCleanup(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	rest := l.Others(owner)
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()
@@ -43,7 +43,7 @@ func TestCrashCleanup(t *testing.T) {
 		t.Fatalf("after vipd cleanup %s still has %s (err %v)", owner.Name, vip.Address, err)
 	}
 	t.Logf("vipd cleanup on %s: address removed %v after the kill", owner.Name, time.Since(kill.Time).Round(time.Millisecond))
-	next, err := l.WaitMoved(vip, owner.Name, settle, rest...)
+	next, err := l.WaitMoved(vip, owner.Name, l.Settle, rest...)
 	if err != nil {
 		t.Fatalf("after the kill of %s: want one other holder: %v", owner.Name, err)
 	}
@@ -55,11 +55,11 @@ func TestCrashCleanup(t *testing.T) {
 		owner.Name, next, g.ToNewNode.Round(time.Millisecond), g.Outage.Round(time.Millisecond), g.LongestRun)
 
 	restart := pr.Mark("restart " + owner.Name)
-	l.StartVipd(owner, opts)
-	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
+	l.StartVipd(owner, netlab.VipdOptions{})
+	if err := l.WaitAlive(owner, l.Nodes, l.Settle); err != nil {
 		t.Fatalf("after the restart: %v", err)
 	}
-	holder, err := l.WaitOneHolder(vip, settle)
+	holder, err := l.WaitOneHolder(vip, l.Settle)
 	if err != nil {
 		t.Fatalf("after the restart: %v", err)
 	}
@@ -90,7 +90,7 @@ func TestCrashCleanup(t *testing.T) {
 // maxPlannedGap: the stopping node keeps the address until the successor
 // reports holding it.
 func TestSigtermHandoff(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
@@ -124,9 +124,9 @@ func TestSigtermHandoff(t *testing.T) {
 		t.Errorf("SIGTERM left a withdraw flag in %s", owner.StateDir())
 	}
 
-	l.StartVipd(owner, opts)
+	l.StartVipd(owner, netlab.VipdOptions{})
 	// Until it rejoins, the others remember it as leaving (withdrawn).
-	if err := l.WaitMember(owner, l.Nodes, settle, "alive and not withdrawn", func(m netlab.Member) bool {
+	if err := l.WaitMember(owner, l.Nodes, l.Settle, "alive and not withdrawn", func(m netlab.Member) bool {
 		return m.State == "alive" && !m.Withdrawn
 	}); err != nil {
 		t.Fatalf("after the restart: %v", err)
@@ -146,7 +146,7 @@ func TestSigtermHandoff(t *testing.T) {
 	if head, _, _ := strings.Cut(out, "\n"); strings.Contains(head, "WITHDRAWN") {
 		t.Errorf("vipctl status on %s after restart says WITHDRAWN:\n%s", owner.Name, out)
 	}
-	if h, err := l.WaitOneHolder(vip, settle); err != nil || h != next {
+	if h, err := l.WaitOneHolder(vip, l.Settle); err != nil || h != next {
 		t.Errorf("after the restart: holder %q (%v), want %s to keep it", h, err, next)
 	}
 }

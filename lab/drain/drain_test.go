@@ -18,7 +18,7 @@ import (
 // but a connection in flight at the moment the successor's gratuitous ARP
 // repoints the client is reset (see maxPlannedGap). Most runs lose no probe.
 func TestPlannedDrain(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 90 * time.Second})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {

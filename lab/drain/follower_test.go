@@ -14,7 +14,7 @@ import (
 // holder is dead. Nothing may move: from the cut to 3 s after the heal,
 // every 20 ms sample sees the holder alone, and the client loses no probe.
 func TestFollowerPartitionAndHeal(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	rest := l.Others(owner)
 	// Cut the lowest ranked node: the third one, ranked right after the
 	// holder, is the one that would elect itself if it took the holder

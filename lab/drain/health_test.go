@@ -22,7 +22,7 @@ const (
 // loopback) every 200 ms with fall 3, rise 2.
 func healthOpts(t *testing.T) netlab.VipdOptions {
 	t.Helper()
-	o := opts
+	o := netlab.VipdOptions{}
 	o.VIPs = []netlab.VIP{{
 		Name:           "apiserver",
 		Address:        netlab.VIP4,
@@ -51,7 +51,7 @@ func checkHealthConfig(t *testing.T, l *netlab.Lab, o netlab.VipdOptions) {
 // within fall x interval + 1 s of the stop.
 func TestHealthFailureMovesVIP(t *testing.T) {
 	o := healthOpts(t)
-	l, vip, owner := cluster(t, o, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true, Vipd: o})
 	checkHealthConfig(t, l, o)
 	for _, n := range l.Nodes {
 		if err := l.WaitMember(n, l.Nodes, 5*time.Second, "healthy", func(m netlab.Member) bool { return m.Healthy }); err != nil {
@@ -73,7 +73,7 @@ func TestHealthFailureMovesVIP(t *testing.T) {
 	stopped := time.Now()
 	t.Logf("httpd on %s stopped in %v", owner.Name, stopped.Sub(ev.Time).Round(time.Millisecond))
 
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, err := l.WaitMoved(vip, owner.Name, l.Settle)
 	if err != nil {
 		rec.Stop()
 		t.Fatalf("after the health failure on %s: want the VIP on one other node: %v", owner.Name, err)
@@ -118,7 +118,7 @@ func TestHealthFailureMovesVIP(t *testing.T) {
 // fallback must still give the VIP to exactly one node, at every sample.
 func TestBootstrapAllUnhealthy(t *testing.T) {
 	o := healthOpts(t)
-	l, vip, holder := cluster(t, o, false)
+	l, vip, holder := netlab.StartCluster(t, netlab.Spec{Vipd: o})
 	checkHealthConfig(t, l, o)
 	rec := l.RecordHolders(vip.Address, sampleInterval, 10*time.Second)
 	time.Sleep(3 * time.Second)

@@ -12,10 +12,6 @@ import (
 )
 
 const (
-	// rejoinInterval is cluster.rejoin_interval in every test config.
-	rejoinInterval = 5 * time.Second
-	// settle bounds convergence after start and after every event.
-	settle = 15 * time.Second
 	// probeInterval is the client's probe interval.
 	probeInterval = 20 * time.Millisecond
 	// sampleInterval is how often holders are sampled.
@@ -27,30 +23,6 @@ const (
 	exitOK      = 0
 	exitRefused = 3
 )
-
-var opts = netlab.VipdOptions{RejoinInterval: rejoinInterval.String()}
-
-// cluster starts a 3-node lab, the HTTP server on every node when http is
-// set, and vipd with o; it waits until every node sees every other alive
-// and exactly one holds the VIP, and returns the lab, the VIP and its
-// holder.
-func cluster(t *testing.T, o netlab.VipdOptions, http bool) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	if http {
-		l.StartHTTPAll()
-	}
-	l.StartVipds(o)
-	vip := l.DefaultVIPs()[0]
-	if len(o.VIPs) > 0 {
-		vip = o.VIPs[0]
-	}
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, holder
-}
 
 // exitCode returns the exit status of a command run by netlab.Run: 0 for
 // no error, -1 when it did not run or died of a signal.
@@ -163,7 +135,7 @@ func waitNoQuorum(t *testing.T, l *netlab.Lab, h *netlab.Host, timeout time.Dura
 // alive, within rejoin_interval + 5 s of heal in all.
 func waitHealed(t *testing.T, l *netlab.Lab, healed, other *netlab.Host, heal time.Time) {
 	t.Helper()
-	bound := rejoinInterval + 5*time.Second
+	bound := netlab.RejoinInterval + 5*time.Second
 	if err := l.WaitAlive(healed, l.Nodes, bound); err != nil {
 		t.Fatalf("after the heal: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 // holder within rejoin_interval + 5 s and never two at any 20 ms sample from
 // the heal until 3 s after convergence.
 func TestPartitionAndHeal(t *testing.T) {
-	l, vip, owner := cluster(t, opts, true)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	rest := l.Others(owner)
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 60 * time.Second})
 	defer pr.Stop()
@@ -87,7 +87,7 @@ func TestPartitionAndHeal(t *testing.T) {
 	t.Run("heal: one holder, never two", func(t *testing.T) {
 		heal := pr.Mark("heal " + owner.Name)
 		l.Uncut(owner)
-		bound := rejoinInterval + 5*time.Second
+		bound := netlab.RejoinInterval + 5*time.Second
 		waitHealed(t, l, owner, rest[0], heal.Time)
 		rejoined := time.Since(heal.Time)
 		holder, err := l.WaitOneHolder(vip, bound-time.Since(heal.Time))

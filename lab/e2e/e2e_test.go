@@ -15,32 +15,10 @@ import (
 )
 
 const (
-	// rejoinInterval is cluster.rejoin_interval in every test config.
-	rejoinInterval = 5 * time.Second
-	// settle bounds convergence after start and after every event.
-	settle = 15 * time.Second
 	// maxWithdrawGap is the client-observed unreachability allowed on a
 	// planned withdraw.
 	maxWithdrawGap = time.Second
 )
-
-var opts = netlab.VipdOptions{RejoinInterval: rejoinInterval.String()}
-
-// cluster starts a 3-node lab with HTTP servers and vipd, waits until
-// every node sees every other alive and exactly one holds the VIP, and
-// returns the lab, the VIP and its holder.
-func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	l.StartHTTPAll()
-	l.StartVipds(opts)
-	vip := l.DefaultVIPs()[0]
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, holder
-}
 
 // checkNeigh waits until the client's neighbor entry for the VIP has the
 // holder's MAC.
@@ -58,7 +36,7 @@ func timeline(pr *netlab.Prober) string {
 }
 
 func TestSteadyStateOneHolder(t *testing.T) {
-	l, vip, holder := cluster(t)
+	l, vip, holder := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Duration: 30 * time.Second})
 	if err := pr.WaitServedBy(holder.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("client probing %s: %v", vip.Address, err)
@@ -82,12 +60,12 @@ func TestSteadyStateOneHolder(t *testing.T) {
 }
 
 func TestWithdrawMovesVIP(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Duration: 40 * time.Second})
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before withdraw: %v", err)
 	}
-	next, g, err := l.WithdrawAndFollow(pr, owner, vip, settle)
+	next, g, err := l.WithdrawAndFollow(pr, owner, vip, l.Settle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +87,7 @@ func TestWithdrawMovesVIP(t *testing.T) {
 }
 
 func TestOwnerLinkDownThenRejoin(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	pr := l.StartProber(netlab.ProbeOptions{Duration: 60 * time.Second})
 	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
 		t.Fatalf("before link down: %v", err)
@@ -121,12 +99,12 @@ func TestOwnerLinkDownThenRejoin(t *testing.T) {
 		l.LinkDown(owner)
 		// The cut-off owner must release (no quorum) and one of the others
 		// take over: OneHolder checks the addresses on every node.
-		name, err := l.WaitMoved(vip, owner.Name, settle, rest...)
+		name, err := l.WaitMoved(vip, owner.Name, l.Settle, rest...)
 		if err != nil {
 			t.Fatalf("after link down of %s: want the VIP on one of the others only: %v", owner.Name, err)
 		}
 		next = l.Node(name)
-		if err := pr.WaitServedBy(name, 25, ev.Time, settle); err != nil {
+		if err := pr.WaitServedBy(name, 25, ev.Time, l.Settle); err != nil {
 			t.Fatalf("after link down: %v", err)
 		}
 		g := pr.Gaps()[0]
@@ -141,12 +119,12 @@ func TestOwnerLinkDownThenRejoin(t *testing.T) {
 		watch := l.WatchHolders(vip, 20*time.Millisecond, 30*time.Second)
 		up := time.Now()
 		l.LinkUp(owner)
-		bound := rejoinInterval + 5*time.Second
+		bound := netlab.RejoinInterval + 5*time.Second
 		if err := l.WaitAlive(owner, l.Nodes, bound); err != nil {
 			t.Fatalf("after link up: %v", err)
 		}
 		t.Logf("%s alive on every other node %v after link up", owner.Name, time.Since(up).Round(time.Millisecond))
-		holder, err := l.WaitOneHolder(vip, settle)
+		holder, err := l.WaitOneHolder(vip, l.Settle)
 		if err != nil {
 			t.Fatalf("after rejoin: %v", err)
 		}
@@ -181,13 +159,13 @@ func TestOwnerLinkDownThenRejoin(t *testing.T) {
 }
 
 func TestWithdrawPersistsAcrossRestart(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, netlab.Spec{HTTP: true})
 	if out, err := l.Vipctl(owner, "withdraw", "--wait", "--timeout", "10s"); err != nil {
 		t.Fatalf("vipctl withdraw --wait on %s: %v", owner.Name, err)
 	} else {
 		t.Logf("vipctl withdraw --wait: %s", strings.TrimSpace(out))
 	}
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, err := l.WaitMoved(vip, owner.Name, l.Settle)
 	if err != nil {
 		t.Fatalf("after withdraw: want the VIP to leave %s: %v", owner.Name, err)
 	}
@@ -197,8 +175,8 @@ func TestWithdrawPersistsAcrossRestart(t *testing.T) {
 	if err := l.Vipd(owner).ExitErr(); err != nil {
 		t.Errorf("vipd on %s exit after SIGTERM: %v, want 0", owner.Name, err)
 	}
-	l.StartVipd(owner, opts)
-	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
+	l.StartVipd(owner, netlab.VipdOptions{})
+	if err := l.WaitAlive(owner, l.Nodes, l.Settle); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
 	st, err := l.Status(owner)

@@ -18,11 +18,11 @@ func TestIPv6VIP(t *testing.T) {
 	l := netlab.New(t, netlab.Options{IPv6: true})
 	l.StartHTTPAll()
 	vip := netlab.VIP{Name: "apiserver6", Address: netlab.VIP6}
-	l.StartVipds(netlab.VipdOptions{RejoinInterval: rejoinInterval.String(), VIPs: []netlab.VIP{vip}})
-	if err := l.WaitFormed(settle); err != nil {
+	l.StartVipds(netlab.VipdOptions{VIPs: []netlab.VIP{vip}})
+	if err := l.WaitFormed(l.Settle); err != nil {
 		t.Fatal(err)
 	}
-	holderName, err := l.WaitOneHolder(vip, settle)
+	holderName, err := l.WaitOneHolder(vip, l.Settle)
 	if err != nil {
 		t.Fatalf("steady state: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestIPv6VIP(t *testing.T) {
 	if out, err := l.Vipctl(owner, "withdraw", "--wait", "--timeout", "10s"); err != nil {
 		t.Fatalf("vipctl withdraw --wait on %s: %v: %s", owner.Name, err, out)
 	}
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, err := l.WaitMoved(vip, owner.Name, l.Settle)
 	if err != nil {
 		t.Fatalf("after withdraw: %v", err)
 	}
@@ -86,7 +86,7 @@ func TestIPv6VIP(t *testing.T) {
 	if err := pr.WaitServedBy(third, 25, ev2.Time, 10*time.Second); err != nil {
 		t.Fatalf("after killing %s: %v", next, err)
 	}
-	if h, err := l.WaitOneHolder(vip, settle, l.Node(owner.Name), l.Node(third)); err != nil || h != third {
+	if h, err := l.WaitOneHolder(vip, l.Settle, l.Node(owner.Name), l.Node(third)); err != nil || h != third {
 		t.Fatalf("after killing %s: holder %q, %v; want %s", next, h, err, third)
 	}
 	checkNeigh(t, l, vip, l.Node(third))

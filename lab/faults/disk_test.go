@@ -72,19 +72,19 @@ func TestFullStateDisk(t *testing.T) {
 	state := fullTmpfs(t, l, n)
 	// n starts alone, so it claims the VIP as a single-node cluster; the
 	// others join it later and, with preempt off, leave it there.
-	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
-	if h, err := l.WaitOneHolder(vip, settle, n); err != nil || h != n.Name {
+	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, netlab.VipdOptions{}, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
+	if h, err := l.WaitOneHolder(vip, l.Settle, n); err != nil || h != n.Name {
 		t.Fatalf("%s alone with a full state disk: holder %q, err %v; want it to hold %s", n.Name, h, err, vip.Address)
 	}
 	for _, o := range l.Nodes[1:] {
-		l.StartVipd(o, opts)
+		l.StartVipd(o, netlab.VipdOptions{})
 	}
 	for _, o := range l.Nodes {
-		if err := l.WaitAlive(o, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(o, l.Nodes, l.Settle); err != nil {
 			t.Fatalf("cluster with %s on a full disk: %v", n.Name, err)
 		}
 	}
-	if h, err := l.WaitOneHolder(vip, settle); err != nil || h != n.Name {
+	if h, err := l.WaitOneHolder(vip, l.Settle); err != nil || h != n.Name {
 		t.Fatalf("cluster formed: holder %q, err %v; want %s to keep %s", h, err, n.Name, vip.Address)
 	}
 	var lines []string
@@ -135,7 +135,7 @@ func checkUnsavedWithdraw(t *testing.T, l *netlab.Lab, vip netlab.VIP, n *netlab
 	if !strings.Contains(out, "vipd restarts") {
 		t.Errorf("withdraw --no-persist said %q; want it to say the withdraw lasts until vipd restarts", out)
 	}
-	next, err := l.WaitMoved(vip, n.Name, settle)
+	next, err := l.WaitMoved(vip, n.Name, l.Settle)
 	if err != nil {
 		t.Fatalf("withdraw --no-persist: want the VIP to leave %s: %v", n.Name, err)
 	}
@@ -188,19 +188,19 @@ func TestReadOnlyStateDir(t *testing.T) {
 	if out, err := netlab.Run("mount", "-o", "remount,ro", mnt); err != nil {
 		t.Fatalf("remount read-only: %v %s", err, out)
 	}
-	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
-	if h, err := l.WaitOneHolder(vip, settle, n); err != nil || h != n.Name {
+	l.StartVipdConfig(n, l.EditedVipdConfig(t, n, netlab.VipdOptions{}, `(?m)^state_dir = .*$`, fmt.Sprintf("state_dir = %q", state)))
+	if h, err := l.WaitOneHolder(vip, l.Settle, n); err != nil || h != n.Name {
 		t.Fatalf("%s alone with a read-only state_dir: holder %q, err %v", n.Name, h, err)
 	}
 	for _, o := range l.Nodes[1:] {
-		l.StartVipd(o, opts)
+		l.StartVipd(o, netlab.VipdOptions{})
 	}
 	for _, o := range l.Nodes {
-		if err := l.WaitAlive(o, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(o, l.Nodes, l.Settle); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if h, err := l.WaitOneHolder(vip, settle); err != nil || h != n.Name {
+	if h, err := l.WaitOneHolder(vip, l.Settle); err != nil || h != n.Name {
 		t.Fatalf("cluster formed: holder %q, err %v; want %s", h, err, n.Name)
 	}
 	checkUnsavedWithdraw(t, l, vip, n)

@@ -3,6 +3,8 @@ package faults
 import (
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/lab/netlab"
 )
 
 // maxFlapOverlap bounds the cumulative time two nodes may hold the VIP at
@@ -16,7 +18,7 @@ const maxFlapOverlap = time.Second
 // would be a split brain; every sample that saw one is reported, and the
 // VIP must end up on exactly one node.
 func TestFlappingOwnerLink(t *testing.T) {
-	l, vip, owner := cluster(t, nil)
+	l, vip, owner := netlab.StartCluster(t, spec(nil))
 	s := startSampler(t, l, vip, 60*time.Second)
 	start := time.Now()
 	var down []window
@@ -50,7 +52,7 @@ func TestFlappingOwnerLink(t *testing.T) {
 			vip.Address, st.multi, st.multiTime.Round(time.Millisecond), st.longestMulti.Round(time.Millisecond), owner.Name)
 		// What the nodes did around the longest stretch.
 		for _, n := range l.Nodes {
-			for _, line := range logBetween(t, n, st.longestFrom.Add(-3*time.Second), st.longestTo.Add(500*time.Millisecond),
+			for _, line := range n.VipdLogBetween(t, st.longestFrom.Add(-3*time.Second), st.longestTo.Add(500*time.Millisecond),
 				"holding VIP", "released VIP", "quorum", "ownership change", "duplicate", "re-announc", "member state") {
 				t.Logf("%s: %s", n.Name, line)
 			}
@@ -62,11 +64,11 @@ func TestFlappingOwnerLink(t *testing.T) {
 				vip.Address, st.multiTime, maxFlapOverlap, st)
 		}
 	}
-	holder, err := l.WaitOneHolder(vip, settle)
+	holder, err := l.WaitOneHolder(vip, l.Settle)
 	if err != nil {
 		t.Fatalf("after the flaps: want exactly one holder: %v", err)
 	}
-	if err := l.WaitAlive(owner, l.Nodes, rejoinInterval+settle); err != nil {
+	if err := l.WaitAlive(owner, l.Nodes, netlab.RejoinInterval+l.Settle); err != nil {
 		t.Errorf("after the flaps: %v", err)
 	}
 	if h, err := l.OneHolder(vip); err != nil || h != holder {

@@ -14,10 +14,10 @@ import (
 // is enough) must keep exactly one holder at every sample outside the
 // restart handoffs; the samples inside them are reported.
 func TestApiserverDownWhileMembershipChurns(t *testing.T) {
-	o := opts
+	o := netlab.VipdOptions{}
 	o.VIPs = []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4,
 		HealthURL: "http://127.0.0.1:1/readyz", HealthInterval: "250ms"}}
-	l, vip, holder := cluster(t, func(l *netlab.Lab, h *netlab.Host) string { return l.VipdConfig(h, o) })
+	l, vip, holder := netlab.StartCluster(t, spec(func(l *netlab.Lab, h *netlab.Host) string { return l.VipdConfig(h, o) }))
 	for _, n := range l.Nodes {
 		st, err := l.Status(n)
 		if err != nil {
@@ -37,7 +37,7 @@ func TestApiserverDownWhileMembershipChurns(t *testing.T) {
 		time.Sleep(2 * time.Second) // a steady stretch between restarts
 		before, _ := l.OneHolder(vip)
 		t0 := time.Now()
-		l.StopCleanly(t, n, stopTimeout)
+		l.StopCleanly(t, n, l.StopTimeout)
 		h1, err := l.WaitOneHolder(vip, maxRestartConverge, l.Others(n)...)
 		afterStop := time.Since(t0)
 		if err != nil {
@@ -45,7 +45,7 @@ func TestApiserverDownWhileMembershipChurns(t *testing.T) {
 		}
 		t1 := time.Now()
 		l.StartVipd(n, o)
-		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(n, l.Nodes, l.Settle); err != nil {
 			t.Fatalf("%s restarted: %v", n.Name, err)
 		}
 		h2, err := l.WaitOneHolder(vip, maxRestartConverge)

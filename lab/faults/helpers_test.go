@@ -16,39 +16,15 @@ import (
 )
 
 const (
-	// rejoinInterval is cluster.rejoin_interval in every test config.
-	rejoinInterval = 5 * time.Second
-	// settle bounds convergence after start and after every event.
-	settle = 15 * time.Second
-	// stopTimeout bounds a SIGTERM shutdown (handoff_timeout is 10s by
-	// default).
-	stopTimeout = 20 * time.Second
 	// sampleEvery is the holder sampling interval.
 	sampleEvery = 20 * time.Millisecond
 )
 
-var opts = netlab.VipdOptions{RejoinInterval: rejoinInterval.String()}
-
-// cluster starts a 3-node lab and vipd on every node with the
-// configuration config returns for it (nil: netlab's default with opts),
-// waits until every node sees every other alive and exactly one holds the
-// VIP, and returns the lab, the VIP and its holder.
-func cluster(t *testing.T, config func(l *netlab.Lab, h *netlab.Host) string) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{Client: new(bool)})
-	for _, n := range l.Nodes {
-		if config == nil {
-			l.StartVipd(n, opts)
-		} else {
-			l.StartVipdConfig(n, config(l, n))
-		}
-	}
-	vip := l.DefaultVIPs()[0]
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, holder
+// spec is the faults labs' cluster: 3 nodes, no client namespace, and
+// vipd on every node with the configuration config returns for it (nil:
+// netlab's default).
+func spec(config func(l *netlab.Lab, h *netlab.Host) string) netlab.Spec {
+	return netlab.Spec{Options: netlab.Options{Client: new(bool)}, Config: config}
 }
 
 // memberState is name's state in st, "absent" when st does not list it.
@@ -57,30 +33,6 @@ func memberState(st netlab.Status, name string) string {
 		return m.State
 	}
 	return "absent"
-}
-
-// logBetween returns the lines of h's log stamped between from and to
-// (slog's time=...Z) that contain any of words.
-func logBetween(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
-	t.Helper()
-	var out []string
-	for _, line := range strings.Split(h.MustVipdLog(t), "\n") {
-		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if !ok || !strings.HasPrefix(line, "time=") {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil || at.Before(from) || at.After(to) {
-			continue
-		}
-		for _, w := range words {
-			if strings.Contains(line, w) {
-				out = append(out, line)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // readPeerCache reads h's state_dir/peers.json and returns the names in it.

@@ -16,9 +16,9 @@ import (
 // counter going up on a withdraw) and `vipctl events --follow --json` on a
 // non-owner streaming the ownership event of the owner's withdraw.
 func TestMetricsAndEvents(t *testing.T) {
-	l, vip, owner := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
-		return l.EditedVipdConfig(t, h, opts, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort))
-	})
+	l, vip, owner := netlab.StartCluster(t, spec(func(l *netlab.Lab, h *netlab.Host) string {
+		return l.EditedVipdConfig(t, h, netlab.VipdOptions{}, `(?m)^(socket = .*)$`, fmt.Sprintf("$1\nmetrics_address = \"127.0.0.1:%d\"", metricsPort))
+	}))
 	rest := l.Others(owner)
 	observer := rest[0]
 
@@ -77,7 +77,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	if out, err := l.Vipctl(owner, "withdraw"); err != nil {
 		t.Fatalf("vipctl withdraw on %s: %v %s", owner.Name, err, out)
 	}
-	next, err := l.WaitMoved(vip, owner.Name, settle)
+	next, err := l.WaitMoved(vip, owner.Name, l.Settle)
 	if err != nil {
 		t.Fatalf("after withdraw: %v", err)
 	}

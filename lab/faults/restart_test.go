@@ -18,7 +18,7 @@ const maxRestartConverge = 10 * time.Second
 // each step. Then a node whose configuration lists no peers at all rejoins
 // from the peer cache in its state_dir.
 func TestRestarts(t *testing.T) {
-	l, vip, _ := cluster(t, nil)
+	l, vip, _ := netlab.StartCluster(t, spec(nil))
 	s := startSampler(t, l, vip, 120*time.Second)
 	var windows []window
 
@@ -30,7 +30,7 @@ func TestRestarts(t *testing.T) {
 			}
 		}
 		for _, n := range l.Nodes {
-			if err := l.Vipd(n).Wait(stopTimeout); err != nil {
+			if err := l.Vipd(n).Wait(l.StopTimeout); err != nil {
 				t.Errorf("vipd on %s after SIGTERM: %v, want exit 0", n.Name, err)
 			}
 		}
@@ -40,7 +40,7 @@ func TestRestarts(t *testing.T) {
 		stopped := time.Since(t0)
 		t1 := time.Now()
 		for _, n := range l.Nodes {
-			l.StartVipd(n, opts)
+			l.StartVipd(n, netlab.VipdOptions{})
 		}
 		started := time.Since(t1)
 		holder, err := l.WaitOneHolder(vip, maxRestartConverge)
@@ -52,7 +52,7 @@ func TestRestarts(t *testing.T) {
 		t.Logf("full restart: all stopped in %v; started in %v; %s holds %s %v after the first start",
 			stopped.Round(time.Millisecond), started.Round(time.Millisecond), holder, vip.Address, d.Round(time.Millisecond))
 		for _, n := range l.Nodes {
-			if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
+			if err := l.WaitAlive(n, l.Nodes, l.Settle); err != nil {
 				t.Fatalf("after full restart: %v", err)
 			}
 		}
@@ -62,7 +62,7 @@ func TestRestarts(t *testing.T) {
 		for _, n := range l.Nodes {
 			before, _ := l.OneHolder(vip)
 			t0 := time.Now()
-			l.StopCleanly(t, n, stopTimeout)
+			l.StopCleanly(t, n, l.StopTimeout)
 			rest := l.Others(n)
 			h1, err := l.WaitOneHolder(vip, maxRestartConverge, rest...)
 			afterStop := time.Since(t0)
@@ -70,8 +70,8 @@ func TestRestarts(t *testing.T) {
 				t.Fatalf("%s stopped: want exactly one holder among the others within %v: %v", n.Name, maxRestartConverge, err)
 			}
 			t1 := time.Now()
-			l.StartVipd(n, opts)
-			if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
+			l.StartVipd(n, netlab.VipdOptions{})
+			if err := l.WaitAlive(n, l.Nodes, l.Settle); err != nil {
 				t.Fatalf("%s restarted: %v", n.Name, err)
 			}
 			h2, err := l.WaitOneHolder(vip, maxRestartConverge)
@@ -101,7 +101,7 @@ func TestRestarts(t *testing.T) {
 			}
 		}
 		t0 := time.Now()
-		l.StopCleanly(t, n, stopTimeout)
+		l.StopCleanly(t, n, l.StopTimeout)
 		cached, err := readPeerCache(n.StateDir())
 		if err != nil {
 			t.Fatalf("peer cache of %s: %v", n.Name, err)
@@ -116,9 +116,9 @@ func TestRestarts(t *testing.T) {
 		// Without a key_file, admission defaults to the configured peers'
 		// addresses, and a peer known only from the cache is refused
 		// (docs/security.md): the lab's network is allowed explicitly.
-		l.StartVipdConfig(n, l.EditedVipdConfig(t, n, opts, `(?m)^peers = \[.*\]$`, "peers = []\nallowed_networks = [\"192.0.2.0/24\"]"))
+		l.StartVipdConfig(n, l.EditedVipdConfig(t, n, netlab.VipdOptions{}, `(?m)^peers = \[.*\]$`, "peers = []\nallowed_networks = [\"192.0.2.0/24\"]"))
 		t1 := time.Now()
-		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(n, l.Nodes, l.Settle); err != nil {
 			t.Fatalf("%s with peers = [] and a cache of %v: %v", n.Name, cached, err)
 		}
 		t.Logf("%s with peers = [] alive on every other node %v after start (cache: %v)", n.Name, time.Since(t1).Round(time.Millisecond), cached)

@@ -30,7 +30,7 @@ func writeKey(t *testing.T, dir, name string) string {
 }
 
 func keyOpts(path string) netlab.VipdOptions {
-	o := opts
+	o := netlab.VipdOptions{}
 	if path != "" {
 		o.Cluster = fmt.Sprintf("key_file = %q", path)
 	}
@@ -46,19 +46,19 @@ func keyOpts(path string) netlab.VipdOptions {
 // right key, it joins again (the check above is not vacuous).
 func TestWrongKeyCannotJoin(t *testing.T) {
 	var good string
-	l, vip, x := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
+	l, vip, x := netlab.StartCluster(t, spec(func(l *netlab.Lab, h *netlab.Host) string {
 		if good == "" {
 			good = writeKey(t, l.Dir, "cluster.key")
 		}
 		return l.VipdConfig(h, keyOpts(good))
-	})
+	}))
 	wrong := writeKey(t, l.Dir, "other.key")
 	rest := l.Others(x)
 
 	for _, tc := range []struct{ name, key string }{{"wrong key", wrong}, {"no key", ""}} {
 		t.Run(tc.name, func(t *testing.T) {
-			l.StopCleanly(t, x, stopTimeout)
-			holder, err := l.WaitOneHolder(vip, settle, rest...)
+			l.StopCleanly(t, x, l.StopTimeout)
+			holder, err := l.WaitOneHolder(vip, l.Settle, rest...)
 			if err != nil {
 				t.Fatalf("%s stopped: %v", x.Name, err)
 			}
@@ -76,7 +76,7 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 			l.StartVipd(x, keyOpts(tc.key))
 			// Long enough for the join at start and at least one rejoin.
 			var last netlab.Status
-			ok, detail := netlab.Eventually(rejoinInterval+3*time.Second, 200*time.Millisecond, func() (bool, string) {
+			ok, detail := netlab.Eventually(netlab.RejoinInterval+3*time.Second, 200*time.Millisecond, func() (bool, string) {
 				st, err := l.Status(x)
 				if err != nil {
 					return true, err.Error()
@@ -135,12 +135,12 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.StopCleanly(t, x, stopTimeout)
+		l.StopCleanly(t, x, l.StopTimeout)
 		l.StartVipd(x, keyOpts(good))
-		if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(x, l.Nodes, l.Settle); err != nil {
 			t.Fatalf("%s with the cluster key: %v", x.Name, err)
 		}
-		if h, err := l.WaitOneHolder(vip, settle); err != nil || h != holder {
+		if h, err := l.WaitOneHolder(vip, l.Settle); err != nil || h != holder {
 			t.Errorf("after %s rejoined: holder %q, err %v; want %s to keep it", x.Name, h, err, holder)
 		}
 	})
@@ -205,10 +205,10 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, vip, holder := cluster(t, func(l *netlab.Lab, h *netlab.Host) string {
+	l, vip, holder := netlab.StartCluster(t, spec(func(l *netlab.Lab, h *netlab.Host) string {
 		writeKeys(h, oldKey)
 		return l.VipdConfig(h, keyOpts(keyFile(h)))
-	})
+	}))
 	s := startSampler(t, l, vip, 60*time.Second)
 	start := time.Now()
 	for _, step := range []struct {
@@ -249,7 +249,7 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 		t.Errorf("during key rotation: want exactly one holder in every sample: %s", st)
 	}
 	for _, n := range l.Nodes {
-		if lines := logBetween(t, n, start, time.Now(), "state=dead", "state=suspect"); len(lines) > 0 {
+		if lines := n.VipdLogBetween(t, start, time.Now(), "state=dead", "state=suspect"); len(lines) > 0 {
 			t.Errorf("%s saw members fail during the rotation: %s", n.Name, lines[0])
 		}
 	}
@@ -263,10 +263,10 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 			break
 		}
 	}
-	l.StopCleanly(t, x, stopTimeout)
+	l.StopCleanly(t, x, l.StopTimeout)
 	writeKeys(x, oldKey)
 	l.StartVipd(x, keyOpts(keyFile(x)))
-	ok, detail := netlab.Eventually(rejoinInterval+time.Second, 200*time.Millisecond, func() (bool, string) {
+	ok, detail := netlab.Eventually(netlab.RejoinInterval+time.Second, 200*time.Millisecond, func() (bool, string) {
 		for _, o := range l.Others(x) {
 			ost, err := l.Status(o)
 			if err != nil {
@@ -281,10 +281,10 @@ func TestKeyRotationBySIGHUP(t *testing.T) {
 	if ok {
 		t.Errorf("%s with only the retired key: %s; want it kept out", x.Name, detail)
 	}
-	l.StopCleanly(t, x, stopTimeout)
+	l.StopCleanly(t, x, l.StopTimeout)
 	writeKeys(x, newK)
 	l.StartVipd(x, keyOpts(keyFile(x)))
-	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(x, l.Nodes, l.Settle); err != nil {
 		t.Errorf("%s with the new key: %v", x.Name, err)
 	}
 }

@@ -20,18 +20,18 @@ import (
 // restore: the VIP must not go to it when the owner withdraws, and must
 // once it is restored.
 func TestCorruptStateFiles(t *testing.T) {
-	l, vip, owner := cluster(t, nil)
+	l, vip, owner := netlab.StartCluster(t, spec(nil))
 	rest := l.Others(owner)
 	x, y := rest[0], rest[1]
-	l.StopCleanly(t, x, stopTimeout)
+	l.StopCleanly(t, x, l.StopTimeout)
 	garbage := []byte("\x00\xff{{ not json \x7f\n")
 	for _, f := range []string{"peers.json", "withdrawn"} {
 		if err := os.WriteFile(filepath.Join(x.StateDir(), f), garbage, 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.StartVipd(x, opts)
-	if err := l.WaitAlive(x, l.Nodes, settle); err != nil {
+	l.StartVipd(x, netlab.VipdOptions{})
+	if err := l.WaitAlive(x, l.Nodes, l.Settle); err != nil {
 		t.Fatalf("%s with corrupt state files: %v", x.Name, err)
 	}
 	if !l.Vipd(x).Running() {
@@ -84,7 +84,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	} else {
 		t.Logf("withdraw %s: %s", owner.Name, strings.TrimSpace(out))
 	}
-	if h, err := l.WaitMoved(vip, owner.Name, settle); err != nil || h != y.Name {
+	if h, err := l.WaitMoved(vip, owner.Name, l.Settle); err != nil || h != y.Name {
 		t.Fatalf("%s withdrawn: holder %q, err %v; want %s (%s is withdrawn by its corrupt flag)", owner.Name, h, err, y.Name, x.Name)
 	}
 
@@ -115,7 +115,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	if out, err := l.Vipctl(y, "withdraw", "--wait", "--timeout", "10s"); err != nil {
 		t.Fatalf("vipctl withdraw on %s: %v: %s", y.Name, err, out)
 	}
-	if h, err := l.WaitMoved(vip, y.Name, settle); err != nil || h != x.Name {
+	if h, err := l.WaitMoved(vip, y.Name, l.Settle); err != nil || h != x.Name {
 		t.Errorf("%s withdrawn after %s restored: holder %q, err %v; want %s", y.Name, x.Name, h, err, x.Name)
 	}
 }

@@ -108,7 +108,7 @@ func TestFenceMembershipCut(t *testing.T) {
 	}
 	for _, v := range cutVariants {
 		t.Run(v.name, func(t *testing.T) {
-			l, vip, _ := cluster(t)
+			l, vip, _ := netlab.StartCluster(t, spec())
 			var rs []cutRun
 			steady := time.Now()
 			for run := 1; run <= runs; run++ {
@@ -147,7 +147,7 @@ func TestFenceMembershipCut(t *testing.T) {
 func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int, cutWindow time.Duration, steady time.Time) cutRun {
 	t.Helper()
 	time.Sleep(time.Until(steady.Add(quietBeforeCut)))
-	owner, err := l.WaitSteady(vip, settle)
+	owner, err := l.WaitSteady(vip, l.Settle)
 	if err != nil {
 		t.Fatalf("%s run %d, before the cut: %v", v.name, run, err)
 	}
@@ -170,7 +170,7 @@ func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int,
 	if err := l.RemoveTable(owner, "inet", cutTable); err != nil {
 		t.Fatalf("%s run %d, heal: %v", v.name, run, err)
 	}
-	_, steadyErr := l.WaitSteady(vip, settle)
+	_, steadyErr := l.WaitSteady(vip, l.Settle)
 	r.steadyAt = time.Now()
 	time.Sleep(afterHeal)
 	ss, sampleErrs := rec.Stop()
@@ -204,7 +204,7 @@ func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int,
 	if r.twoCut > 0 || r.twoHeal > 0 {
 		t.Errorf("%s run %d: TWO HOLDERS of %s: %d samples in the cut, %d after the heal; transitions: %s",
 			v.name, run, vip.Address, r.twoCut, r.twoHeal, strings.Join(ss.Transitions(), "; "))
-		logAround(t, l, cut.Time.Add(-time.Second), heal.Time.Add(settle))
+		logAround(t, l, cut.Time.Add(-time.Second), heal.Time.Add(l.Settle))
 	}
 	if r.to == "" {
 		last := "no samples"
@@ -226,7 +226,7 @@ func cutOnce(t *testing.T, l *netlab.Lab, vip netlab.VIP, v cutVariant, run int,
 			if len(s.Holders) != 1 || s.Holders[0] != r.to {
 				t.Errorf("%s run %d: after the heal the holders were %v at +%s (want only %s throughout); transitions: %s",
 					v.name, run, s.Holders, ms(s.At.Sub(heal.Time)), r.to, strings.Join(afterH.Transitions(), "; "))
-				logAround(t, l, heal.Time.Add(-time.Second), heal.Time.Add(settle))
+				logAround(t, l, heal.Time.Add(-time.Second), heal.Time.Add(l.Settle))
 				break
 			}
 		}
@@ -249,7 +249,7 @@ func heldByOther(s netlab.HolderSample, name string) bool {
 func logAround(t *testing.T, l *netlab.Lab, from, to time.Time) {
 	t.Helper()
 	for _, n := range l.Nodes {
-		for _, line := range logLines(t, n, from, to, "holding VIP", "released VIP", "fence", "lease expired",
+		for _, line := range n.VipdLogBetween(t, from, to, "holding VIP", "released VIP", "fence", "lease expired",
 			"ownership change", "member state", "quorum") {
 			t.Logf("%s: %s", n.Name, line)
 		}

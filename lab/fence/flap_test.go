@@ -27,7 +27,7 @@ const (
 // make it healthy again (rise 2), and the VIP must move, which shows the
 // test can fail.
 func TestFlappingHealthDoesNotBounce(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, spec())
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 3 * time.Minute})
 	defer pr.Stop()
 	if err := pr.WaitServedBy(owner.Name, 10, time.Now(), 10*time.Second); err != nil {
@@ -70,7 +70,7 @@ func TestFlappingHealthDoesNotBounce(t *testing.T) {
 				f.pattern, f.what, owner.Name, first, strings.Join(ss.Transitions(), "; "))
 		}
 		for _, n := range l.Nodes {
-			for _, line := range logLines(t, n, from, time.Time{}, "ownership change", "released VIP") {
+			for _, line := range n.VipdLogBetween(t, from, time.Time{}, "ownership change", "released VIP") {
 				t.Errorf("%q: %s: %s", f.pattern, n.Name, line)
 			}
 		}

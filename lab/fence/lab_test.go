@@ -5,7 +5,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +12,6 @@ import (
 )
 
 const (
-	// settle bounds convergence after start and after every heal (a member
-	// memberlist took for dead comes back through the rejoin loop, every
-	// rejoin_interval: 5 s in the lab).
-	settle = 20 * time.Second
 	// probeInterval is the client's probe interval; sampleEvery the holder
 	// sampling interval.
 	probeInterval = 20 * time.Millisecond
@@ -33,20 +28,12 @@ func options() netlab.VipdOptions {
 	return netlab.VipdOptions{VIPs: []netlab.VIP{{Name: "apiserver", Address: netlab.VIP4, HealthURL: healthURL}}}
 }
 
-// cluster starts 3 nodes with the client namespace, the lab httpd and vipd
-// (options()) on each, waits until every node sees every other alive and
-// exactly one holds the VIP, and returns the lab, the VIP and its holder.
-func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{})
-	l.StartHTTPAll()
-	l.StartVipds(options())
-	vip := options().VIPs[0]
-	owner, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, owner
+// spec is every fence test's cluster: 3 nodes with the client namespace,
+// the lab httpd and vipd (options()) on each. Convergence after start and
+// after every heal gets 20 s: a member memberlist took for dead comes back
+// through the rejoin loop, every netlab.RejoinInterval.
+func spec() netlab.Spec {
+	return netlab.Spec{Options: netlab.Options{Settle: 20 * time.Second}, HTTP: true, Vipd: options()}
 }
 
 // runsFromEnv is VIPD_FENCE_RUNS (2 when unset: make test stays within CI's
@@ -75,40 +62,6 @@ func median(ds []time.Duration) time.Duration {
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
-}
-
-// logLines returns the lines of h's vipd log stamped in [from, to] (zero
-// to: no end) that contain any of words.
-func logLines(t *testing.T, h *netlab.Host, from, to time.Time, words ...string) []string {
-	t.Helper()
-	s, err := h.VipdLog()
-	if err != nil {
-		t.Fatalf("vipd log of %s: %v", h.Name, err)
-	}
-	return matchLines(s, from, to, words...)
-}
-
-// matchLines is logLines over a log's text: slog's text lines start with
-// "time=RFC3339Nano".
-func matchLines(log string, from, to time.Time, words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(log, "\n") {
-		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if !ok || !strings.HasPrefix(line, "time=") {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil || at.Before(from) || (!to.IsZero() && at.After(to)) {
-			continue
-		}
-		for _, w := range words {
-			if strings.Contains(line, w) {
-				out = append(out, line)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // onlyHolder reports whether every sample saw exactly name holding, and

@@ -33,7 +33,7 @@ const (
 // state ... state=dead", "member gone (lease expired)"), not in the event
 // stream; and the owner must not fence itself. Counts are logged.
 func TestNoFalseFailoverUnderLoad(t *testing.T) {
-	l, vip, owner := cluster(t)
+	l, vip, owner := netlab.StartCluster(t, spec())
 	start := time.Now()
 	pr := l.StartProber(netlab.ProbeOptions{Interval: probeInterval, Duration: 3 * time.Minute})
 	defer pr.Stop()
@@ -118,12 +118,12 @@ func TestNoFalseFailoverUnderLoad(t *testing.T) {
 
 	// Nor in the logs.
 	for _, nd := range l.Nodes {
-		dead := logLines(t, nd, start, end, "state=dead")
-		gone := logLines(t, nd, start, end, "member gone (lease expired)")
-		fenced := logLines(t, nd, start, end, "fenced:")
-		suspect := logLines(t, nd, start, end, "state=suspect")
-		quorum := logLines(t, nd, start, end, "no quorum")
-		moves := logLines(t, nd, start, end, "ownership change", "released VIP")
+		dead := nd.VipdLogBetween(t, start, end, "state=dead")
+		gone := nd.VipdLogBetween(t, start, end, "member gone (lease expired)")
+		fenced := nd.VipdLogBetween(t, start, end, "fenced:")
+		suspect := nd.VipdLogBetween(t, start, end, "state=suspect")
+		quorum := nd.VipdLogBetween(t, start, end, "no quorum")
+		moves := nd.VipdLogBetween(t, start, end, "ownership change", "released VIP")
 		t.Logf("%s log: %d dead, %d gone (lease expired), %d fenced, %d suspect, %d no quorum, %d ownership changes or releases",
 			nd.Name, len(dead), len(gone), len(fenced), len(suspect), len(quorum), len(moves))
 		for _, line := range append(append(append(append(dead, gone...), fenced...), quorum...), moves...) {

@@ -51,23 +51,6 @@ func TestSummarySection(t *testing.T) {
 	}
 }
 
-func TestMatchLines(t *testing.T) {
-	log := `time=2026-01-02T03:04:05.100Z level=INFO msg="member state" member=n2 state=dead
-time=2026-01-02T03:04:06.000Z level=INFO msg="member gone (lease expired)" member=n1
-not a log line with member gone
-time=2026-01-02T03:04:09.000Z level=WARN msg="fenced: no majority" evidence_age=310ms
-`
-	from := time.Date(2026, 1, 2, 3, 4, 5, 500_000_000, time.UTC)
-	got := matchLines(log, from, time.Time{}, "member gone", "state=dead", "fenced")
-	if len(got) != 2 || !strings.Contains(got[0], "lease expired") || !strings.Contains(got[1], "fenced") {
-		t.Errorf("matchLines from 05.5 = %q, want the lease and fence lines", got)
-	}
-	to := time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC)
-	if got := matchLines(log, time.Time{}, to, "member"); len(got) != 2 {
-		t.Errorf("matchLines up to 07 = %q, want the two member lines", got)
-	}
-}
-
 func TestMedian(t *testing.T) {
 	d := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	for _, tc := range []struct {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -155,4 +156,35 @@ func (h *Host) PeerCache() ([]CachedPeer, error) {
 		return nil, fmt.Errorf("peers.json of %s: %w: %q", h.Name, err, b)
 	}
 	return f.Peers, nil
+}
+
+// LogLinesBetween returns the lines of log, slog's text lines (starting
+// "time=RFC3339Nano"), stamped in [from, to] (a zero bound is open) that
+// contain any of words.
+func LogLinesBetween(log string, from, to time.Time, words ...string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if !ok || !strings.HasPrefix(line, "time=") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.Before(from) || (!to.IsZero() && at.After(to)) {
+			continue
+		}
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// VipdLogBetween is LogLinesBetween over h's vipd log; a log that cannot
+// be read fails t.
+func (h *Host) VipdLogBetween(t testing.TB, from, to time.Time, words ...string) []string {
+	t.Helper()
+	return LogLinesBetween(h.MustVipdLog(t), from, to, words...)
 }

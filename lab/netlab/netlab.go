@@ -17,14 +17,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // Lab addressing. Node i (1-based) is 192.0.2.(10+i) and 2001:db8::(10+i)
@@ -61,18 +60,10 @@ var BondSlaves = []string{"eth0", "eth1"}
 const Bridge = "br0"
 
 // SkipUnlessEnabled skips t unless it runs as root with VIPD_NETNS_TESTS=1
-// and ip(8) is installed.
+// and ip(8) is installed (netnstest.SkipUnlessEnabled).
 func SkipUnlessEnabled(t testing.TB) {
 	t.Helper()
-	if os.Getenv("VIPD_NETNS_TESTS") != "1" {
-		t.Skip("network-namespace test: set VIPD_NETNS_TESTS=1 and run as root (make netns-test)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("network-namespace test: needs root to create namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("network-namespace test: ip (iproute2) not installed")
-	}
+	netnstest.SkipUnlessEnabled(t)
 }
 
 // Options shape a lab.
@@ -89,6 +80,10 @@ type Options struct {
 	// its own bridge port, instead of one veth. The bridge carries the
 	// tagged frames as they are. [false: one veth, Iface]
 	BondVLAN bool
+	// Settle bounds convergence after the lab's vipds start and after
+	// every event a lab waits out (Lab.Settle), before scaling by
+	// Slowdown. [DefaultSettle]
+	Settle time.Duration
 }
 
 // Host is one namespace attached to the lab bridge.
@@ -135,6 +130,12 @@ type Lab struct {
 	IPv6 bool
 	// BondVLAN records Options.BondVLAN.
 	BondVLAN bool
+	// Settle bounds convergence after start and after every event:
+	// Options.Settle scaled by Slowdown.
+	Settle time.Duration
+	// StopTimeout bounds a SIGTERM shutdown of vipd (handoff_timeout is
+	// 10 s by default): DefaultStopTimeout scaled by Slowdown.
+	StopTimeout time.Duration
 
 	t testing.TB
 
@@ -164,14 +165,17 @@ func New(t testing.TB, o Options) *Lab {
 	if err != nil {
 		t.Fatalf("netlab: %v", err)
 	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
+	}
 	l := &Lab{Prefix: prefix, Switch: prefix + "-sw", Dir: dir, IPv6: o.IPv6, BondVLAN: o.BondVLAN, t: t,
+		Settle: Scaled(o.Settle), StopTimeout: Scaled(DefaultStopTimeout),
 		vipds: map[string]*Vipd{}, https: map[string]*Proc{}}
 	t.Cleanup(l.teardown)
-	l.Tools = BuildTools(t, dir)
+	l.Tools = SharedTools(t)
 
 	l.mustAddNS(l.Switch)
-	l.must("ip", "-n", l.Switch, "link", "add", Bridge, "type", "bridge", "mcast_snooping", "0")
-	l.must("ip", "-n", l.Switch, "link", "set", Bridge, "up")
+	netnstest.Bridge(t, l.Switch, Bridge)
 	for i := 1; i <= o.Nodes; i++ {
 		l.Nodes = append(l.Nodes, l.addHost(fmt.Sprintf("n%d", i), 10+i))
 	}
@@ -371,9 +375,9 @@ func (l *Lab) Node(name string) *Host {
 }
 
 // Run runs a command and returns its combined output; the error carries
-// the command line and output. It is routers.Run, under the name the lab
+// the command line and output. It is netnstest.Run, under the name the lab
 // packages that start vipd know.
-func Run(name string, args ...string) (string, error) { return routers.Run(name, args...) }
+func Run(name string, args ...string) (string, error) { return netnstest.Run(name, args...) }
 
 func (l *Lab) must(name string, args ...string) string {
 	l.t.Helper()
@@ -526,14 +530,7 @@ func (l *Lab) NodeByMAC(mac string) *Host {
 
 // Eventually calls check every interval until it returns true or timeout
 // passes; it returns whether check succeeded and the last detail it gave,
-// for the failure message.
+// for the failure message (netnstest.Poll).
 func Eventually(timeout, interval time.Duration, check func() (bool, string)) (bool, string) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := check()
-		if ok || time.Now().After(deadline) {
-			return ok, detail
-		}
-		time.Sleep(interval)
-	}
+	return netnstest.Poll(timeout, interval, check)
 }

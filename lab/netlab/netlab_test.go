@@ -1,7 +1,11 @@
 package netlab
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -200,5 +204,52 @@ func TestParseVipdEvents(t *testing.T) {
 	}
 	if _, err := ParseVipdEvents("not json\n"); err == nil {
 		t.Error("garbage: want an error")
+	}
+}
+
+// TestProcessToolsDir: the tools directory is this process's, and the
+// directories of ended processes are removed while a live one's stays.
+func TestProcessToolsDir(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Skipf("cannot run true: %v", err)
+	}
+	gone := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", toolsPrefix, ended.Process.Pid))
+	live := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", toolsPrefix, os.Getppid()))
+	for _, d := range []string{gone, live} {
+		if err := os.MkdirAll(filepath.Join(d, "bin"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := ProcessToolsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", toolsPrefix, os.Getpid())); dir != want {
+		t.Errorf("ProcessToolsDir() = %s, want %s", dir, want)
+	}
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Errorf("the directory of ended process %d is still there (stat: %v)", ended.Process.Pid, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the directory of live process %d was removed: %v", os.Getppid(), err)
+	}
+}
+
+func TestLogLinesBetween(t *testing.T) {
+	log := `time=2026-01-02T03:04:05.100Z level=INFO msg="member state" member=n2 state=dead
+time=2026-01-02T03:04:06.000Z level=INFO msg="member gone (lease expired)" member=n1
+not a log line with member gone
+time=2026-01-02T03:04:09.000Z level=WARN msg="fenced: no majority" evidence_age=310ms
+`
+	from := time.Date(2026, 1, 2, 3, 4, 5, 500_000_000, time.UTC)
+	got := LogLinesBetween(log, from, time.Time{}, "member gone", "state=dead", "fenced")
+	if len(got) != 2 || !strings.Contains(got[0], "lease expired") || !strings.Contains(got[1], "fenced") {
+		t.Errorf("LogLinesBetween from 05.5 = %q, want the lease and fence lines", got)
+	}
+	to := time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC)
+	if got := LogLinesBetween(log, time.Time{}, to, "member"); len(got) != 2 {
+		t.Errorf("LogLinesBetween up to 07 = %q, want the two member lines", got)
 	}
 }

@@ -1,9 +1,15 @@
 package netlab
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -59,4 +65,58 @@ func BuildTools(t testing.TB, dir string) Tools {
 		t.Fatalf("netlab: build lab tools: %v\n%s", err, out)
 	}
 	return tools
+}
+
+// toolsPrefix starts the name of the directory a test process builds the
+// lab's tools into, in the system's temporary directory; its PID follows.
+const toolsPrefix = "vipd-lab-tools-"
+
+// shared holds the tools every lab of this test process runs: built once
+// (BuildTools into ProcessToolsDir), not once per lab. A go build, even
+// with every package cached, links three or five binaries: 3 to 6 s on two
+// busy CPUs, for each of the dozens of labs of a make test.
+var shared struct {
+	mu    sync.Mutex
+	tools *Tools
+}
+
+// SharedTools returns the tools of this test process, built on the first
+// call (BuildTools into ProcessToolsDir); a failed build fails t and is
+// tried again on the next call.
+func SharedTools(t testing.TB) Tools {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.tools == nil {
+		dir, err := ProcessToolsDir()
+		if err != nil {
+			t.Fatalf("netlab: %v", err)
+		}
+		tools := BuildTools(t, dir)
+		shared.tools = &tools
+	}
+	return *shared.tools
+}
+
+// ProcessToolsDir creates (if need be) and returns this process's tools
+// directory, toolsPrefix and the PID in the system's temporary directory.
+// It first removes the directories of processes that have ended, so a test
+// process leaves at most its own behind.
+func ProcessToolsDir() (string, error) {
+	tmp := os.TempDir()
+	old, _ := filepath.Glob(filepath.Join(tmp, toolsPrefix+"*"))
+	for _, d := range old {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), toolsPrefix))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+	dir := filepath.Join(tmp, fmt.Sprintf("%s%d", toolsPrefix, os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("lab tools directory: %w", err)
+	}
+	return dir, nil
 }

@@ -42,7 +42,7 @@ type VipdOptions struct {
 	// VIPs managed by the cluster. [VIP4 as "apiserver", plus VIP6 as
 	// "apiserver6" when the lab has IPv6]
 	VIPs []VIP
-	// RejoinInterval is cluster.rejoin_interval. [5s]
+	// RejoinInterval is cluster.rejoin_interval. [RejoinInterval]
 	RejoinInterval string
 	// HandoffTimeout is cluster.handoff_timeout. [vipd default]
 	HandoffTimeout string
@@ -90,7 +90,7 @@ func (h *Host) StateDir() string { return filepath.Join(h.Dir, "state") }
 // nodes as peers, state and socket in h.Dir.
 func (l *Lab) VipdConfig(h *Host, o VipdOptions) string {
 	if o.RejoinInterval == "" {
-		o.RejoinInterval = "5s"
+		o.RejoinInterval = RejoinInterval.String()
 	}
 	if o.FailureDetection == "" {
 		o.FailureDetection = "fast"

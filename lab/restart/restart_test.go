@@ -15,7 +15,6 @@ import (
 const (
 	probeInterval  = 20 * time.Millisecond
 	sampleInterval = 20 * time.Millisecond
-	settle         = 20 * time.Second
 	// grace is cluster.restart_grace (the default).
 	grace = config.DefaultRestartGrace
 	// crashFigure bounds how long after the grace the peers take over a
@@ -24,20 +23,12 @@ const (
 	crashFigure = 1500 * time.Millisecond
 )
 
-// cluster starts three nodes with the HTTP server and vipd (default
-// restart_grace) managing the one VIP at addr (VIP4 or VIP6), and returns
-// the lab, the VIP and its owner.
-func cluster(t *testing.T, addr netip.Addr) (*netlab.Lab, netlab.VIP, *netlab.Host) {
-	t.Helper()
-	l := netlab.New(t, netlab.Options{IPv6: addr.Is6()})
-	l.StartHTTPAll()
-	vip := netlab.VIP{Name: "apiserver", Address: addr}
-	l.StartVipds(options(vip))
-	owner, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, vip, owner
+// spec is a cluster of three nodes with the HTTP server and vipd (default
+// restart_grace) managing the one VIP at addr (VIP4 or VIP6); convergence
+// gets 20 s.
+func spec(addr netip.Addr) netlab.Spec {
+	return netlab.Spec{Options: netlab.Options{IPv6: addr.Is6(), Settle: 20 * time.Second}, HTTP: true,
+		Vipd: options(netlab.VIP{Name: "apiserver", Address: addr})}
 }
 
 // options are the vipd options of a cluster managing vip alone; a restart
@@ -71,7 +62,7 @@ func TestRestartInPlace(t *testing.T) {
 }
 
 func restartInPlace(t *testing.T, addr netip.Addr) {
-	l, vip, owner := cluster(t, addr)
+	l, vip, owner := netlab.StartCluster(t, spec(addr))
 	target := netip.AddrPortFrom(addr, netlab.HTTPPort)
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	pr := l.StartProber(netlab.ProbeOptions{Target: target, Interval: probeInterval, Duration: time.Minute})
@@ -147,7 +138,7 @@ func restartInPlace(t *testing.T, addr netip.Addr) {
 // take over at the end of the grace, as for a crash, and never while the
 // owner still has the address.
 func TestRestartNotBack(t *testing.T) {
-	l, vip, owner := cluster(t, netlab.VIP4)
+	l, vip, owner := netlab.StartCluster(t, spec(netlab.VIP4))
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
@@ -178,7 +169,7 @@ func TestRestartNotBack(t *testing.T) {
 // start: the address goes at once, and the peers take over at the end of
 // the grace.
 func TestRestartFailedStart(t *testing.T) {
-	l, vip, owner := cluster(t, netlab.VIP4)
+	l, vip, owner := netlab.StartCluster(t, spec(netlab.VIP4))
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
@@ -222,7 +213,7 @@ func TestRestartFailedStart(t *testing.T) {
 // and the new vipd gives it up instead of putting it back; once the owner
 // is back, one node holds the VIP.
 func TestRestartBindAddressLate(t *testing.T) {
-	l, vip, owner := cluster(t, netlab.VIP4)
+	l, vip, owner := netlab.StartCluster(t, spec(netlab.VIP4))
 	rec := l.RecordHolders(vip.Address, sampleInterval, time.Minute)
 	start := time.Now()
 	exited := stopForRestart(t, l, owner)
@@ -238,7 +229,7 @@ func TestRestartBindAddressLate(t *testing.T) {
 	if out, err := l.Exec(owner, "ip", "addr", "add", prefix, "dev", owner.Iface()); err != nil {
 		t.Fatalf("add %s's address back: %v %s", owner.Name, err, out)
 	}
-	if err := l.WaitAlive(owner, l.Nodes, settle); err != nil {
+	if err := l.WaitAlive(owner, l.Nodes, l.Settle); err != nil {
 		t.Fatalf("%s after its address came: %v", owner.Name, err)
 	}
 	back := time.Since(added)

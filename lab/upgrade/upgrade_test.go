@@ -23,8 +23,6 @@ const previousRelease = "d9e3df7"
 const (
 	probeInterval  = 20 * time.Millisecond
 	sampleInterval = 20 * time.Millisecond
-	// settle bounds every wait for the cluster to agree after a step.
-	settle = 30 * time.Second
 	// steady is how long the cluster runs mixed after a step before the
 	// next node is restarted.
 	steady = 2 * time.Second
@@ -212,7 +210,8 @@ func TestRollingUpgrade(t *testing.T) {
 		})
 	}
 	prevBin := previousBinaries(t)
-	l := netlab.New(t, netlab.Options{})
+	// Every wait for the cluster to agree after a step gets 30 s.
+	l := netlab.New(t, netlab.Options{Settle: 30 * time.Second})
 	prev, cur := filepath.Join(prevBin, "vipd"), l.Tools.Vipd
 	prevVersion, curVersion := version(t, prev), version(t, cur)
 	if prevVersion == curVersion {
@@ -221,14 +220,14 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("previous release: %s; this tree: %s", prevVersion, curVersion)
 	res.PreviousVersion, res.Version = prevVersion, curVersion
 	l.StartHTTPAll()
-	o := netlab.VipdOptions{RejoinInterval: "5s"}
+	o := netlab.VipdOptions{}
 	vip := l.DefaultVIPs()[0]
 	running := map[string]string{} // node -> version
 	for _, n := range l.Nodes {
 		l.StartVipdWith(n, install(t, n, prev), l.VipdConfig(n, o))
 		running[n.Name] = prevVersion
 	}
-	holder, err := l.WaitSteady(vip, settle)
+	holder, err := l.WaitSteady(vip, l.Settle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +253,7 @@ func TestRollingUpgrade(t *testing.T) {
 		pr.Mark(p.name + " " + n.Name)
 		path := install(t, n, bin)
 		w := stopWindow{node: n.Name, from: time.Now()}
-		if err := l.StopVipd(n, sig, settle); err != nil {
+		if err := l.StopVipd(n, sig, l.Settle); err != nil {
 			t.Fatalf("%s %s: stop: %v", p.name, n.Name, err)
 		}
 		w.to = time.Now()
@@ -263,10 +262,10 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		l.StartVipdWith(n, path, l.VipdConfig(n, o))
 		running[n.Name] = ver
-		if err := l.WaitAlive(n, l.Nodes, settle); err != nil {
+		if err := l.WaitAlive(n, l.Nodes, l.Settle); err != nil {
 			t.Fatalf("%s %s: %v", p.name, n.Name, err)
 		}
-		owner, err := l.WaitOneHolder(vip, settle)
+		owner, err := l.WaitOneHolder(vip, l.Settle)
 		if err != nil {
 			t.Fatalf("%s %s: versions %v: %v", p.name, n.Name, running, err)
 		}

@@ -42,13 +42,16 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 // env is what a vipctl run depends on besides its arguments; tests replace
-// the clock and the time zone.
+// the clock, the time zone and the call timeout.
 type env struct {
 	stdout, stderr io.Writer
 	ctx            context.Context
 	now            func() time.Time
 	loc            *time.Location
 	socket         string
+	// timeout bounds each call but withdraw --wait's wait and events; zero
+	// means defaultCallTimeout.
+	timeout time.Duration
 }
 
 // Run runs vipctl with args (without the program name) and returns its

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -574,5 +575,46 @@ func TestJSONErrors(t *testing.T) {
 		if code != ExitUnavailable || got.Error.ExitCode != code || !strings.Contains(got.Error.Message, "vipd is not running") || !strings.Contains(stderr, "vipd is not running") {
 			t.Errorf("vipctl %v: exit %d, JSON %+v, stderr %q; want %d in both and the message", args, code, *got.Error, stderr, ExitUnavailable)
 		}
+	}
+}
+
+// TestEveryCallIsBounded: every command that calls vipd once gives up when
+// vipd does not answer in the call's time, with the "is it stuck?" message
+// and exit 5 (withdraw's bound adds its --timeout, 30 s unless given).
+func TestEveryCallIsBounded(t *testing.T) {
+	f := &fakeVipd{hang: make(chan struct{})}
+	sock := serve(t, f)
+	t.Cleanup(func() { close(f.hang) }) // before the server stops
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"withdraw", "--timeout", "0s"}, {"restore"}, {"forget", "cp-2"}, {"decommission"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, _, stderr := vipctlTimeout(t, 50*time.Millisecond, append([]string{"--socket", sock}, args...)...)
+			if code != ExitUnavailable || !strings.Contains(stderr, "vipd did not answer on "+sock+" in time; is it stuck?") {
+				t.Errorf("exit %d, stderr %q; want %d and vipd did not answer in time", code, stderr, ExitUnavailable)
+			}
+		})
+	}
+}
+
+// lateCtx is a call's context whose deadline has passed but whose timer
+// has not fired yet (its Err is still nil): what vipctl sees when vipd's
+// gRPC server, enforcing the same deadline, resets the stream first.
+type lateCtx struct{ context.Context }
+
+func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestDeadlineRaceIsVipdNotAnswering: a DeadlineExceeded that arrives once
+// the call's own deadline has passed is vipd not answering in time (exit
+// 5), whichever side's timer fired first; before its deadline it is
+// vipd's own timeout (exit 4: withdraw --wait).
+func TestDeadlineRaceIsVipdNotAnswering(t *testing.T) {
+	c := &conn{socket: "/run/vipd/vipd.sock"}
+	reset := status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")
+	if xe := c.fail(lateCtx{context.Background()}, "status", reset); xe.code != ExitUnavailable || !strings.Contains(xe.msg, "did not answer") {
+		t.Errorf("deadline passed: exit %d %q, want %d and vipd did not answer", xe.code, xe.msg, ExitUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if xe := c.fail(ctx, "withdraw", status.Error(codes.DeadlineExceeded, "not taken over in time")); xe.code != ExitTimeout {
+		t.Errorf("vipd's own timeout: exit %d %q, want %d", xe.code, xe.msg, ExitTimeout)
 	}
 }

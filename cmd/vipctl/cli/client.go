@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -77,7 +78,7 @@ func (c *conn) fail(ctx context.Context, what string, err error) *exitError {
 	case codes.FailedPrecondition:
 		return &exitError{code: ExitRefused, msg: fmt.Sprintf("vipctl %s: %s", what, msg)}
 	case codes.DeadlineExceeded:
-		if ctx.Err() != nil {
+		if callExpired(ctx) {
 			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("vipctl %s: vipd did not answer on %s in time; is it stuck? (systemctl status vipd, journalctl -u vipd)", what, c.socket)}
 		}
 		return &exitError{code: ExitTimeout, msg: fmt.Sprintf("vipctl %s: %s", what, msg)}
@@ -85,6 +86,18 @@ func (c *conn) fail(ctx context.Context, what string, err error) *exitError {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("vipctl %s: interrupted", what)}
 	}
 	return &exitError{code: ExitError, msg: fmt.Sprintf("vipctl %s: %s", what, msg)}
+}
+
+// callExpired reports whether the call's own deadline has passed: its
+// context ended, or its deadline is behind us while the timer that ends
+// the context has yet to run (vipd's gRPC server enforces the same
+// deadline and may reset the stream first).
+func callExpired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // unavailable explains why the socket could not be used.
@@ -158,17 +171,5 @@ func inGroupNotSession(gid int) bool {
 		}
 	}
 	u, err := user.Current()
-	if err != nil {
-		return false
-	}
-	ids, err := u.GroupIds()
-	if err != nil {
-		return false
-	}
-	for _, id := range ids {
-		if id == strconv.Itoa(gid) {
-			return true
-		}
-	}
-	return false
+	return err == nil && apipb.InGroup(u, gid)
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
 )
@@ -33,9 +35,25 @@ type fakeVipd struct {
 	events       []*apipb.Event
 	withdrawReq  *apipb.WithdrawRequest
 	forgot       string
+	// hang, when not nil, makes every unary call answer nothing until it
+	// is closed (a vipd that is stuck), and then fail.
+	hang chan struct{}
+}
+
+// stall waits, when f hangs, until hang is closed, and says the call
+// failed then; the caller has given up long before.
+func (f *fakeVipd) stall() error {
+	if f.hang == nil {
+		return nil
+	}
+	<-f.hang
+	return status.Error(codes.Unavailable, "fake vipd: released")
 }
 
 func (f *fakeVipd) Status(context.Context, *apipb.StatusRequest) (*apipb.StatusResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.statusErr != nil {
@@ -48,6 +66,9 @@ func (f *fakeVipd) Status(context.Context, *apipb.StatusRequest) (*apipb.StatusR
 }
 
 func (f *fakeVipd) Withdraw(_ context.Context, req *apipb.WithdrawRequest) (*apipb.WithdrawResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.withdrawReq = req
@@ -61,12 +82,18 @@ func (f *fakeVipd) Withdraw(_ context.Context, req *apipb.WithdrawRequest) (*api
 }
 
 func (f *fakeVipd) Restore(context.Context, *apipb.RestoreRequest) (*apipb.RestoreResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &apipb.RestoreResponse{}, f.restoreErr
 }
 
 func (f *fakeVipd) Forget(_ context.Context, req *apipb.ForgetRequest) (*apipb.ForgetResponse, error) {
+	if err := f.stall(); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forgot = req.GetNode()
@@ -123,8 +150,15 @@ func testNow() time.Time { return time.Date(2026, 5, 4, 12, 5, 0, 0, time.UTC) }
 // vipctl runs vipctl in-process and returns its exit code and output.
 func vipctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return vipctlTimeout(t, 0, args...)
+}
+
+// vipctlTimeout is vipctl with each call bounded by timeout instead of
+// defaultCallTimeout.
+func vipctlTimeout(t *testing.T, timeout time.Duration, args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: testNow, loc: time.UTC}
+	e := &env{stdout: &stdout, stderr: &stderr, ctx: context.Background(), now: testNow, loc: time.UTC, timeout: timeout}
 	code := e.run(args, "test")
 	return code, stdout.String(), stderr.String()
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // BIRD is a BIRD 2 daemon running in a namespace with its own control socket.
@@ -31,11 +33,11 @@ func StartBIRD(t testing.TB, ns, conf string) *BIRD {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "bird.conf", conf)
 	b := &BIRD{NS: ns, Socket: filepath.Join(dir, "bird.ctl")}
-	if out, err := Run("bird", "-p", "-c", cfg); err != nil {
+	if out, err := netnstest.Run("bird", "-p", "-c", cfg); err != nil {
 		t.Fatalf("bird config check: %v\n%s", err, out)
 	}
 	b.d = start(t, ns, "bird", "bird", "-f", "-c", cfg, "-s", b.Socket, "-P", filepath.Join(dir, "bird.pid"))
-	Eventually(t, 10*time.Second, 50*time.Millisecond, "bird control socket", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "bird control socket", func() (bool, string) {
 		if err := b.d.exited(); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +49,7 @@ func StartBIRD(t testing.TB, ns, conf string) *BIRD {
 
 // Cmd runs one birdc command and returns its output.
 func (b *BIRD) Cmd(command string) (string, error) {
-	return Run("birdc", append([]string{"-s", b.Socket}, strings.Fields(command)...)...)
+	return netnstest.Run("birdc", append([]string{"-s", b.Socket}, strings.Fields(command)...)...)
 }
 
 // Established reports whether BGP protocol name is in state Established.

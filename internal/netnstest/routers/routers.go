@@ -1,3 +1,10 @@
+// Package routers starts real routing daemons (BIRD 2, FRR) inside network
+// namespaces for tests, and reads back the routes they learned.
+//
+// Everything here needs root and is meant for tests gated by
+// netnstest.SkipUnlessEnabled: namespaces come from netnstest, daemons are
+// killed by their PID in t.Cleanup, and every wait is bounded. It imports
+// nothing of vipd's but netnstest, so bgp's tests and the labs share it.
 package routers
 
 import (
@@ -13,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // Route is one path a router holds for a prefix.
@@ -123,7 +132,7 @@ func KernelNextHops(ns string, prefix netip.Prefix) ([]netip.Addr, error) {
 	}
 	args := append([]string{"-j", "-n", ns}, strings.Fields(cmd)...)
 	args = append(args, "show", "exact", prefix.String())
-	out, err := Run("ip", args...)
+	out, err := netnstest.Run("ip", args...)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // FRR is FRR's zebra and bgpd (and bfdd, when configured) running in a
@@ -70,14 +72,14 @@ func StartFRRConfig(t testing.TB, ns string, c FRRConfig) *FRR {
 	// The Debian build insists the run-as user is in the vty group
 	// (frrvty), which root is not; run as frr and hand it the directory.
 	for _, p := range files {
-		MustRun(t, "chown", "frr:frr", p)
+		netnstest.MustRun(t, "chown", "frr:frr", p)
 	}
 	common := func(d, conf string) []string {
 		return []string{"/usr/lib/frr/" + d, "-u", "frr", "-g", "frr", "-f", conf,
 			"-i", filepath.Join(dir, d+".pid"), "-z", zserv, "--vty_socket", dir, "--log", "stdout"}
 	}
 	f.zebra = start(t, ns, "zebra", common("zebra", zconf)...)
-	Eventually(t, 10*time.Second, 50*time.Millisecond, "zebra zserv socket", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "zebra zserv socket", func() (bool, string) {
 		if err := f.zebra.exited(); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +88,7 @@ func StartFRRConfig(t testing.TB, ns string, c FRRConfig) *FRR {
 	})
 	if c.BFDD != "" {
 		f.bfdd = start(t, ns, "bfdd", append(common("bfdd", fconf), "--bfdctl", filepath.Join(dir, "bfdd.sock"))...)
-		Eventually(t, 10*time.Second, 50*time.Millisecond, "bfdd vty", func() (bool, string) {
+		netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "bfdd vty", func() (bool, string) {
 			if err := f.bfdd.exited(); err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +97,7 @@ func StartFRRConfig(t testing.TB, ns string, c FRRConfig) *FRR {
 		})
 	}
 	f.bgpd = start(t, ns, "bgpd", common("bgpd", bconf)...)
-	Eventually(t, 15*time.Second, 100*time.Millisecond, "bgpd vty", func() (bool, string) {
+	netnstest.Eventually(t, 15*time.Second, 100*time.Millisecond, "bgpd vty", func() (bool, string) {
 		if err := f.bgpd.exited(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +109,7 @@ func StartFRRConfig(t testing.TB, ns string, c FRRConfig) *FRR {
 
 // Cmd runs one vtysh command against this FRR instance.
 func (f *FRR) Cmd(command string) (string, error) {
-	return Run("vtysh", "--vty_socket", f.Dir, "-c", command)
+	return netnstest.Run("vtysh", "--vty_socket", f.Dir, "-c", command)
 }
 
 // BFDPeer is one BFD session of bfdd, from `show bfd peers json`.
