@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/netlab"
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // TestNetnsPokeResetsUnlistedClient: a client has a connection s1 listed
@@ -23,7 +23,7 @@ import (
 // resets it; Y still works. The control (s2 pokes only what s1 listed)
 // shows X would have waited.
 func TestNetnsPokeResetsUnlistedClient(t *testing.T) {
-	netlab.SkipUnlessEnabled(t)
+	netnstest.SkipUnlessEnabled(t)
 	for _, tc := range []struct {
 		name     string
 		vip      string
@@ -42,7 +42,7 @@ func TestNetnsPokeResetsUnlistedClient(t *testing.T) {
 			listen(t, l.s1, ap)
 			w := dial(t, l.c, ap)
 			var published Set
-			inNS(t, l.s1, func() error {
+			netnstest.MustIn(t, l.s1, func() error {
 				tab, err := Open()
 				if err != nil {
 					return err
@@ -57,17 +57,17 @@ func TestNetnsPokeResetsUnlistedClient(t *testing.T) {
 			x := dial(t, l.c, ap)
 
 			// s1 is lost; s2 takes the VIP over; the client comes back.
-			ip(t, "-n", l.sw, "link", "set", l.s1Port, "down")
+			netnstest.MustRun(t, "ip", "-n", l.sw, "link", "set", l.s1Port, "down")
 			listen(t, l.s2, ":6443")
 			addVIP(t, l.s2, vip)
-			ip(t, "-n", l.c, "neigh", "replace", vip.String(), "lladdr", l.s2MAC, "dev", "eth0", "nud", "reachable")
+			netnstest.MustRun(t, "ip", "-n", l.c, "neigh", "replace", vip.String(), "lladdr", l.s2MAC, "dev", "eth0", "nud", "reachable")
 			y := dial(t, l.c, ap)
 			port := func(c net.Conn) uint16 { return c.LocalAddr().(*net.TCPAddr).AddrPort().Port() }
 			t.Logf("client ports: listed %d, unlisted %d, back on s2 %d", port(w), port(x), port(y))
 
 			start := time.Now()
 			var res PokeResult
-			inNS(t, l.s2, func() error {
+			netnstest.MustIn(t, l.s2, func() error {
 				tab, err := Open()
 				if err != nil {
 					return err

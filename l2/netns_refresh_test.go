@@ -18,6 +18,8 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
+
+	"github.com/vipd/vipd/internal/netnstest"
 )
 
 // The refresh against the real kernel: B, a neighbour, holds entries for
@@ -52,7 +54,7 @@ type staleCase struct {
 }
 
 func TestNetnsRefreshCorrectsStaleNeighbour(t *testing.T) {
-	requireNetns(t)
+	netnstest.SkipUnlessEnabled(t)
 	l := newLab(t)
 	for _, s := range []string{
 		"net.ipv4.conf.all.arp_accept=0", "net.ipv4.conf." + l.ifB + ".arp_accept=0",
@@ -80,7 +82,7 @@ func TestNetnsRefreshCorrectsStaleNeighbour(t *testing.T) {
 	refreshing := newLabAnnouncer(t, l, Config{GARPCount: 1, RefreshInterval: refreshPeriod})
 	plain := newLabAnnouncer(t, l, Config{GARPCount: 1})
 	ctx := context.Background()
-	if err := inNS(l.hA, func() error {
+	if err := netnstest.InHandle(l.hA, func() error {
 		for _, c := range cases {
 			a := plain
 			if c.refresh {

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/lab/routers"
+	"github.com/vipd/vipd/internal/netnstest"
+	"github.com/vipd/vipd/internal/netnstest/routers"
 )
 
 // The multihop lab: one vipd node and two routers with a plain Linux
@@ -83,26 +84,26 @@ func newMultihopLab(t *testing.T, tag string) *mhLab {
 		t.Fatal(err)
 	}
 	m := &mhLab{l: &lab{t: t, bin: binaries(t), self: self, dir: t.TempDir()}}
-	m.n = &node{name: "n1", ns: routers.NewNS(t, routers.NSName("bgpl", tag+"n")), ip: mhNodeIP, dir: filepath.Join(m.l.dir, "n1")}
+	m.n = &node{name: "n1", ns: netnstest.NewNS(t, netnstest.Name("bgpl", tag+"n")), ip: mhNodeIP, dir: filepath.Join(m.l.dir, "n1")}
 	if err := os.MkdirAll(m.n.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	m.l.nodes = []*node{m.n}
-	m.hop = routers.NewNS(t, routers.NSName("bgpl", tag+"h"))
-	m.e = routers.NewNS(t, routers.NSName("bgpl", tag+"e"))
-	m.i = routers.NewNS(t, routers.NSName("bgpl", tag+"i"))
-	routers.MustRun(t, "ip", "netns", "exec", m.hop, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-	routers.Veth(t, m.n.ns, "eth0", []string{mhNodeIP.String() + "/24"}, m.hop, "eth-n", []string{mhHopNode.String() + "/24"})
-	routers.Veth(t, m.hop, "eth-e", []string{mhHopE.String() + "/28"}, m.e, "eth0", []string{mhEIP.String() + "/28"})
-	routers.Veth(t, m.hop, "eth-i", []string{mhHopI.String() + "/28"}, m.i, "eth0", []string{mhIIP.String() + "/28"})
+	m.hop = netnstest.NewNS(t, netnstest.Name("bgpl", tag+"h"))
+	m.e = netnstest.NewNS(t, netnstest.Name("bgpl", tag+"e"))
+	m.i = netnstest.NewNS(t, netnstest.Name("bgpl", tag+"i"))
+	netnstest.MustRun(t, "ip", "netns", "exec", m.hop, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	netnstest.Veth(t, m.n.ns, "eth0", []string{mhNodeIP.String() + "/24"}, m.hop, "eth-n", []string{mhHopNode.String() + "/24"})
+	netnstest.Veth(t, m.hop, "eth-e", []string{mhHopE.String() + "/28"}, m.e, "eth0", []string{mhEIP.String() + "/28"})
+	netnstest.Veth(t, m.hop, "eth-i", []string{mhHopI.String() + "/28"}, m.i, "eth0", []string{mhIIP.String() + "/28"})
 	for _, lo := range []struct {
 		ns   string
 		addr netip.Addr
 	}{{m.n.ns, mhNodeLo}, {m.e, mhELo}, {m.i, mhILo}} {
-		routers.MustRun(t, "ip", "-n", lo.ns, "addr", "add", lo.addr.String()+"/32", "dev", "lo")
+		netnstest.MustRun(t, "ip", "-n", lo.ns, "addr", "add", lo.addr.String()+"/32", "dev", "lo")
 	}
 	route := func(ns string, dst, via netip.Addr) {
-		routers.MustRun(t, "ip", "-n", ns, "route", "add", dst.String()+"/32", "via", via.String())
+		netnstest.MustRun(t, "ip", "-n", ns, "route", "add", dst.String()+"/32", "via", via.String())
 	}
 	route(m.n.ns, mhELo, mhHopNode)
 	route(m.n.ns, mhILo, mhHopNode)
@@ -176,7 +177,7 @@ func (m *mhLab) startVipd(eHops string) {
 		t.Fatal(err)
 	}
 	m.n.vipd = startProc(t, m.n.ns, "vipd n1", filepath.Join(m.n.dir, "vipd.log"), nil, nil, filepath.Join(m.l.bin, "vipd"), "--config", path)
-	routers.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API", func() (bool, string) {
+	netnstest.Eventually(t, 10*time.Second, 50*time.Millisecond, "vipd API", func() (bool, string) {
 		if !m.n.vipd.running() {
 			t.Fatalf("vipd exited: %v", m.n.vipd.err)
 		}
@@ -217,7 +218,7 @@ func (m *mhLab) waitPaths(name string, r mhRouter, want map[netip.Addr]mhAttrs) 
 	for _, vip := range []netip.Addr{mhVIP1, mhVIP2} {
 		w := want[vip]
 		w.nextHop = mhNodeLo
-		routers.Eventually(t, 15*time.Second, 100*time.Millisecond, fmt.Sprintf("%s: path for %s", name, vip), func() (bool, string) {
+		netnstest.Eventually(t, 15*time.Second, 100*time.Millisecond, fmt.Sprintf("%s: path for %s", name, vip), func() (bool, string) {
 			got, ok, err := r.path(vip)
 			switch {
 			case err != nil:
@@ -237,12 +238,12 @@ func (m *mhLab) count(ns, name, match string) {
 	t := m.l.t
 	t.Helper()
 	rule := fmt.Sprintf("add table ip %s { chain pre { type filter hook prerouting priority -300; policy accept; %s counter; }; }", name, match)
-	routers.MustRun(t, "ip", "netns", "exec", ns, "nft", rule)
+	netnstest.MustRun(t, "ip", "netns", "exec", ns, "nft", rule)
 }
 
 // packets returns the count of table name in ns.
 func (m *mhLab) packets(ns, name string) (int, error) {
-	out, err := routers.Run("ip", "netns", "exec", ns, "nft", "list", "table", "ip", name)
+	out, err := netnstest.Run("ip", "netns", "exec", ns, "nft", "list", "table", "ip", name)
 	if err != nil {
 		return 0, err
 	}
@@ -260,7 +261,7 @@ func (m *mhLab) packets(ns, name string) (int, error) {
 func (m *mhLab) eBGPStaysDown(d time.Duration, why, ns, name string) int {
 	t := m.l.t
 	t.Helper()
-	routers.Eventually(t, mhEstabMax, 100*time.Millisecond, "ibgp session (the control)", func() (bool, string) {
+	netnstest.Eventually(t, mhEstabMax, 100*time.Millisecond, "ibgp session (the control)", func() (bool, string) {
 		return m.routerI.established()
 	})
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
@@ -344,10 +345,10 @@ func (m *mhLab) waitEstablished() {
 		r    mhRouter
 		addr netip.Addr
 	}{{"ebgp router", m.routerE, mhELo}, {"ibgp router", m.routerI, mhILo}} {
-		routers.Eventually(t, mhEstabMax, 100*time.Millisecond, r.name+" session", func() (bool, string) {
+		netnstest.Eventually(t, mhEstabMax, 100*time.Millisecond, r.name+" session", func() (bool, string) {
 			return r.r.established()
 		})
-		routers.Eventually(t, 10*time.Second, 100*time.Millisecond, "vipd's session with the "+r.name, func() (bool, string) {
+		netnstest.Eventually(t, 10*time.Second, 100*time.Millisecond, "vipd's session with the "+r.name, func() (bool, string) {
 			st, err := m.peerState(r.addr)
 			if err != nil {
 				return false, err.Error()
@@ -385,7 +386,7 @@ func (m *mhLab) dumpOnFailure() {
 // `ebgp-multihop 2`, or `ttl-security hops 2`; both `update-source` their
 // loopback).
 func TestFRRMultihop(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh", "nft")
+	netnstest.SkipUnlessEnabled(t, "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "vtysh", "nft")
 	runMultihop(t, "f", func(m *mhLab, multihop bool) {
 		reach := "neighbor %[1]s ebgp-multihop 2"
 		if !multihop {
@@ -402,7 +403,7 @@ func TestFRRMultihop(t *testing.T) {
 // `multihop 2`, or `multihop 2; ttl security on`, which BIRD allows
 // together: the minimum TTL is then 256 - 2).
 func TestBIRDMultihop(t *testing.T) {
-	routers.SkipUnlessNetnsTests(t, "bird", "birdc", "nft")
+	netnstest.SkipUnlessEnabled(t, "bird", "birdc", "nft")
 	runMultihop(t, "b", func(m *mhLab, multihop bool) {
 		reach := "multihop 2;"
 		if !multihop {
