@@ -23,9 +23,7 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			a.startTakeover(v)
 		}
 	case actKeep:
-		v.wonBack = a.abortQuiesce(ctx, v)
 	case actReassert:
-		v.wonBack = a.abortQuiesce(ctx, v)
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		actx, cancel := withTimeout(ctx)
 		defer cancel()
@@ -41,9 +39,8 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			}
 		}
 	case actQuiesce:
-		a.startQuiesce(ctx, v, d.Reason)
+		a.startLinger(ctx, v, d.Reason)
 	case actRelease:
-		a.endQuiesce(v)
 		if d.CloseClients {
 			// Before the address goes: the resets leave from it.
 			a.closeClients(v)
@@ -74,6 +71,9 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	defer cancel()
 	now := a.now()
 	a.record(v, true) // before the address exists, so a crash right after leaves it covered
+	// Lingering on v (an earlier handoff): its connections are its own
+	// again; Announce ends the lingering with the address back.
+	a.callOffLinger(v)
 	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 		v.fail(now)
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "announce").Inc()
@@ -95,12 +95,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 // release withdraws a VIP now. A failed withdraw keeps the VIP held (and
 // is retried at the next pass).
 func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
-	if v.quiesce != nil {
-		// Cut short (a shutdown's deadline, a reload, a lost link): what
-		// is left is closed at once, before the address goes.
-		a.endQuiesce(v)
-		a.closeClients(v)
-	}
+	a.abandonLinger(ctx, v, reason)
 	a.stopForward(ctx, v, "this node releases the VIP")
 	a.stopWatch(v)
 	if err := a.withdrawAddr(ctx, v); err != nil {

@@ -139,7 +139,7 @@ var _ agent.Restarter = (*realBackends)(nil)
 // An L2 VIP's planned handoff can be daisy-chained.
 var (
 	_ agent.Forwarder = (*l2.Announcer)(nil)
-	_ agent.Quiescer  = (*l2.Announcer)(nil)
+	_ agent.Lingerer  = (*l2.Announcer)(nil)
 )
 
 // RestartReady implements agent.Restarter: L2 addresses stay in the
