@@ -43,6 +43,9 @@ const (
 	ForwardTable = "vipd_forward"
 	// QuiesceTable is the table (family arp) holding Quiesce's rules.
 	QuiesceTable = "vipd_quiesce"
+	// LingerARPTable is the table (family arp) holding the rule of Linger
+	// that keeps the VIP out of the host's ARP requests.
+	LingerARPTable = "vipd_linger"
 
 	forwardChain = "prerouting"
 	quiesceChain = "input"
@@ -57,9 +60,10 @@ const (
 type ruleKind int
 
 const (
-	kindForward ruleKind = iota // table ip vipd_forward
-	kindQuiesce                 // table arp vipd_quiesce
-	kindLinger                  // table ip vipd_forward
+	kindForward   ruleKind = iota // table ip vipd_forward
+	kindQuiesce                   // table arp vipd_quiesce
+	kindLinger                    // table ip vipd_forward
+	kindLingerARP                 // table arp vipd_linger
 )
 
 func (k ruleKind) String() string {
@@ -68,6 +72,8 @@ func (k ruleKind) String() string {
 		return "quiesce"
 	case kindLinger:
 		return "linger"
+	case kindLingerARP:
+		return "linger-arp"
 	}
 	return "forward"
 }
@@ -235,7 +241,9 @@ func (a *Announcer) Quiesce(ctx context.Context, addr netip.Addr) error {
 // in any way the network or a peer can see.
 //
 //   - The host answers no ARP request for addr (Quiesce's rule) and its
-//     advertisement burst stops.
+//     advertisement burst stops; its own ARP requests carry its address
+//     on the interface, not addr (table arp vipd_linger, chain output:
+//     see lingerARPExprs).
 //
 //   - A route of type local for addr's host prefix on the interface, in
 //     table local, protocol LingerProtocol, metric LingerMetric, keeps
@@ -291,6 +299,17 @@ func (a *Announcer) Linger(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("linger %s: %w", vip, err)
 	}
 	a.lingering[vip] = true
+	present, err := a.addrs.list(ifi)
+	if err != nil {
+		return fmt.Errorf("linger %s: list addresses on %s: %w", vip, ifi.Name, err)
+	}
+	if own, ok := ownAddrFor(vip, present); ok {
+		if err := a.filter.set(kindLingerARP, vip, [][]expr.Any{lingerARPExprs(vip, own)}); err != nil {
+			return fmt.Errorf("linger %s: %w", vip, err)
+		}
+	} else {
+		a.log.Warn("lingering: no address of this host around the VIP on the interface; its ARP requests may carry the VIP", "vip", vip)
+	}
 	if err := a.addrs.addLocal(ifi, vip); err != nil {
 		return fmt.Errorf("linger %s: add local route: %w", vip, err)
 	}
@@ -344,6 +363,9 @@ func (a *Announcer) stopLingerLocked(vip netip.Addr) error {
 	if err := a.filter.del(kindLinger, vip); err != nil {
 		return err
 	}
+	if err := a.filter.del(kindLingerARP, vip); err != nil {
+		return err
+	}
 	delete(a.lingering, vip)
 	a.log.Info("vip lingering ended", "vip", vip)
 	return nil
@@ -393,6 +415,40 @@ func CleanupLingerRoutes() ([]string, error) {
 		removed = append(removed, r.Dst.String())
 	}
 	return removed, errors.Join(errs...)
+}
+
+// ownAddrFor returns this host's IPv4 address on the interface whose
+// prefix holds vip (the address its ARP requests on that link should
+// carry), from the interface's addresses.
+func ownAddrFor(vip netip.Addr, present []ifAddr) (netip.Addr, bool) {
+	for _, p := range present {
+		if a := p.prefix.Addr(); a.Is4() && a != vip && p.prefix.Bits() < 32 && p.prefix.Contains(vip) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// lingerARPExprs is, for nft (table arp vipd_linger, chain output),
+//
+//	arp hlen 6 arp plen 4 arp operation request arp saddr ip vip arp saddr ip set own
+//
+// With the default arp_announce = 0 the kernel puts a packet's source in
+// the ARP request it sends to resolve the packet's next hop: a lingering
+// host answering a client it must resolve again would send the VIP, and
+// the client would move its entry for the VIP to this host.
+func lingerARPExprs(vip, own netip.Addr) []expr.Any {
+	v4, o4 := vip.As4(), own.As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: arpOffLens, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{6, 4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: arpOffOp, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(arpOpRequest)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: arpOffSPA, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: v4[:]},
+		&expr.Immediate{Register: 1, Data: o4[:]},
+		&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: arpOffSPA, Len: 4},
+	}
 }
 
 // lingerRules returns Linger's rules for vip.
@@ -596,6 +652,7 @@ const (
 const (
 	arpOffLens   = 4  // hardware address length (1 byte), protocol address length (1 byte)
 	arpOffOp     = 6  // operation, 2 bytes
+	arpOffSPA    = 14 // sender protocol address, 4 bytes, after the 6-byte sender hardware address
 	arpOffTPA    = 24 // target protocol address, 4 bytes, after 6+4+6 address bytes
 	arpOpRequest = 1
 )

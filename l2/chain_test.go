@@ -28,7 +28,7 @@ type fakeFilter struct {
 }
 
 func newFakeFilter() *fakeFilter {
-	return &fakeFilter{rules: map[ruleKind]map[netip.Addr][][]expr.Any{kindForward: {}, kindQuiesce: {}, kindLinger: {}}}
+	return &fakeFilter{rules: map[ruleKind]map[netip.Addr][][]expr.Any{kindForward: {}, kindQuiesce: {}, kindLinger: {}, kindLingerARP: {}}}
 }
 
 func (f *fakeFilter) set(k ruleKind, vip netip.Addr, rules [][]expr.Any) error {
@@ -528,6 +528,9 @@ func TestLingerLifecycle(t *testing.T) {
 			if err := h.a.Linger(ctx, vip4); err != nil {
 				t.Fatal(err)
 			}
+			if !f.has(kindLingerARP, vip4) {
+				t.Fatal("lingering: no rule keeping the VIP out of the host's ARP requests")
+			}
 			if held, _ := h.a.Held(vip4); held || !fa.hasLocal(vip4) || !f.has(kindQuiesce, vip4) || len(f.get(kindLinger, vip4)) != 2 {
 				t.Fatalf("lingering: address %v, local route %v, quiesce %v, linger rules %d; want no address, the route, both rules",
 					held, fa.hasLocal(vip4), f.has(kindQuiesce, vip4), len(f.get(kindLinger, vip4)))
@@ -546,7 +549,7 @@ func TestLingerLifecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fa.hasLocal(vip4) || f.has(kindQuiesce, vip4) || f.has(kindLinger, vip4) {
+			if fa.hasLocal(vip4) || f.has(kindQuiesce, vip4) || f.has(kindLinger, vip4) || f.has(kindLingerARP, vip4) {
 				t.Fatalf("after %s: local route %v, quiesce %v, linger %v; want none", end, fa.hasLocal(vip4), f.has(kindQuiesce, vip4), f.has(kindLinger, vip4))
 			}
 			if end != "close" {

@@ -744,6 +744,15 @@ func TestNetnsLingerChain(t *testing.T) {
 		mustServe(t, toS, fmt.Sprintf("s%d", i), "s")
 		time.Sleep(300 * time.Millisecond)
 	}
+	// A lingering host that must resolve its client again does not move
+	// the client's entry for the VIP to itself: its ARP request carries
+	// its own address, not the VIP.
+	ipCmd(t, "-n", l.ns["o"], "neigh", "del", chainC.String(), "dev", l.ifc["o"])
+	mustServe(t, toO, "o-resolves-again", "o")
+	time.Sleep(200 * time.Millisecond)
+	if got := l.neighMAC(t); got.String() != l.mac["t"].String() {
+		t.Fatalf("after lingering O resolved C again, C's entry for the VIP is %v, want T's %s (O's is %s)", got, l.mac["t"], l.mac["o"])
+	}
 	mustServe(t, l.dial(t), "new", "t")
 	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["t"].String()}) {
 		t.Fatalf("ARP replies for %s from %v, want only T's %s", chainVIP, got, l.mac["t"])
