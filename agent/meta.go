@@ -106,6 +106,14 @@ type VIPMeta struct {
 	// handoff's daisy chain, chain.go), which may then close them one at
 	// an idle moment instead of all at once.
 	Forwarding bool
+	// Lingering: the node handed the VIP off and still serves the
+	// connections it had on it, without the address, through the
+	// holder's forwarding (chain.go); it does not hold the VIP.
+	Lingering bool
+	// EndLinger: the node holds the VIP, forwards, and is about to
+	// restart in place (finishHandoffs): the members lingering on the VIP
+	// close what they have left now, so that its forwarding can end.
+	EndLinger bool
 }
 
 const (
@@ -129,6 +137,8 @@ const (
 	// metaFlagNodeWithdrawn see an unhealthy node.
 	vipFlagHealthyNodeWithdrawn = 1 << 3
 	vipFlagForwarding           = 1 << 4
+	vipFlagLingering            = 1 << 5
+	vipFlagEndLinger            = 1 << 6
 	metaMaxSize                 = 512
 )
 
@@ -196,6 +206,12 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		if v.Forwarding {
 			f |= vipFlagForwarding
 		}
+		if v.Lingering {
+			f |= vipFlagLingering
+		}
+		if v.EndLinger {
+			f |= vipFlagEndLinger
+		}
 		b = binary.BigEndian.AppendUint32(b, k)
 		b = append(b, f)
 	}
@@ -252,7 +268,8 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]
 		m.VIPs[k] = VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
-			Forwarding: f&vipFlagForwarding != 0}
+			Forwarding: f&vipFlagForwarding != 0, Lingering: f&vipFlagLingering != 0,
+			EndLinger: f&vipFlagEndLinger != 0}
 	}
 	return m, nil
 }

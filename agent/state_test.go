@@ -66,7 +66,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0xe0) // unknown VIP flags (bits 5-7; bit 4 is forwarding)
+		f := byte(0x80) // an unknown VIP flag (bit 7; bits 4-6 are forwarding, lingering, ending a lingering)
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}
