@@ -333,11 +333,14 @@ func (a *Agent) localMeta() NodeMeta {
 	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
 		Removed: a.st.decommissioned, NodeWithdrawn: a.st.node.withdrawn(), RestartAware: true, RestartGrace: a.st.restartGrace,
-		VIPs: map[uint32]VIPMeta{}}
+		PriorityAware: true, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
-		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil}
-		if vm.Healthy || vm.Held || vm.Down {
+		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil, Waiting: v.waiting}
+		if p := v.cfg.Priority; p != config.DefaultPriority && p > 0 && p < 256 {
+			vm.Priority = uint8(p)
+		}
+		if vm.Healthy || vm.Held || vm.Down || vm.Waiting || vm.Priority != 0 {
 			m.VIPs[config.VIPKey(v.cfg.Name)] = vm
 		}
 	}
