@@ -302,7 +302,8 @@ type VIPConfig struct {
 	// its own and publishes it to the others in its metadata, so the
 	// nodes cannot disagree on it. It takes effect only while every
 	// member runs a release that knows priorities (docs/design.md,
-	// "Priorities"). A written 0 is refused. [100: DefaultPriority]
+	// "Priorities and groups"). A written 0 is refused. [100:
+	// DefaultPriority]
 	Priority int `toml:"priority"`
 	// PreemptDelay is how long this node, once it can carry the VIP
 	// (healthy, not withdrawn, not fenced), waits before it may take the
