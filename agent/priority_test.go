@@ -317,3 +317,36 @@ func TestMetaPriority(t *testing.T) {
 		t.Errorf("%d VIPs with priorities while restarting: %d bytes, %v", config.MaxVIPsWithPriority, len(b), err)
 	}
 }
+
+// TestPriorityWarning: status warns, naming them, when members of a
+// release without priorities hold configured priorities off, and says
+// nothing when priorities count or none is configured anywhere.
+func TestPriorityWarning(t *testing.T) {
+	cfg := func(extra string) *config.Config {
+		c, err := config.Parse("w.toml", []byte("[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n"+extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	mixed := []Member{node("cp-1", aware), node("cp-2"), node("cp-3", dead)}
+	for _, tc := range []struct {
+		name string
+		view []Member
+		cfg  *config.Config
+		want string
+	}{
+		{"priority here, cp-2 old", mixed, cfg("priority = 150\n"), "not in effect: cp-2 runs a release without them"},
+		{"group here, cp-2 old", mixed, cfg("group = \"g\"\n"), "not in effect: cp-2 runs"},
+		{"a peer publishes a priority, cp-2 old", []Member{node("cp-1", aware, prio(150)), node("cp-2")}, cfg(""), "not in effect: cp-2 runs"},
+		{"none configured anywhere", mixed, cfg(""), ""},
+		{"every member aware", []Member{node("cp-1", aware), node("cp-2", aware)}, cfg("priority = 150\n"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := priorityWarning(tc.view, tc.cfg)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("warning %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
