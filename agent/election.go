@@ -52,9 +52,10 @@ type ElectionVIP struct {
 }
 
 // keys are the metadata keys of the VIPs elected as one, and the name
-// their rank is hashed from: the group's when grouped.
+// their rank is hashed from: the group's when grouped. A group of one VIP
+// is the VIP alone, so writing a group on a lone VIP moves nothing.
 func (v ElectionVIP) keys(grouped bool) (rankName string, keys []uint32) {
-	if !grouped || v.Group == "" || len(v.Members) == 0 {
+	if !grouped || v.Group == "" || len(v.Members) < 2 {
 		return v.Name, []uint32{config.VIPKey(v.Name)}
 	}
 	for _, n := range v.Members {

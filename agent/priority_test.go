@@ -350,3 +350,13 @@ func TestPriorityWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestElectGroupOfOne: a group of one VIP elects as the VIP alone (its own
+// rank), so writing a group on a lone VIP moves nothing.
+func TestElectGroupOfOne(t *testing.T) {
+	top, second, third := rankedThree()
+	ms := []Member{node(third, aware), node(second, aware), node(top, aware)}
+	if got := Elect(ms, ElectionVIP{Name: "api", Group: "g", Members: []string{"api"}}).Owner; got != top {
+		t.Errorf("group of one: owner %s, want %s (the VIP's own rank)", got, top)
+	}
+}
