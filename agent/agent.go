@@ -335,6 +335,11 @@ type vipState struct {
 	// others it cannot carry the VIP, so a peer takes over.
 	failing      bool
 	lastReassert time.Time
+	// readySince is when this node last became able to carry the VIP
+	// (preemptReady; zero while it cannot); waiting is set while its
+	// preempt delay runs from then (preemptWaiting), and published.
+	readySince time.Time
+	waiting    bool
 
 	// stopWatch ends the conflict watcher while the VIP is held.
 	stopWatch context.CancelFunc

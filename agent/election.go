@@ -44,6 +44,25 @@ type Member struct {
 type ElectionVIP struct {
 	Name    string
 	Preempt bool
+	// Group is the VIP's group (vip.group; "" for none) and Members the
+	// names of the group's VIPs, Name among them: they are elected as one
+	// while every member is priority-aware.
+	Group   string
+	Members []string
+}
+
+// keys are the metadata keys of the VIPs elected as one, and the name
+// their rank is hashed from: the group's when grouped. A group of one VIP
+// is the VIP alone, so writing a group on a lone VIP moves nothing.
+func (v ElectionVIP) keys(grouped bool) (rankName string, keys []uint32) {
+	if !grouped || v.Group == "" || len(v.Members) < 2 {
+		return v.Name, []uint32{config.VIPKey(v.Name)}
+	}
+	for _, n := range v.Members {
+		keys = append(keys, config.VIPKey(n))
+	}
+	// A group's rank differs from a VIP's of the same name.
+	return "group\x00" + v.Group, keys
 }
 
 // Election reasons, as they appear in logs and events.
@@ -54,6 +73,12 @@ const (
 	ReasonBootstrap = "no node is healthy; bootstrap fallback to alive, not withdrawn nodes"
 	ReasonNodeKept  = "every eligible node is withdrawn by its Node; kept eligible so the VIP stays"
 	ReasonNone      = "no eligible node"
+	// ReasonPriority: the owner's priority is above every other eligible
+	// node's.
+	ReasonPriority = "highest priority eligible node"
+	// ReasonWaiting: a node that ranks above the holder waits out its
+	// preempt delay.
+	ReasonWaiting = "a better node waits out its preempt delay; the holder keeps it"
 )
 
 // Result is the outcome of an election.
@@ -65,8 +90,14 @@ type Result struct {
 	// other node is unhealthy or withdrawn): the VIP stays rather than
 	// going nowhere.
 	NodeKept bool
-	// Eligible lists the members that may own the VIP, in rank order.
+	// Eligible lists the members that may own the VIP, in election order:
+	// by priority, then rank.
 	Eligible []string
+	// Priorities: every member is priority-aware, so priorities, preempt
+	// delays and groups count. When false (a member runs a release that
+	// does not know them) every node elects by rank alone, as that
+	// release does.
+	Priorities bool
 
 	// tier is the rule Eligible was chosen by.
 	tier tier
@@ -100,20 +131,37 @@ var tiers = [...]tier{
 //     bootstrap: the apiserver is up nowhere yet);
 //  4. the usable ones.
 //
-// Among eligible members, without preemption a member that already holds
-// the VIP keeps it (no second interruption when a better node returns);
-// when several eligible members hold it (after a partition heals), the
-// highest ranked of them wins. Otherwise the highest ranked eligible member
-// wins. Rank is rendezvous hashing of (VIP, node name), which spreads VIPs
-// over nodes and moves only the VIPs of a node that goes.
+// The eligible members are ordered by priority (highest first), then by
+// rank. Without preemption a member that already holds the VIP keeps it
+// (no second interruption when a better node returns); when several
+// eligible members hold it (after a partition heals), the first of them in
+// that order wins. With preemption the first eligible member wins, except
+// that one waiting out its preempt delay does not take the VIP from a
+// holder: the first member that holds it or does not wait wins. Rank is
+// rendezvous hashing of (VIP, node name), which spreads VIPs over nodes
+// and moves only the VIPs of a node that goes.
+//
+// Priorities, preempt delays and groups count only when every alive (or
+// suspect) member whose metadata decoded says it is priority-aware: while
+// a release that does not know them runs anywhere (a rolling upgrade),
+// every node elects as it does, by rank alone, each VIP on its own, and
+// all still name the same owner. Without priorities written (every node
+// at the default) and no preempt delay, the order is the rank order and
+// the owner is the one elected before priorities existed.
+//
+// A group's VIPs (vip.Members) are elected as one: a member is eligible
+// when it is for every VIP of the group (under the same tier), it holds
+// the group when it holds any of them, its priority is its first VIP's
+// (the configuration makes them equal), and the rank is the group's.
 func Elect(members []Member, vip ElectionVIP) Result {
-	key := config.VIPKey(vip.Name)
+	aware := priorityAware(members)
+	rankName, keys := vip.keys(aware)
 	var eligible []Member
 	var rule tier
 	for _, t := range tiers {
 		rule = t
 		for _, m := range members {
-			if whyNot(m, key, t) == "" {
+			if whyNotAll(m, keys, t) == "" {
 				eligible = append(eligible, m)
 			}
 		}
@@ -122,32 +170,45 @@ func Elect(members []Member, vip ElectionVIP) Result {
 		}
 	}
 	if len(eligible) == 0 {
-		return Result{Reason: ReasonNone, tier: tiers[0]}
+		return Result{Reason: ReasonNone, tier: tiers[0], Priorities: aware}
 	}
-	sortByRank(vip.Name, eligible, func(m Member) string { return m.Name })
+	sortByRank(rankName, eligible, func(m Member) string { return m.Name })
+	if aware {
+		// Stable: equal priorities keep their rank order.
+		sort.SliceStable(eligible, func(i, j int) bool { return priority(eligible[i], keys) > priority(eligible[j], keys) })
+	}
 	names := make([]string, len(eligible))
 	for i, m := range eligible {
 		names[i] = m.Name
 	}
-	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !rule.health, NodeKept: rule.nodeWithdrawn, Eligible: names, tier: rule}
+	res := Result{Owner: eligible[0].Name, Reason: ReasonRank, Bootstrap: !rule.health, NodeKept: rule.nodeWithdrawn, Eligible: names,
+		Priorities: aware, tier: rule}
+	if aware && len(eligible) > 1 && priority(eligible[0], keys) > priority(eligible[1], keys) {
+		res.Reason = ReasonPriority
+	}
 	if res.Bootstrap {
 		res.Reason = ReasonBootstrap
 	}
 	var holders []string
 	for _, m := range eligible {
-		if m.Meta.VIP(key).Held {
+		if holdsAny(m, keys) {
 			holders = append(holders, m.Name)
 		}
 	}
 	switch {
 	case len(holders) > 1:
-		if !vip.Preempt {
-			res.Owner = holders[0]
+		res.Owner = holders[0]
+		if vip.Preempt {
+			res.Owner = preemptor(eligible, keys, aware)
 		}
 		res.Reason = ReasonContested
 	case len(holders) == 1 && !vip.Preempt:
 		res.Owner = holders[0]
 		res.Reason = ReasonKeep
+	case len(holders) == 1:
+		if res.Owner = preemptor(eligible, keys, aware); res.Owner != eligible[0].Name {
+			res.Reason = ReasonWaiting
+		}
 	}
 	if res.Bootstrap && res.Reason != ReasonBootstrap {
 		res.Reason += "; " + ReasonBootstrap
@@ -158,15 +219,80 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	return res
 }
 
+// preemptor is the owner of a held VIP with preemption: the first
+// eligible member that holds it or, when priorities count, does not wait
+// out a preempt delay.
+func preemptor(eligible []Member, keys []uint32, aware bool) string {
+	for _, m := range eligible {
+		if !aware || holdsAny(m, keys) || !waiting(m, keys) {
+			return m.Name
+		}
+	}
+	return eligible[0].Name // not reached: a holder is eligible
+}
+
+// priorityAware reports whether every alive (or suspect) member whose
+// metadata decoded elects by priority.
+func priorityAware(members []Member) bool {
+	for _, m := range members {
+		if m.State.usable() && m.Meta.Valid && !m.Meta.PriorityAware {
+			return false
+		}
+	}
+	return true
+}
+
+// usable reports whether a member in state s may take part in the
+// election: alive, or suspect (not yet declared dead).
+func (s MemberState) usable() bool { return s == StateAlive || s == StateSuspect }
+
+// priority is m's priority for the VIPs keys: its first one's.
+func priority(m Member, keys []uint32) int { return m.Meta.VIP(keys[0]).priority() }
+
+// holdsAny reports whether m holds any of the VIPs keys.
+func holdsAny(m Member, keys []uint32) bool {
+	for _, k := range keys {
+		if m.Meta.VIP(k).Held {
+			return true
+		}
+	}
+	return false
+}
+
+// waiting reports whether m waits out its preempt delay for any of keys.
+func waiting(m Member, keys []uint32) bool {
+	for _, k := range keys {
+		if m.Meta.VIP(k).Waiting {
+			return true
+		}
+	}
+	return false
+}
+
+// whyNotAll is whyNot for the first of keys m may not own, "" when it may
+// own them all.
+func whyNotAll(m Member, keys []uint32, t tier) string {
+	for _, k := range keys {
+		if w := whyNot(m, k, t); w != "" {
+			return w
+		}
+	}
+	return ""
+}
+
 // Eligible lists the members that may own vip, in rank order, by the same
 // rules as Elect.
 func Eligible(members []Member, vip ElectionVIP) []string {
 	return Elect(members, vip).Eligible
 }
 
-// WhyNot says why m is not eligible for the VIP with key k under the rule
-// r was elected by ("" when it is).
-func (r Result) WhyNot(m Member, k uint32) string { return whyNot(m, k, r.tier) }
+// WhyNot says why m is not eligible for vip under the rule r was elected
+// by ("" when it is): for a group, for the first of its VIPs m cannot
+// carry.
+func (r Result) WhyNot(m Member, vip ElectionVIP) string {
+	_, keys := vip.keys(r.Priorities)
+	return whyNotAll(m, keys, r.tier)
+}
 
 // whyNot says why m may not own the VIP with key k under rule t, in words,
 // or "" when it may: it must be alive (or suspect: not yet declared dead)

@@ -257,7 +257,7 @@ func TestElectNodeWithdrawn(t *testing.T) {
 				t.Errorf("reason %q does not say the Node's withdraw was overruled", got.Reason)
 			}
 			for _, m := range tt.members {
-				why := got.WhyNot(m, config.VIPKey("api"))
+				why := got.WhyNot(m, ElectionVIP{Name: "api"})
 				if (why == "") != slices.Contains(got.Eligible, m.Name) {
 					t.Errorf("%s: WhyNot %q disagrees with Eligible %v", m.Name, why, got.Eligible)
 				}

@@ -55,7 +55,7 @@ func (a *Agent) nextTick() time.Duration {
 		return a.opts.Tick
 	}
 	for _, v := range a.st.vips {
-		if !v.handoffStarted.IsZero() || !v.drainStarted.IsZero() || !v.retryAt.IsZero() || v.settling || v.forward != nil || v.adopted {
+		if !v.handoffStarted.IsZero() || !v.drainStarted.IsZero() || !v.retryAt.IsZero() || v.settling || v.waiting || v.forward != nil || v.adopted {
 			return a.opts.Tick
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/vipd/vipd/agent/config"
 )
 
 // NodeMeta is what a node tells the others about itself through memberlist
@@ -58,6 +60,20 @@ import (
 // Version 2's field after the entries: uint32, the restart grace in
 // milliseconds (with the restarting flag).
 //
+// Version 3 is version 2 with entries of 6 bytes: the sixth is the node's
+// priority for the VIP (vip.priority, 1-255). A node writes it only when a
+// VIP of its has a priority other than the default, and version 1 (or 2
+// while restarting) otherwise, so a cluster without priorities sends what
+// it sent before. A VIP's entry is then written when the VIP is healthy,
+// held or down, or its priority is not the default.
+//
+// Bit 7 of the flags (priority-aware) says the node elects by priority,
+// preempt delay and group (Elect); bit 5 of a VIP's flags (waiting) says
+// the node waits out its preempt delay for the VIP. Both came with
+// priorities; releases before ignore them, and Elect applies priorities
+// only while every member sets bit 7 (docs/design.md, "Priorities and
+// groups").
+//
 // This release writes version 1, and version 2 only while it restarts in
 // place, which it does only when every member says it is restart-aware
 // (so reads version 2). The previous release reads both and ignores the
@@ -91,7 +107,10 @@ type NodeMeta struct {
 	// its next process will be back within this grace (the peers claim
 	// nothing of it meanwhile). At most metaMaxRestartGrace.
 	RestartGrace time.Duration
-	VIPs         map[uint32]VIPMeta
+	// PriorityAware: the node elects by priority, preempt delay and
+	// group. Elect applies them only when every member says so.
+	PriorityAware bool
+	VIPs          map[uint32]VIPMeta
 }
 
 // VIPMeta is a node's state for one VIP.
@@ -114,6 +133,20 @@ type VIPMeta struct {
 	// restart in place (finishHandoffs): the members lingering on the VIP
 	// close what they have left now, so that its forwarding can end.
 	EndLinger bool
+	// Priority is the node's priority for the VIP (vip.priority); 0 when
+	// it did not say (the default, config.DefaultPriority).
+	Priority uint8
+	// Waiting: the node waits out its preempt delay for the VIP: it may
+	// not take it from a holder yet.
+	Waiting bool
+}
+
+// priority is the node's priority for the VIP, the default when unsaid.
+func (v VIPMeta) priority() int {
+	if v.Priority == 0 {
+		return config.DefaultPriority
+	}
+	return int(v.Priority)
 }
 
 const (
@@ -129,9 +162,11 @@ const (
 	// metaFlagRestart: the node is restarting in place (version 2, with
 	// the grace after the entries).
 	metaFlagRestart = 1 << 6
-	vipFlagHealthy  = 1 << 0
-	vipFlagHeld     = 1 << 1
-	vipFlagDown     = 1 << 2
+	// metaFlagPriorityAware: the node elects by priority.
+	metaFlagPriorityAware = 1 << 7
+	vipFlagHealthy        = 1 << 0
+	vipFlagHeld           = 1 << 1
+	vipFlagDown           = 1 << 2
 	// vipFlagHealthyNodeWithdrawn is healthy on a node its Node withdraws,
 	// written instead of vipFlagHealthy so that releases that do not know
 	// metaFlagNodeWithdrawn see an unhealthy node.
@@ -139,6 +174,7 @@ const (
 	vipFlagForwarding           = 1 << 4
 	vipFlagLingering            = 1 << 5
 	vipFlagEndLinger            = 1 << 6
+	vipFlagWaiting              = 1 << 7
 	metaMaxSize                 = 512
 )
 
@@ -148,13 +184,14 @@ func (m NodeMeta) VIP(k uint32) VIPMeta { return m.VIPs[k] }
 // metaMaxRestartGrace is the longest restart grace the metadata carries.
 const metaMaxRestartGrace = time.Duration(math.MaxUint32) * time.Millisecond
 
-// Encode returns the wire form, in a stable order: version 1, or version
-// 2 with the restart grace while restarting.
+// Encode returns the wire form, in a stable order: version 1, version 2
+// with the restart grace while restarting, or version 3 when a VIP has a
+// priority.
 func (m NodeMeta) Encode() ([]byte, error) {
 	if m.RestartGrace < 0 || m.RestartGrace > metaMaxRestartGrace {
 		return nil, fmt.Errorf("restart grace %s out of range", m.RestartGrace)
 	}
-	b := make([]byte, 2, 8+5*len(m.VIPs))
+	b := make([]byte, 2, 8+6*len(m.VIPs))
 	b[0] = metaVersion
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
@@ -174,14 +211,28 @@ func (m NodeMeta) Encode() ([]byte, error) {
 	if m.RestartAware {
 		b[1] |= metaFlagAware
 	}
+	if m.PriorityAware {
+		b[1] |= metaFlagPriorityAware
+	}
 	restarting := m.RestartGrace > 0
 	if restarting {
+		b[1] |= metaFlagRestart
+	}
+	size := 5
+	for _, v := range m.VIPs {
+		if v.Priority != 0 {
+			size = 6
+		}
+	}
+	if restarting || size == 6 {
 		if len(m.VIPs) > 255 {
 			return nil, fmt.Errorf("node metadata: %d VIPs do not fit version 2", len(m.VIPs))
 		}
 		b[0] = 2
-		b[1] |= metaFlagRestart
-		b = append(b, byte(len(m.VIPs)), 5)
+		if size == 6 {
+			b[0] = 3
+		}
+		b = append(b, byte(len(m.VIPs)), byte(size))
 	}
 	keys := make([]uint32, 0, len(m.VIPs))
 	for k := range m.VIPs {
@@ -212,8 +263,14 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		if v.EndLinger {
 			f |= vipFlagEndLinger
 		}
+		if v.Waiting {
+			f |= vipFlagWaiting
+		}
 		b = binary.BigEndian.AppendUint32(b, k)
 		b = append(b, f)
+		if size == 6 {
+			b = append(b, byte(v.priority()))
+		}
 	}
 	if restarting {
 		b = binary.BigEndian.AppendUint32(b, uint32(m.RestartGrace/time.Millisecond))
@@ -263,13 +320,17 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 	}
 	m := NodeMeta{Valid: true, Withdrawn: b[1]&metaFlagWithdraw != 0, Leaving: b[1]&metaFlagLeaving != 0, Fenced: b[1]&metaFlagFenced != 0,
 		Removed: b[1]&metaFlagRemoved != 0, NodeWithdrawn: b[1]&metaFlagNodeWithdrawn != 0,
-		RestartAware: b[1]&metaFlagAware != 0, RestartGrace: grace, VIPs: map[uint32]VIPMeta{}}
+		RestartAware: b[1]&metaFlagAware != 0, RestartGrace: grace, PriorityAware: b[1]&metaFlagPriorityAware != 0, VIPs: map[uint32]VIPMeta{}}
 	for p := 0; p+size <= len(entries); p += size {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]
-		m.VIPs[k] = VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
+		vm := VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
 			Forwarding: f&vipFlagForwarding != 0, Lingering: f&vipFlagLingering != 0,
-			EndLinger: f&vipFlagEndLinger != 0}
+			EndLinger: f&vipFlagEndLinger != 0, Waiting: f&vipFlagWaiting != 0}
+		if b[0] >= 3 && size >= 6 {
+			vm.Priority = entries[p+5]
+		}
+		m.VIPs[k] = vm
 	}
 	return m, nil
 }

@@ -50,13 +50,14 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 	}
 
+	a.notePreemptDelays(now)
 	// One view for the pass: a VIP's election depends only on its own entry
 	// in this node's metadata, which changes only when that VIP is handled.
 	view := a.view(members)
 	var kept []string // VIPs this node is kept eligible for against its Node's withdraw
 	for _, name := range names {
 		v := a.st.vips[name]
-		res := Elect(view, ElectionVIP{Name: name, Preempt: v.cfg.Preempt})
+		res := Elect(view, a.electionVIP(v))
 		if res.NodeKept && a.st.node.withdrawn() && slices.Contains(res.Eligible, a.self) {
 			kept = append(kept, name)
 		}
@@ -167,6 +168,57 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		in.Drain = c.BGP.GracefulShutdownDuration()
 	}
 	return in
+}
+
+// electionVIP is what the election needs of v: its preempt and its group.
+func (a *Agent) electionVIP(v *vipState) ElectionVIP {
+	ev := ElectionVIP{Name: v.cfg.Name, Preempt: v.cfg.Preempt, Group: v.cfg.Group}
+	if ev.Group != "" {
+		ev.Members = a.st.cfg.Groups()[ev.Group]
+	}
+	return ev
+}
+
+// notePreemptDelays moves each VIP's preempt delay: it runs from the
+// moment this node can carry the VIP (preemptReady), and while it runs
+// the node publishes that it waits (VIPMeta.Waiting), so no node elects
+// it over a holder.
+func (a *Agent) notePreemptDelays(now time.Time) {
+	nodeReady := !a.st.fence.Fenced() && !a.st.withdrawn && !a.st.shuttingDown && !a.st.node.withdrawn()
+	for _, v := range a.st.vips {
+		ready := nodeReady && v.healthy && !v.down && !v.failing
+		v.readySince = preemptReady(v.readySince, ready, now)
+		w := preemptWaiting(v.readySince, now, v.cfg.PreemptDelayDuration(), v.held)
+		if w != v.waiting {
+			if w {
+				a.log.Info("waiting out the preempt delay before taking the VIP from a lower-ranked holder", "vip", v.cfg.Name, "delay", v.cfg.PreemptDelayDuration())
+			} else if !v.readySince.IsZero() && !v.held {
+				a.log.Info("preempt delay over", "vip", v.cfg.Name)
+			}
+			v.waiting = w
+		}
+	}
+}
+
+// preemptReady is when a node that can carry a VIP now (ready) became
+// able to, given since, the last answer (zero: it could not).
+func preemptReady(since time.Time, ready bool, now time.Time) time.Time {
+	switch {
+	case !ready:
+		return time.Time{}
+	case since.IsZero():
+		return now
+	}
+	return since
+}
+
+// preemptWaiting reports whether a node that became able to carry a VIP
+// at since (zero: it cannot) still waits out the preempt delay before it
+// may take the VIP from a holder. A holder does not wait, nor does a node
+// that cannot carry the VIP (it is not eligible anyway), nor any without
+// a delay.
+func preemptWaiting(since, now time.Time, delay time.Duration, held bool) bool {
+	return delay > 0 && !held && !since.IsZero() && now.Sub(since) < delay
 }
 
 // vipNames returns the configured VIP names, sorted.

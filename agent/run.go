@@ -368,12 +368,15 @@ func (a *Agent) localMeta() NodeMeta {
 	fenced := a.st.fence.Fenced()
 	m := NodeMeta{Valid: true, Withdrawn: a.st.withdrawn || a.st.shuttingDown, Leaving: a.st.shuttingDown, Fenced: fenced,
 		Removed: a.st.decommissioned, NodeWithdrawn: a.st.node.withdrawn(), RestartAware: true, RestartGrace: a.st.restartGrace,
-		VIPs: map[uint32]VIPMeta{}}
+		PriorityAware: true, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
 		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil,
-			Lingering: !v.held && v.linger != nil, EndLinger: v.held && v.forward != nil && a.st.finishing}
-		if vm.Healthy || vm.Held || vm.Down || vm.Lingering {
+			Lingering: !v.held && v.linger != nil, EndLinger: v.held && v.forward != nil && a.st.finishing, Waiting: v.waiting}
+		if p := v.cfg.Priority; p != config.DefaultPriority && p > 0 && p < 256 {
+			vm.Priority = uint8(p)
+		}
+		if vm.Healthy || vm.Held || vm.Down || vm.Lingering || vm.Waiting || vm.Priority != 0 {
 			m.VIPs[config.VIPKey(v.cfg.Name)] = vm
 		}
 	}

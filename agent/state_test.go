@@ -57,7 +57,7 @@ func TestMetaFitsMaxVIPs(t *testing.T) {
 // metaV2 encodes m the way a later version (2) might: with flag bits and
 // per-VIP fields this release does not know, and trailing fields.
 func metaV2(m NodeMeta) []byte {
-	b := []byte{2, 0x80, byte(len(m.VIPs)), 8} // unknown node flag 0x80; 8-byte entries
+	b := []byte{2, 0, byte(len(m.VIPs)), 8} // 8-byte entries (every node flag bit is known now)
 	if m.Withdrawn {
 		b[1] |= metaFlagWithdraw
 	}
@@ -66,7 +66,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0x80) // an unknown VIP flag (bit 7; bits 4-6 are forwarding, lingering, ending a lingering)
+		f := byte(0) // (every VIP flag bit is known now: 4-7 are forwarding, lingering, ending a lingering, waiting)
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}

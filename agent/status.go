@@ -39,7 +39,7 @@ type statusSnapshot struct {
 type vipSnapshot struct {
 	name, address, mode string
 	owner, reason       string
-	preempt             bool
+	election            ElectionVIP
 	held, healthy       bool
 	healthDetail        string
 	healthSince         time.Time
@@ -63,15 +63,46 @@ func (a *Agent) publishSnapshot(members []memberInfo, view []Member, q lease.Quo
 	if w := a.st.node.warning(); w != "" {
 		s.warnings = append(s.warnings, w)
 	}
+	if w := priorityWarning(view, a.st.cfg); w != "" {
+		s.warnings = append(s.warnings, w)
+	}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
 		s.vips = append(s.vips, vipSnapshot{
 			name: name, address: v.cfg.Addr().String(), mode: v.cfg.Mode,
-			owner: v.owner, reason: v.reason, preempt: v.cfg.Preempt,
+			owner: v.owner, reason: v.reason, election: a.electionVIP(v),
 			held: v.held, healthy: v.healthy, healthDetail: v.healthDetail, healthSince: v.healthSince,
 		})
 	}
 	a.snapshot.Store(s)
+}
+
+// priorityWarning says, when priorities, preempt delays or groups are
+// configured here or published by a member but do not count (a member
+// runs a release that does not know them), which members hold them off.
+func priorityWarning(view []Member, c *config.Config) string {
+	if priorityAware(view) {
+		return ""
+	}
+	used := false
+	for _, v := range c.VIPs {
+		used = used || v.Priority != config.DefaultPriority || v.PreemptDelayDuration() > 0 || v.Group != ""
+	}
+	var old []string
+	for _, m := range view {
+		for _, vm := range m.Meta.VIPs {
+			used = used || vm.Priority != 0
+		}
+		if m.State.usable() && m.Meta.Valid && !m.Meta.PriorityAware {
+			old = append(old, sanitize(m.Name))
+		}
+	}
+	if !used {
+		return ""
+	}
+	sort.Strings(old)
+	return fmt.Sprintf("priorities, preempt delays and groups are not in effect: %s run%s a release without them (a rolling upgrade?); every node elects by rank alone until all run this one",
+		strings.Join(old, ", "), map[bool]string{true: "s", false: ""}[len(old) == 1])
 }
 
 // fenceStatus is the fence as `vipctl status` shows it.
@@ -163,23 +194,25 @@ func (v vipSnapshot) healthText() string {
 // eligibility lists every member with whether it may own v now and, when
 // it may not, why: the same rules as Elect, said in words.
 func (s *statusSnapshot) eligibility(v vipSnapshot) []*apipb.NodeEligibility {
-	res := Elect(s.view, ElectionVIP{Name: v.name, Preempt: v.preempt})
+	res := Elect(s.view, v.election)
 	since := map[string]time.Time{}
 	for _, m := range s.members {
 		since[m.Name] = m.Since
 	}
 	var out []*apipb.NodeEligibility
 	for _, m := range s.view {
-		e := &apipb.NodeEligibility{Node: sanitize(m.Name), Eligible: slices.Contains(res.Eligible, m.Name)}
+		vm := m.Meta.VIP(config.VIPKey(v.name))
+		e := &apipb.NodeEligibility{Node: sanitize(m.Name), Eligible: slices.Contains(res.Eligible, m.Name),
+			Priority: int32(vm.priority()), Order: int32(slices.Index(res.Eligible, m.Name) + 1), Waiting: vm.Waiting && res.Priorities}
 		if m.Name == s.node {
 			since[m.Name] = v.healthSince
 			if e.Eligible && !s.quorum.OK {
-				e.Eligible = false
+				e.Eligible, e.Order = false, 0
 				e.Reason = fmt.Sprintf("no quorum (%d of %d known members alive)", s.quorum.Alive, s.quorum.Known)
 			}
 		}
 		if !e.Eligible && e.Reason == "" {
-			e.Reason = res.WhyNot(m, config.VIPKey(v.name))
+			e.Reason = res.WhyNot(m, v.election)
 		}
 		if t := since[m.Name]; !t.IsZero() {
 			e.SinceUnixNano = t.UnixNano()

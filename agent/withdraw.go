@@ -47,7 +47,7 @@ func (a *Agent) withdraw(req withdrawRequest) (*withdrawWaiter, *apipb.WithdrawR
 			continue
 		}
 		held = append(held, name)
-		if len(Eligible(others, ElectionVIP{Name: name})) == 0 {
+		if len(Eligible(others, a.electionVIP(v))) == 0 {
 			stranded = append(stranded, name)
 		}
 	}

@@ -99,6 +99,12 @@ type EligibilityJSON struct {
 	Reason string `json:"reason"`
 	// Since is when the node's state last changed; nil when unknown.
 	Since *time.Time `json:"since"`
+	// Priority is the node's priority for the VIP (0: not reported);
+	// Order its place in the election's order, from 1 (0: not
+	// eligible); Waiting: it waits out its preempt delay.
+	Priority int32 `json:"priority"`
+	Order    int32 `json:"order"`
+	Waiting  bool  `json:"waiting"`
 }
 
 // BGPPeerJSON is one BGP session.
@@ -155,7 +161,8 @@ func (st *StatusResponse) ToJSON() StatusJSON {
 		}
 		elig := []EligibilityJSON{}
 		for _, e := range v.GetEligibility() {
-			ej := EligibilityJSON{Node: e.GetNode(), Eligible: e.GetEligible(), Reason: e.GetReason(), Since: unixTime(e.GetSinceUnixNano())}
+			ej := EligibilityJSON{Node: e.GetNode(), Eligible: e.GetEligible(), Reason: e.GetReason(), Since: unixTime(e.GetSinceUnixNano()),
+				Priority: e.GetPriority(), Order: e.GetOrder(), Waiting: e.GetWaiting()}
 			elig = append(elig, ej)
 		}
 		out.VIPs = append(out.VIPs, VIPJSON{v.GetName(), v.GetAddress(), v.GetMode(), v.GetOwner(), v.GetHeld(), holders,

@@ -40,8 +40,8 @@ func TestStatusJSONStable(t *testing.T) {
 		`"members":[{"name":"cp-1","address":"192.0.2.11:7946","state":"alive","withdrawn":false,"healthy":true,"self":true,"node_withdrawn":false}],` +
 		`"vips":[{"name":"apiserver","address":"192.0.2.10","mode":"l2","owner":"cp-1","held":true,"holders":["cp-1"],"healthy":true,"reason":"r",` +
 		`"health_detail":"passing since 12:00:00","eligibility":[` +
-		`{"node":"cp-1","eligible":true,"reason":"","since":null},` +
-		`{"node":"cp-2","eligible":false,"reason":"unhealthy","since":"2026-05-04T12:03:10Z"}]}],` +
+		`{"node":"cp-1","eligible":true,"reason":"","since":null,"priority":0,"order":0,"waiting":false},` +
+		`{"node":"cp-2","eligible":false,"reason":"unhealthy","since":"2026-05-04T12:03:10Z","priority":0,"order":0,"waiting":false}]}],` +
 		`"bgp_peers":[{"address":"192.0.2.1","asn":64512,"state":"established","uptime_seconds":5,"received":0,"advertised":1,` +
 		`"accepted":0,"max_prefixes":10,"bfd_state":"up","bfd_diagnostic":""}],` +
 		`"known_members":3,"alive_members":2,"fence":{"state":"held","evidence_age_ms":120,"release_after_ms":3000},` +

@@ -626,6 +626,14 @@ type NodeEligibility struct {
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// since_unix_nano: when this node's own state last changed (0: unknown).
 	SinceUnixNano int64 `protobuf:"varint,4,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	// priority: the node's priority for the VIP (vip.priority, 1-255; 0
+	// from a server that does not report it).
+	Priority int32 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// order: the node's place in the election's order (by priority, then
+	// rank), from 1 for the first eligible node; 0 when not eligible.
+	Order int32 `protobuf:"varint,6,opt,name=order,proto3" json:"order,omitempty"`
+	// waiting: the node waits out its preempt delay for the VIP.
+	Waiting       bool `protobuf:"varint,7,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -686,6 +694,27 @@ func (x *NodeEligibility) GetSinceUnixNano() int64 {
 		return x.SinceUnixNano
 	}
 	return 0
+}
+
+func (x *NodeEligibility) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *NodeEligibility) GetOrder() int32 {
+	if x != nil {
+		return x.Order
+	}
+	return 0
+}
+
+func (x *NodeEligibility) GetWaiting() bool {
+	if x != nil {
+		return x.Waiting
+	}
+	return false
 }
 
 type BGPPeerStatus struct {
@@ -1302,12 +1331,15 @@ const file_vipd_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x12:\n" +
 	"\veligibility\x18\t \x03(\v2\x18.vipd.v1.NodeEligibilityR\veligibility\x12#\n" +
 	"\rhealth_detail\x18\n" +
-	" \x01(\tR\fhealthDetail\"\x81\x01\n" +
+	" \x01(\tR\fhealthDetail\"\xcd\x01\n" +
 	"\x0fNodeEligibility\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12&\n" +
-	"\x0fsince_unix_nano\x18\x04 \x01(\x03R\rsinceUnixNano\"\xb7\x02\n" +
+	"\x0fsince_unix_nano\x18\x04 \x01(\x03R\rsinceUnixNano\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\x05R\bpriority\x12\x14\n" +
+	"\x05order\x18\x06 \x01(\x05R\x05order\x12\x18\n" +
+	"\awaiting\x18\a \x01(\bR\awaiting\"\xb7\x02\n" +
 	"\rBGPPeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x10\n" +
 	"\x03asn\x18\x02 \x01(\rR\x03asn\x12\x14\n" +

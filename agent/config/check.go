@@ -573,7 +573,9 @@ func (v *validator) checkVIPs(c *Config) {
 		if vip.Health != nil {
 			v.checkHealth(p+".health", vip.Health)
 		}
+		v.checkPriority(p, vip)
 	}
+	v.checkGroups(c)
 	for i, vip := range c.VIPs {
 		h := vip.Health
 		if h == nil || h.URL == "" {
@@ -598,6 +600,73 @@ func (v *validator) checkVIPs(c *Config) {
 	if needBGP && c.BGP == nil {
 		v.at("", "a VIP has mode \"bgp\" but there is no [bgp] section")
 	}
+}
+
+// checkPriority checks a VIP's priority and preempt_delay.
+func (v *validator) checkPriority(p string, vip *VIPConfig) {
+	if vip.Priority < 1 || vip.Priority > 255 {
+		v.at(p+".priority", "vip %q: priority must be 1-255, got %d", vip.Name, vip.Priority)
+	}
+	if vip.PreemptDelay == "" {
+		return
+	}
+	d, err := time.ParseDuration(vip.PreemptDelay)
+	switch {
+	case err != nil:
+		v.at(p+".preempt_delay", "invalid duration %q (use a Go duration such as \"30s\")", vip.PreemptDelay)
+	case d < 0 || d > MaxPreemptDelay:
+		v.at(p+".preempt_delay", "vip %q: preempt_delay must be 0-%s, got %q", vip.Name, MaxPreemptDelay, vip.PreemptDelay)
+	case d > 0 && !vip.Preempt:
+		v.at(p+".preempt_delay", "vip %q: preempt_delay needs preempt = true (without preempt no node takes the VIP from a holder)", vip.Name)
+	default:
+		vip.preemptDelay = d
+	}
+}
+
+// checkGroups checks that the VIPs of each group can be elected as one,
+// and that a node with priorities fits its metadata.
+func (v *validator) checkGroups(c *Config) {
+	first := map[string]int{}
+	prio := false
+	for i := range c.VIPs {
+		vip := &c.VIPs[i]
+		prio = prio || vip.Priority != DefaultPriority
+		if vip.Group == "" {
+			continue
+		}
+		p := fmt.Sprintf("vip[%d]", i)
+		if vip.Announce == AnnounceAll {
+			v.at(p+".group", "vip %q: announce = %q has no owner to share; a group needs announce = %q", vip.Name, AnnounceAll, AnnounceOwner)
+		}
+		j, seen := first[vip.Group]
+		if !seen {
+			first[vip.Group] = i
+			continue
+		}
+		o := c.VIPs[j]
+		switch {
+		case vip.Preempt != o.Preempt:
+			v.at(p+".preempt", "vip %q: group %q is elected as one: preempt must be the same as vip %q's", vip.Name, vip.Group, o.Name)
+		case vip.preemptDelay != o.preemptDelay:
+			v.at(p+".preempt_delay", "vip %q: group %q is elected as one: preempt_delay must be the same as vip %q's", vip.Name, vip.Group, o.Name)
+		case vip.Priority != o.Priority:
+			v.at(p+".priority", "vip %q: group %q is elected as one: priority must be the same as vip %q's", vip.Name, vip.Group, o.Name)
+		}
+	}
+	if prio && len(c.VIPs) > MaxVIPsWithPriority {
+		v.at("", "a VIP has a priority other than %d: at most %d VIPs fit the metadata then, got %d", DefaultPriority, MaxVIPsWithPriority, len(c.VIPs))
+	}
+}
+
+// Groups maps each VIP group to the names of its VIPs, in file order.
+func (c *Config) Groups() map[string][]string {
+	out := map[string][]string{}
+	for _, vip := range c.VIPs {
+		if vip.Group != "" {
+			out[vip.Group] = append(out[vip.Group], vip.Name)
+		}
+	}
+	return out
 }
 
 // L2 returns the configuration of the l2 announcer that carries the VIP

@@ -65,10 +65,20 @@ const (
 	DefaultL2RefreshInterval = 3 * time.Second
 	DefaultHookTimeout       = 10 * time.Second
 	DefaultLingerMax         = 10 * time.Minute
+	// DefaultPriority is a VIP's priority when none is written:
+	// keepalived's default. Nodes of equal priority go by rank, so a
+	// cluster that writes none elects as before priorities existed.
+	DefaultPriority = 100
+	// MaxPreemptDelay bounds vip.preempt_delay.
+	MaxPreemptDelay = time.Hour
 
 	// MaxVIPs bounds the number of VIPs: every node's per-VIP state travels
 	// in its memberlist metadata, which memberlist caps at 512 bytes.
 	MaxVIPs = 100
+	// MaxVIPsWithPriority bounds the VIPs of a node that writes a
+	// priority other than DefaultPriority: the priority takes a sixth
+	// byte per VIP in the metadata's 512.
+	MaxVIPsWithPriority = 84
 
 	// MaxProblems bounds the problems a ConfigError lists: a file of
 	// thousands of bad lines prints this many and a count of the rest,
@@ -364,8 +374,31 @@ type VIPConfig struct {
 	// node announces: ECMP anycast; bgp only). [owner]
 	Announce string `toml:"announce"`
 	// Preempt lets a node that becomes eligible again take the VIP back
-	// from a healthy owner. [false]
+	// from a healthy owner: the VIP goes to the first eligible node by
+	// priority, then rank. [false]
 	Preempt bool `toml:"preempt"`
+	// Priority is this node's preference for holding the VIP, 1-255, as
+	// keepalived's priority: among the eligible nodes the highest
+	// priority wins, and equal priorities go by rank. Each node writes
+	// its own and publishes it to the others in its metadata, so the
+	// nodes cannot disagree on it. It takes effect only while every
+	// member runs a release that knows priorities (docs/design.md,
+	// "Priorities and groups"). A written 0 is refused. [100:
+	// DefaultPriority]
+	Priority int `toml:"priority"`
+	// PreemptDelay is how long this node, once it can carry the VIP
+	// (healthy, not withdrawn, not fenced), waits before it may take the
+	// VIP from a holder that ranks below it (keepalived's
+	// preempt_delay); it claims a VIP nobody holds at once. Needs
+	// preempt = true; at most MaxPreemptDelay. [0s]
+	PreemptDelay string `toml:"preempt_delay"`
+	// Group names a set of VIPs elected as one (a dual-stack pair: an
+	// IPv4 and an IPv6 address of the same service): one owner for all
+	// of them, and a node that cannot carry one of them (unhealthy,
+	// interface down) is not eligible for any. VIPs of a group must
+	// agree on mode "l2" or announce "owner", preempt, preempt_delay and
+	// priority. [none: the VIP is elected alone]
+	Group string `toml:"group"`
 	// Health gates ownership on a local check. [none: always healthy]
 	Health *HealthConfig `toml:"health"`
 	// MED is the MULTI_EXIT_DISC of this VIP's route to every BGP peer,
@@ -376,7 +409,8 @@ type VIPConfig struct {
 	// [the peer's]
 	LocalPref *uint32 `toml:"local_pref"`
 
-	addr netip.Addr
+	addr         netip.Addr
+	preemptDelay time.Duration
 	// refresh is l2.refresh_interval for mode "l2" (0 for "bgp"), what
 	// L2 gives the announcer.
 	refresh time.Duration
@@ -666,6 +700,9 @@ func (c *Config) applyDefaults(written func(path string) bool) {
 		hp := fmt.Sprintf("vip[%d].health.", i)
 		setString(&vip.Mode, ModeL2)
 		setString(&vip.Announce, AnnounceOwner)
+		if vip.Priority == 0 && !written(fmt.Sprintf("vip[%d].priority", i)) {
+			vip.Priority = DefaultPriority
+		}
 		if vip.Mode == ModeBGP {
 			setString(&vip.Interface, "lo")
 		}
@@ -779,6 +816,9 @@ func (k KubernetesConfig) Equal(o KubernetesConfig) bool {
 
 // Addr returns the VIP's parsed address.
 func (v VIPConfig) Addr() netip.Addr { return v.addr }
+
+// PreemptDelayDuration returns the parsed preempt_delay.
+func (v VIPConfig) PreemptDelayDuration() time.Duration { return v.preemptDelay }
 
 // IntervalDuration returns the parsed interval between checks.
 func (h HealthConfig) IntervalDuration() time.Duration { return h.interval }

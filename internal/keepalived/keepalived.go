@@ -6,11 +6,13 @@
 package keepalived
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Node is one statement of a keepalived.conf: its words, the line it is
@@ -118,6 +120,13 @@ type vip struct {
 	// notify are the instance's notify scripts by the vipd state they run
 	// at (master, backup, fault): keepalived command lines.
 	notify map[string]string
+	// priority is the instance's priority (0: not written); preempt and
+	// preemptDelay ("": none) its preemption; group the instance's name
+	// when it has more than one address (they move together).
+	priority     int
+	preempt      bool
+	preemptDelay string
+	group        string
 }
 
 // script is a converted vrrp_script.
@@ -157,7 +166,8 @@ func Convert(conf *Conf) (out string, notes []string) {
 			}
 		case "vrrp_instance":
 			sawInstance = true
-			iface, preempt, priority := "", true, "100" // keepalived's default priority
+			iface, preempt, priority, delay := "", true, 0, ""
+			var delayNode *Node
 			notify, generic := map[string]string{}, ""
 			var health *script
 			var addrs []*Node
@@ -167,10 +177,15 @@ func Convert(conf *Conf) (out string, notes []string) {
 					iface = arg(c)
 					ifaceOfVRRP = iface
 				case "state":
-					note(c, "state %s: vipd has no initial MASTER/BACKUP; the nodes elect the owner (the one that holds the VIP keeps it; at a cold start the highest-ranked eligible node, a hash of node and VIP names)", arg(c))
+					note(c, "state %s: vipd has no initial MASTER/BACKUP; the nodes elect the owner by priority, then rank (a hash of node and VIP names)", arg(c))
 				case "priority":
-					priority = arg(c)
-					note(c, "priority %s: vipd has no priorities; every healthy node is equally eligible, and the holder keeps the VIP until it fails or is withdrawn (vipctl withdraw, a drain hook) — preempt = true gives it back to a node that recovers", arg(c))
+					p, err := strconv.Atoi(arg(c))
+					if err != nil || p < 1 || p > 255 {
+						note(c, "priority %s: not 1-255; not carried over (vip.priority)", arg(c))
+						break
+					}
+					priority = p
+					note(c, "priority %d: carried over as vip.priority, this node's own as in keepalived; it counts once every node runs a vipd that knows priorities", p)
 				case "virtual_router_id":
 					note(c, "virtual_router_id %s: not needed (vipd's membership is its own protocol on cluster.bind_port, 7946)", arg(c))
 				case "advert_int":
@@ -199,7 +214,7 @@ func Convert(conf *Conf) (out string, notes []string) {
 							usedScriptFor[name] = true
 						}
 						if len(s.Words) > 1 {
-							note(s, "track_script %s %s: weights are not carried over (vipd has no priorities: a failing check makes the node ineligible)", name, strings.Join(s.Words[1:], " "))
+							note(s, "track_script %s %s: weights are not carried over (a failing check makes the node ineligible; vipd does not lower its priority)", name, strings.Join(s.Words[1:], " "))
 						}
 					}
 				case "track_interface":
@@ -207,7 +222,7 @@ func Convert(conf *Conf) (out string, notes []string) {
 				case "nopreempt":
 					preempt = false
 				case "preempt_delay":
-					note(c, "preempt_delay: (vipd's preempt has no delay)")
+					delay, delayNode = arg(c), c
 				case "notify_master", "notify_backup", "notify_fault":
 					st := strings.TrimPrefix(key(c), "notify_")
 					notify[st] = arg(c)
@@ -222,9 +237,11 @@ func Convert(conf *Conf) (out string, notes []string) {
 				}
 			}
 			if generic != "" {
-				// keepalived runs both the generic script and the state's.
+				// keepalived runs both the generic script and the state's,
+				// with the instance's priority (100 when not written).
+				prio := cmp.Or(priority, 100)
 				for _, st := range []string{"master", "backup", "fault"} {
-					line := fmt.Sprintf("%s INSTANCE %s %s %s", generic, arg(n), strings.ToUpper(st), priority)
+					line := fmt.Sprintf("%s INSTANCE %s %s %d", generic, arg(n), strings.ToUpper(st), prio)
 					if own := notify[st]; own != "" {
 						line = own + "; " + line
 					}
@@ -242,10 +259,23 @@ func Convert(conf *Conf) (out string, notes []string) {
 				}
 				v.health = health
 				v.notify = notify
+				v.priority, v.preempt = priority, preempt
+				if preempt && delay != "" {
+					v.preemptDelay = convertDelay(delayNode, delay, note)
+				}
+				if len(addrs) > 1 {
+					v.group = strings.Join(n.Words[1:], " ")
+				}
 				vips = append(vips, v)
 			}
+			if delayNode != nil && !preempt {
+				note(delayNode, "preempt_delay %s: ignored with nopreempt, as keepalived does", delay)
+			}
 			if preempt {
-				note(n, "vrrp_instance %s preempts (keepalived's default): a recovered node of higher priority takes the VIP back; vipd's default (preempt = false) keeps it where it is, one move fewer; set preempt = true in the [[vip]] to take it back", strings.Join(n.Words[1:], " "))
+				note(n, "vrrp_instance %s preempts (keepalived's default): carried over as preempt = true, so a recovered node of higher priority takes the VIP back; vipd's default (preempt = false) keeps it where it is, one move fewer", strings.Join(n.Words[1:], " "))
+			}
+			if len(addrs) > 1 {
+				note(n, "vrrp_instance %s has %d addresses: they move together, as one group (vip.group)", strings.Join(n.Words[1:], " "), len(addrs))
 			}
 		case "virtual_server", "virtual_server_group":
 			note(n, "%s: vipd does not load-balance (keep HAProxy, or point clients at the VIP's apiserver directly; docs/keepalived.md)", strings.Join(n.Words, " "))
@@ -331,6 +361,19 @@ func convertAddress(n *Node, iface string, note func(*Node, string, ...any)) (vi
 	return vip{address: a.String(), iface: iface}, true
 }
 
+// convertDelay is keepalived's preempt_delay (seconds, 0-1000) as a
+// vip.preempt_delay; "" after a note when it is not a number of seconds.
+func convertDelay(n *Node, s string, note func(*Node, string, ...any)) string {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f > 1000 {
+		note(n, "preempt_delay %s: not 0-1000 seconds; not carried over", s)
+		return ""
+	}
+	d := time.Duration(f * float64(time.Second)).Round(time.Millisecond)
+	note(n, "preempt_delay %s: carried over as vip.preempt_delay = %q", s, d)
+	return d.String()
+}
+
 // render writes the vipd.toml.
 func render(bindAddr string, peers []string, vips []vip) string {
 	var b strings.Builder
@@ -360,6 +403,18 @@ func render(bindAddr string, peers []string, vips []vip) string {
 			fmt.Fprintf(&b, "interface = %q\n", v.iface)
 		} else {
 			b.WriteString("# interface = \"\"  # the LAN interface: required\n")
+		}
+		if v.priority != 0 {
+			fmt.Fprintf(&b, "priority = %d\n", v.priority)
+		}
+		if v.preempt {
+			b.WriteString("preempt = true\n")
+		}
+		if v.preemptDelay != "" && v.preemptDelay != "0s" {
+			fmt.Fprintf(&b, "preempt_delay = %q\n", v.preemptDelay)
+		}
+		if v.group != "" {
+			fmt.Fprintf(&b, "group = %q\n", v.group)
 		}
 		if h := v.health; h != nil && len(h.argv) > 0 {
 			b.WriteString("[vip.health]\n")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -194,5 +195,48 @@ func TestConvertNotifyToHooks(t *testing.T) {
 	}
 	if !hasNote(notes, "notify_stop", "not carried over") {
 		t.Errorf("no note about notify_stop in:\n%s", strings.Join(notes, "\n"))
+	}
+}
+
+// TestConvertPriorities: keepalived's priority, its default preemption
+// and preempt_delay (seconds) are carried over to vip.priority, preempt
+// and preempt_delay; nopreempt gives vipd's default and drops the delay
+// (keepalived ignores it then); an instance with an IPv4 and an IPv6
+// address becomes two VIPs of one group, so they move together.
+func TestConvertPriorities(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		preempt     bool
+		delay       time.Duration
+		note        []string
+	}{
+		{"preempting, with a delay", "    preempt_delay 30\n", true, 30 * time.Second, []string{"preempt_delay 30", "30s"}},
+		{"nopreempt", "    nopreempt\n    preempt_delay 30\n", false, 0, []string{"preempt_delay 30", "ignored with nopreempt"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conf, err := Parse("vrrp_instance VI_1 {\n    state BACKUP\n    interface eth0\n    virtual_router_id 51\n    priority 150\n" + tc.extra +
+				"    unicast_src_ip 192.0.2.11\n    unicast_peer {\n        192.0.2.12\n    }\n" +
+				"    virtual_ipaddress {\n        192.0.2.10\n        2001:db8::10\n    }\n}\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, notes := Convert(conf)
+			c, err := config.Parse("converted.toml", []byte(out))
+			if err != nil {
+				t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
+			}
+			if len(c.VIPs) != 2 {
+				t.Fatalf("%d VIPs, want 2:\n%s", len(c.VIPs), out)
+			}
+			for _, v := range c.VIPs {
+				if v.Priority != 150 || v.Preempt != tc.preempt || v.PreemptDelayDuration() != tc.delay || v.Group != "VI_1" {
+					t.Errorf("vip %s: priority %d preempt %v preempt_delay %s group %q; want 150 %v %s VI_1\n%s",
+						v.Name, v.Priority, v.Preempt, v.PreemptDelayDuration(), v.Group, tc.preempt, tc.delay, out)
+				}
+			}
+			if !hasNote(notes, tc.note...) || !hasNote(notes, "priority 150", "vip.priority") {
+				t.Errorf("notes miss %v or the priority:\n%s", tc.note, strings.Join(notes, "\n"))
+			}
+		})
 	}
 }

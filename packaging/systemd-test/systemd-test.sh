@@ -46,6 +46,9 @@
 #      to start: the peers take over within the restart grace + 1.5 s, never
 #      two holders; SIGUSR2 outside a restart job hands the VIP off with no
 #      failed probe and stops the unit cleanly, leaving no restart record
+#   hp a configured priority decides the holder: priority 200 with preempt on a
+#      node that does not hold the VIP (systemctl reload on each) takes it;
+#      vipctl status shows its priority and place
 #
 # Steps waiting for a daemon change are listed in ST_XFAIL_REASON below; see
 # st_step in lib.sh for how XFAIL and XPASS are reported (selftest.sh checks
@@ -1135,6 +1138,55 @@ step_h6() {
 	ct "$owner" systemctl start vipd.service
 }
 
+# --- hp: a configured priority decides the holder ----------------------------
+
+# hp_config N PRIORITY: N's configuration of step h1 with preempt = true and
+# vip.priority = PRIORITY.
+hp_config() {
+	local n=$1 peers="" m
+	for m in n1 n2 n3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"$(n_ip "$m")\""; done
+	ct "$n" sh -c 'cat > /etc/vipd/vipd.toml' <<-TOML
+		node_name = "$n"
+		[cluster]
+		bind_address = "$(n_ip "$n")"
+		peers = [$peers]
+		[[vip]]
+		name = "apiserver"
+		address = "$VIP"
+		interface = "eth0"
+		preempt = true
+		priority = $2
+	TOML
+}
+step_hp() {
+	local owner want n two fails
+	trap 'restart_unwatch hp' EXIT
+	st_wait 20 three_alive_again || fail "the three nodes do not all see three alive members"
+	owner=$(owner_of)
+	[ -n "$owner" ] || fail "nobody holds the VIP"
+	# A node that does not hold the VIP gets the highest priority.
+	for n in n1 n2 n3; do [ "$n" = "$owner" ] || { want=$n; break; }; done
+	for n in n1 n2 n3; do
+		if [ "$n" = "$want" ]; then hp_config "$n" 200; else hp_config "$n" 100; fi
+		ct "$n" vipd --check --config /etc/vipd/vipd.toml >/dev/null || fail "vipd --check refuses $n's configuration with priority"
+	done
+	restart_watch hp
+	for n in n1 n2 n3; do ct "$n" systemctl reload vipd.service; done
+	moved() { [ "$(owner_of)" = "$want" ]; }
+	st_wait 15 moved || { ct "$owner" vipctl status; fail "VIP holders '$(owner_of | paste -sd' ')' after the reload, want $want (priority 200, preempt)"; }
+	shown() { ct "$owner" vipctl status | grep -E "^apiserver +$want +yes +200 +1 " >/dev/null; }
+	st_wait 10 shown || { ct "$owner" vipctl status; fail "vipctl status on $owner does not show $want eligible with priority 200, first in order"; }
+	sleep 1
+	restart_unwatch hp
+	trap - EXIT
+	# A planned handoff: make-before-break, and the old holder keeps the
+	# address (ARP dropped) while it quiesces, so both hold it a moment.
+	two=$(awk '$2 ~ /,/ { n++ } END { print n + 0 }' "$LAB_DIR/hp.holders")
+	fails=$(grep -c ' fail ' "$LAB_DIR/hp.probe" || true)
+	echo "info: priority 200 on $want (reload, preempt = true): the VIP moved from $owner to $want; $two holder samples (50 ms) with both during the handoff; $fails probes failed"
+	ct "$owner" vipctl status | grep -E '^(VIP|apiserver) ' | sed 's/^/info:   /'
+}
+
 # --- run --------------------------------------------------------------------
 
 echo "== single node (c1 $C1_IP, VIP $VIP)"
@@ -1206,6 +1258,7 @@ else
 		st_step h4 "a package upgrade on the owner (postinst try-restart) keeps the VIP: 0 failed probes, a held connection unbroken" step_h4
 		st_step h5 "a restart whose new process fails to start: a peer takes over within the grace + 1.5s, never two holders" step_h5
 		st_step h6 "SIGUSR2 outside a restart job: vipd hands the VIP off and stops cleanly, 0 failed probes, no record left" step_h6
+		st_step hp "a configured priority decides the holder: priority 200 and preempt on a node that does not hold the VIP, reloaded, take it" step_hp
 	else
 		ST_FAIL=$((ST_FAIL + 1))
 		echo "FAIL h: the three containers did not boot"

@@ -259,8 +259,10 @@ func TestWithdrawRequest(t *testing.T) {
 	}
 }
 
-// eligibilityStatus: cp-1 (this node) holds apiserver; cp-2 is unhealthy
-// since 12:03:10, cp-3 withdrawn. "metrics" is held by cp-2 already.
+// eligibilityStatus: cp-1 (this node) holds apiserver, priority 150; cp-2
+// is unhealthy since 12:03:10, cp-3 withdrawn. "metrics" is held by cp-2
+// already; cp-1 is first by priority for it and waits out its preempt
+// delay.
 func eligibilityStatus() *apipb.StatusResponse {
 	at := func(h, m, s int) int64 { return time.Date(2026, 5, 4, h, m, s, 0, time.UTC).UnixNano() }
 	return &apipb.StatusResponse{
@@ -270,12 +272,12 @@ func eligibilityStatus() *apipb.StatusResponse {
 			{Name: "apiserver", Address: "192.0.2.10", Mode: "l2", Owner: "cp-1", Held: true, Holders: []string{"cp-1"}, Healthy: true,
 				HealthDetail: "passing since 11:59:02",
 				Eligibility: []*apipb.NodeEligibility{
-					{Node: "cp-1", Eligible: true},
-					{Node: "cp-2", Reason: "unhealthy", SinceUnixNano: at(12, 3, 10)},
-					{Node: "cp-3", Reason: "withdrawn", SinceUnixNano: time.Date(2026, 5, 1, 0, 1, 1, 0, time.UTC).UnixNano()}, // not today
+					{Node: "cp-1", Eligible: true, Priority: 150, Order: 1},
+					{Node: "cp-2", Reason: "unhealthy", SinceUnixNano: at(12, 3, 10), Priority: 100},
+					{Node: "cp-3", Reason: "withdrawn", SinceUnixNano: time.Date(2026, 5, 1, 0, 1, 1, 0, time.UTC).UnixNano(), Priority: 50}, // not today
 				}},
 			{Name: "metrics", Address: "192.0.2.20", Mode: "l2", Owner: "cp-2", Holders: []string{"cp-2"}, Healthy: true,
-				Eligibility: []*apipb.NodeEligibility{{Node: "cp-1", Eligible: true}, {Node: "cp-2", Eligible: true}}},
+				Eligibility: []*apipb.NodeEligibility{{Node: "cp-1", Eligible: true, Priority: 150, Order: 1, Waiting: true}, {Node: "cp-2", Eligible: true, Priority: 100, Order: 2}}},
 		},
 		Members: []*apipb.MemberStatus{
 			{Name: "cp-1", Address: "192.0.2.11:7946", State: "alive", Healthy: true, Self: true},
@@ -293,11 +295,12 @@ func TestStatusShowsEligibility(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^quorum: 3 of 3 known members alive; fence held \(majority confirmed 150ms ago\)$`,
-		`(?m)^VIP\s+NODE\s+ELIGIBLE\s+WHY NOT$`,
-		`(?m)^apiserver\s+cp-1 \(this node\)\s+yes\s+-$`,
-		`(?m)^apiserver\s+cp-2\s+no\s+unhealthy since 12:03:10$`,
-		`(?m)^apiserver\s+cp-3\s+no\s+withdrawn since 2026-05-01 00:01:01$`,
-		`(?m)^metrics\s+cp-2\s+yes\s+-$`,
+		`(?m)^VIP\s+NODE\s+ELIGIBLE\s+PRIORITY\s+ORDER\s+WHY NOT$`,
+		`(?m)^apiserver\s+cp-1 \(this node\)\s+yes\s+150\s+1\s+-$`,
+		`(?m)^apiserver\s+cp-2\s+no\s+100\s+-\s+unhealthy since 12:03:10$`,
+		`(?m)^apiserver\s+cp-3\s+no\s+50\s+-\s+withdrawn since 2026-05-01 00:01:01$`,
+		`(?m)^metrics\s+cp-1 \(this node\)\s+yes\s+150\s+1\s+waits out its preempt delay$`,
+		`(?m)^metrics\s+cp-2\s+yes\s+100\s+2\s+-$`,
 		`(?m)^apiserver: passing since 11:59:02$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {

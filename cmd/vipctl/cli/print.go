@@ -58,7 +58,7 @@ func (p printer) status(out io.Writer, st *apipb.StatusResponse) {
 	if hasEligibility(st) {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VIP\tNODE\tELIGIBLE\tWHY NOT")
+		fmt.Fprintln(tw, "VIP\tNODE\tELIGIBLE\tPRIORITY\tORDER\tWHY NOT")
 		for _, v := range st.GetVips() {
 			for _, el := range v.GetEligibility() {
 				name := sanitizeName(el.GetNode())
@@ -66,10 +66,13 @@ func (p printer) status(out io.Writer, st *apipb.StatusResponse) {
 					name += " (this node)"
 				}
 				why := "-"
-				if !el.GetEligible() {
+				switch {
+				case !el.GetEligible():
 					why = p.eligibility(el)
+				case el.GetWaiting():
+					why = "waits out its preempt delay"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.GetName(), name, yesNo(el.GetEligible()), why)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.GetName(), name, yesNo(el.GetEligible()), orDash(nonZero(el.GetPriority())), orDash(nonZero(el.GetOrder())), why)
 			}
 		}
 		tw.Flush()
@@ -215,6 +218,15 @@ func (p printer) kubernetesLine(st *apipb.StatusResponse) string {
 }
 
 func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }
+
+// nonZero is n in decimal, "" for 0 (a server that does not report it,
+// or a node that is not eligible).
+func nonZero(n int32) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(n))
+}
 
 func hasEligibility(st *apipb.StatusResponse) bool {
 	for _, v := range st.GetVips() {
