@@ -73,18 +73,16 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
 		d := decide(a.decideInput(v, res, view, q))
-		if d.Do == actClaim {
-			// Before the address and its gratuitous ARP: a client that
-			// moves to this node's MAC at once and writes on its
-			// connection to the previous holder must find its packets
-			// passed on, not reset. A claim that fails stops it below
-			// (stepForward: this node does not hold the VIP).
-			a.startForward(ctx, v, view, addrs)
-		}
 		a.apply(ctx, v, d)
 		a.confirmAdopted(ctx, v, d)
-		a.stepForward(ctx, v, view, addrs)
-		a.stepLinger(ctx, v, view)
+		if (d.Do == actClaim || v.wonBack) && v.held {
+			// The previous holder (after a called-off quiesce: the
+			// successor, holding too) closes its connections at idle
+			// moments while this node passes them on.
+			a.startForward(ctx, v, view, addrs)
+		}
+		v.wonBack = false
+		a.stepForward(ctx, v, view)
 		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {
@@ -152,6 +150,7 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		CanQuiesce:     a.canQuiesce(v),
+		QuiesceMax:     quiesceMax,
 		Held:           v.held,
 		Down:           v.down,
 		DownIface:      v.cfg.Interface,
@@ -163,6 +162,9 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		Bootstrap:      v.bootstrap,
 		LastEligible:   v.lastEligible,
 		SettleStarted:  v.settleStarted,
+	}
+	if q := v.quiesce; q != nil {
+		in.QuiesceStarted, in.QuiesceDone = q.started, q.finished()
 	}
 	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == config.ModeBGP && c.BGP != nil {
 		in.Drain = c.BGP.GracefulShutdownDuration()
@@ -270,8 +272,7 @@ func applyVerdict(m memberInfo, v lease.Verdict) Member {
 	if v.StaleHolds && len(meta.VIPs) > 0 {
 		vips := make(map[uint32]VIPMeta, len(meta.VIPs))
 		for k, vm := range meta.VIPs {
-			// Nor does it linger: its connections went with its fence.
-			vm.Held, vm.Lingering = false, false
+			vm.Held = false
 			vips[k] = vm
 		}
 		meta.VIPs = vips
