@@ -170,8 +170,8 @@ func (a *Agent) abortQuiesce(ctx context.Context, v *vipState) bool {
 	return true
 }
 
-// startForward makes this node, which has just claimed v (or called off
-// its quiesce of v and won it back), forward the previous holder's
+// startForward makes this node, which is about to claim v (or has called
+// off its quiesce of v and won it back), forward the previous holder's
 // connections to it when that holder is alive and still holds v (a
 // planned handoff, make-before-break): the previous holder then quiesces
 // instead of closing them at once. addrs are the members' membership

@@ -73,12 +73,20 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
 		d := decide(a.decideInput(v, res, view, q))
+		if d.Do == actClaim {
+			// Before the address and its gratuitous ARP: a client that
+			// moves to this node's MAC at once and writes on its
+			// connection to the previous holder must find its packets
+			// passed on, not reset. A claim that fails stops it below
+			// (stepForward: this node does not hold the VIP).
+			a.startForward(ctx, v, view, addrs)
+		}
 		a.apply(ctx, v, d)
 		a.confirmAdopted(ctx, v, d)
-		if (d.Do == actClaim || v.wonBack) && v.held {
-			// The previous holder (after a called-off quiesce: the
-			// successor, holding too) closes its connections at idle
-			// moments while this node passes them on.
+		if v.wonBack && v.held {
+			// The successor, holding too after a called-off quiesce,
+			// closes its connections at idle moments while this node
+			// passes them on.
 			a.startForward(ctx, v, view, addrs)
 		}
 		v.wonBack = false
