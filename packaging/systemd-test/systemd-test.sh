@@ -929,6 +929,8 @@ step_8c() {
 # --- h: three containers, a handoff under a prober --------------------------
 
 n_ip() { echo "192.0.2.2${1#n}"; }
+# n_config N [VIP_KEYS]: N's configuration, VIP_KEYS (lines) added to its
+# [[vip]].
 n_config() {
 	local n=$1 peers="" m
 	for m in n1 n2 n3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"$(n_ip "$m")\""; done
@@ -941,6 +943,7 @@ n_config() {
 		name = "apiserver"
 		address = "$VIP"
 		interface = "eth0"
+		${2:-}
 	TOML
 }
 owner_of() { # prints the container holding the VIP
@@ -1142,22 +1145,7 @@ step_h6() {
 
 # hp_config N PRIORITY: N's configuration of step h1 with preempt = true and
 # vip.priority = PRIORITY.
-hp_config() {
-	local n=$1 peers="" m
-	for m in n1 n2 n3; do [ "$m" = "$n" ] || peers+="${peers:+, }\"$(n_ip "$m")\""; done
-	ct "$n" sh -c 'cat > /etc/vipd/vipd.toml' <<-TOML
-		node_name = "$n"
-		[cluster]
-		bind_address = "$(n_ip "$n")"
-		peers = [$peers]
-		[[vip]]
-		name = "apiserver"
-		address = "$VIP"
-		interface = "eth0"
-		preempt = true
-		priority = $2
-	TOML
-}
+hp_config() { n_config "$1" "$(printf 'preempt = true\npriority = %s' "$2")"; }
 step_hp() {
 	local owner want n two fails
 	trap 'restart_unwatch hp' EXIT
