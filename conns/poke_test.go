@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// TestAppendACK compares the poke with what the measured experiment
-// (/work/shared/experiments/poke.py's header and checksum, run by hand for
-// these inputs) sends.
+// TestAppendACK compares the poke with the bytes a hand-run experiment
+// (a script building the same IPv4/TCP header and checksum for these
+// inputs) sent when the poke was first measured.
 func TestAppendACK(t *testing.T) {
 	cases := []struct {
 		c        Conn
