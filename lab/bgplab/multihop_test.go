@@ -71,7 +71,6 @@ type mhLab struct {
 	l         *lab
 	n         *node
 	hop, e, i string
-	config    string
 	routerE   mhRouter
 	routerI   mhRouter
 }
