@@ -72,7 +72,7 @@ func waitNeigh(t *testing.T, l *netlab.Lab, vip netlab.VIP, h *netlab.Host) {
 func TestFailoverOnBondVLAN(t *testing.T) {
 	l, vip, owner := cluster(t)
 	pr := l.StartProber(netlab.ProbeOptions{Duration: netlab.Scaled(40 * time.Second)})
-	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
+	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), netlab.Scaled(5*time.Second)); err != nil {
 		t.Fatalf("before withdraw: %v", err)
 	}
 	waitNeigh(t, l, vip, owner)
@@ -98,7 +98,7 @@ func TestFailoverOnBondVLAN(t *testing.T) {
 func TestBondSlaveFailureMovesNothing(t *testing.T) {
 	l, vip, owner := cluster(t)
 	pr := l.StartProber(netlab.ProbeOptions{Timeout: probeTimeout, Duration: netlab.Scaled(60 * time.Second)})
-	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), 5*time.Second); err != nil {
+	if err := pr.WaitServedBy(owner.Name, 25, time.Now(), netlab.Scaled(5*time.Second)); err != nil {
 		t.Fatalf("before the slave failure: %v", err)
 	}
 	watch := l.WatchHolders(vip, 20*time.Millisecond, 50*time.Second)
