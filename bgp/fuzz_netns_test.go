@@ -11,14 +11,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/vipd/vipd/internal/netnstest"
 	"github.com/vipd/vipd/internal/netnstest/routers"
@@ -456,34 +453,13 @@ func (w *fuzzWatch) otherSession() (time.Duration, error) {
 // in t.Cleanup.
 func listenIn(t *testing.T, ns string, addr netip.AddrPort) *net.TCPListener {
 	t.Helper()
-	type result struct {
-		ln  *net.TCPListener
-		err error
-	}
-	c := make(chan result, 1)
-	go func() {
-		// No UnlockOSThread: the thread, switched into ns, ends with
-		// this goroutine.
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			c <- result{err: err}
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			c <- result{err: err}
-			return
-		}
-		ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
-		c <- result{ln, err}
-	}()
-	r := <-c
-	if r.err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, ns, r.err)
-	}
-	t.Cleanup(func() { r.ln.Close() })
-	return r.ln
+	var ln *net.TCPListener
+	netnstest.MustIn(t, ns, func() (err error) {
+		ln, err = net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
+		return err
+	})
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // tailBuffer keeps the last max bytes written to it.

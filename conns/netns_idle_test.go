@@ -18,13 +18,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/vipd/vipd/internal/netnstest"
 )
@@ -350,31 +347,13 @@ func TestNetnsDestroyIdleHTTP2(t *testing.T) {
 
 // dialIn returns a DialContext that opens its connections in namespace ns.
 func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type dialed struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan dialed, 1)
-		go func() {
-			// The thread is thrown away afterwards (no UnlockOSThread).
-			runtime.LockOSThread()
-			hns, err := netns.GetFromName(ns)
-			if err != nil {
-				ch <- dialed{err: err}
-				return
-			}
-			defer hns.Close()
-			if err := netns.Set(hns); err != nil {
-				ch <- dialed{err: err}
-				return
-			}
+	return func(ctx context.Context, network, addr string) (k net.Conn, err error) {
+		err = netnstest.In(ns, func() (err error) {
 			d := net.Dialer{Timeout: 2 * time.Second}
-			k, err := d.DialContext(ctx, network, addr)
-			ch <- dialed{k, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+			k, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return k, err
 	}
 }
 
