@@ -218,16 +218,10 @@ func TestNetnsPokeResetsClient(t *testing.T) {
 			}
 
 			// s1 publishes its connections.
-			var published Set
-			netnstest.MustIn(t, l.s1, func() error {
-				tab, err := Open()
-				if err != nil {
-					return err
-				}
-				defer tab.Close()
-				published, err = tab.List(Filter{Addrs: []netip.Addr{vip}, Ports: []uint16{6443}})
-				return err
-			})
+			published, err := openTableIn(t, l.s1).List(Filter{Addrs: []netip.Addr{vip}, Ports: []uint16{6443}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if want := localConn(t, client); published.Len() != 1 || !published.Contains(want) {
 				t.Fatalf("s1 lists %v, want only %v", published.Conns(), want)
 			}

@@ -41,16 +41,10 @@ func TestNetnsPokeResetsUnlistedClient(t *testing.T) {
 			addVIP(t, l.s1, vip)
 			listen(t, l.s1, ap)
 			w := dial(t, l.c, ap)
-			var published Set
-			netnstest.MustIn(t, l.s1, func() error {
-				tab, err := Open()
-				if err != nil {
-					return err
-				}
-				defer tab.Close()
-				published, err = tab.List(Filter{Addrs: []netip.Addr{vip}, Ports: []uint16{6443}})
-				return err
-			})
+			published, err := openTableIn(t, l.s1).List(Filter{Addrs: []netip.Addr{vip}, Ports: []uint16{6443}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if published.Len() != 1 || !published.Contains(localConn(t, w)) {
 				t.Fatalf("s1 lists %v, want only %v", published.Conns(), localConn(t, w))
 			}
