@@ -36,20 +36,38 @@ var Dropped = []uint{unix.CAP_DAC_READ_SEARCH, unix.CAP_DAC_OVERRIDE}
 // inheritable and ambient sets. An error lowering them is returned and
 // the command is not started.
 func Start(cmd *exec.Cmd) error {
+	return startLowered(cmd, withoutDropped, Dropped)
+}
+
+// startHere is Start from the calling thread (locked to its goroutine),
+// whose sets it lowers.
+func startHere(cmd *exec.Cmd) error {
+	return startFromHere(cmd, withoutDropped, Dropped)
+}
+
+// withoutDropped is data with Dropped out of the inheritable set.
+func withoutDropped(data [2]unix.CapUserData) [2]unix.CapUserData {
+	next, _ := lowered(data)
+	return next
+}
+
+// startLowered runs startFromHere on a thread of its own, never unlocked:
+// with its lowered sets it ends with its goroutine and is not reused.
+func startLowered(cmd *exec.Cmd, inheritable func([2]unix.CapUserData) [2]unix.CapUserData, ambient []uint) error {
 	errc := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread, whose inheritable set is lowered,
-		// ends with this goroutine and is not reused.
 		runtime.LockOSThread()
-		errc <- startHere(cmd)
+		errc <- startFromHere(cmd, inheritable, ambient)
 	}()
 	return <-errc
 }
 
-// startHere lowers Dropped on the calling thread (locked to its
-// goroutine) and starts cmd from it.
-func startHere(cmd *exec.Cmd) error {
-	if err := lowerThread(); err != nil {
+// startFromHere sets the calling thread's inheritable set to
+// inheritable(the thread's), lowers ambient from its ambient set, and
+// starts cmd from it. An error lowering them is returned and the command
+// is not started.
+func startFromHere(cmd *exec.Cmd, inheritable func([2]unix.CapUserData) [2]unix.CapUserData, ambient []uint) error {
+	if err := lowerThread(inheritable, ambient); err != nil {
 		return fmt.Errorf("lower the capabilities a command inherits: %w", err)
 	}
 	return cmd.Start()
@@ -78,26 +96,25 @@ func Output(cmd *exec.Cmd) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// lowerThread lowers Dropped from the calling thread's inheritable set,
-// and so from its ambient set.
-func lowerThread() error {
+// lowerThread sets the calling thread's inheritable set to
+// inheritable(the current one), which lowers the ambient set with it, and
+// lowers each of ambient from the ambient set.
+func lowerThread(inheritable func([2]unix.CapUserData) [2]unix.CapUserData, ambient []uint) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	next, changed := lowered(data)
-	if !changed {
-		return nil
+	if next := inheritable(data); next != data {
+		if err := unix.Capset(&hdr, &next[0]); err != nil {
+			return fmt.Errorf("capset: %w", err)
+		}
 	}
-	if err := unix.Capset(&hdr, &next[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	for _, c := range Dropped {
+	for _, c := range ambient {
 		// The kernel already took them out of the ambient set with the
 		// inheritable one; said again, in case it did not.
 		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("lower ambient capability %d: %w", c, err)
+			return fmt.Errorf("lower ambient capability %s: %w", names[c], err)
 		}
 	}
 	return nil

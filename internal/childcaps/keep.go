@@ -1,9 +1,7 @@
 package childcaps
 
 import (
-	"fmt"
 	"os/exec"
-	"runtime"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -35,44 +33,15 @@ func ByName(name string) (uint, bool) {
 // cmd.SysProcAttr.AmbientCaps then gives (os/exec raises them after the
 // switch).
 func StartKeeping(cmd *exec.Cmd, keep []uint) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine.
-		runtime.LockOSThread()
-		if err := lowerThreadTo(keep); err != nil {
-			errc <- fmt.Errorf("lower the capabilities a command inherits: %w", err)
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
-}
-
-// lowerThreadTo lowers every capability but keep (less Dropped) from the
-// calling thread's inheritable set, and so from its ambient set.
-func lowerThreadTo(keep []uint) error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	next := keptOnly(data, keep)
-	if next != data {
-		if err := unix.Capset(&hdr, &next[0]); err != nil {
-			return fmt.Errorf("capset: %w", err)
-		}
-	}
+	var ambient []uint
 	for c := uint(0); c < uint(len(names)); c++ {
-		if keepable(c, keep) {
-			continue
-		}
-		// The kernel took them out of the ambient set with the
-		// inheritable one; said again, in case it did not.
-		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("lower ambient capability %s: %w", names[c], err)
+		if !keepable(c, keep) {
+			ambient = append(ambient, c)
 		}
 	}
-	return nil
+	return startLowered(cmd, func(data [2]unix.CapUserData) [2]unix.CapUserData {
+		return keptOnly(data, keep)
+	}, ambient)
 }
 
 func keepable(c uint, keep []uint) bool {
