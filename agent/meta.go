@@ -311,7 +311,13 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		vm := VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
 			Forwarding: f&vipFlagForwarding != 0, Waiting: f&vipFlagWaiting != 0}
 		if b[0] >= 3 && size >= 6 {
+			// Priorities are 1-255; a 0 on the wire (no vipd sends one)
+			// means the default, as an entry without a priority does,
+			// so the decoded form re-encodes to itself.
 			vm.Priority = entries[p+5]
+			if vm.Priority == 0 {
+				vm.Priority = config.DefaultPriority
+			}
 		}
 		m.VIPs[k] = vm
 	}
