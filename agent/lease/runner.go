@@ -234,7 +234,7 @@ func (r *Runner) State() State {
 
 func (r *Runner) stateLocked(now time.Time) State {
 	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{},
-		restarting: map[string]bool{}}
+		restarting: map[string]bool{}, drivers: map[string]bool{}}
 	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
 		st.heard[n] = true
 	}
@@ -263,6 +263,9 @@ func (r *Runner) stateLocked(now time.Time) State {
 		}
 		if p := r.tr.peers[n]; n != r.tr.self && p != nil && !p.goneAt.IsZero() {
 			st.lastGone[n] = p.goneAt
+		}
+		if p := r.tr.peers[n]; n != r.tr.self && p != nil && p.driver && !p.gone {
+			st.drivers[n] = true
 		}
 	}
 	return st
