@@ -93,7 +93,7 @@ vm-test: build
 # sim runs the deterministic cluster simulator (agent/sim_test.go,
 # docs/design.md "The cluster simulator") over SEEDS seeds from
 # SIM_FIRST, without the race detector and one worker per CPU (about 0.09
-# s of CPU a seed); make test runs 40 seeds of it under the race detector.
+# s of CPU a seed); make test runs 16 seeds of it under the race detector.
 # SEED=n runs that seed alone and prints its whole story.
 SEEDS     ?= 100000
 SIM_FIRST ?= 1
