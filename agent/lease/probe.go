@@ -29,13 +29,19 @@ func (r *Runner) probe(ctx context.Context, name string) {
 		return
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		now := r.now()
-		r.mu.Lock()
-		r.tr.refused(name, now)
-		changed := r.publishLocked(now)
-		r.mu.Unlock()
-		if changed {
-			r.wake()
-		}
+		r.noteRefused(name)
+	}
+}
+
+// noteRefused records that name's membership port refused a connection,
+// and wakes the loop when that changed the state.
+func (r *Runner) noteRefused(name string) {
+	now := r.now()
+	r.mu.Lock()
+	r.tr.refused(name, now)
+	changed := r.publishLocked(now)
+	r.mu.Unlock()
+	if changed {
+		r.wake()
 	}
 }

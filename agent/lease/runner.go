@@ -164,33 +164,8 @@ func (r *Runner) AnnounceRestart(ctx context.Context, grace time.Duration, want 
 	defer t.Stop()
 	var first uint64
 	for {
-		now := r.now()
-		r.mu.Lock()
-		r.tr.restart = grace
-		hb := r.tr.heartbeat(r.base, "", true, false, now)
-		if first == 0 {
-			first = hb.Seq
-		}
-		var targets []netip.AddrPort
-		for _, n := range r.base {
-			if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
-				targets = append(targets, a)
-			}
-		}
-		missing = missing[:0]
-		for _, n := range want {
-			if p := r.tr.peers[n]; n != r.tr.self && (p == nil || p.ackedSeq < first) {
-				missing = append(missing, n)
-			}
-		}
-		r.mu.Unlock()
-		if len(missing) == 0 {
+		if missing = r.restartRound(grace, want, &first); len(missing) == 0 {
 			return nil
-		}
-		if p, err := hb.encode(); err == nil {
-			for _, a := range targets {
-				r.send(p, a)
-			}
 		}
 		select {
 		case <-ctx.Done():
@@ -198,6 +173,41 @@ func (r *Runner) AnnounceRestart(ctx context.Context, grace time.Duration, want 
 		case <-t.C:
 		}
 	}
+}
+
+// restartRound is one round of AnnounceRestart: it returns the members of
+// want that have not answered a heartbeat saying so since the first
+// (*first, set by the first round) and, while some have not, sends every
+// member another.
+func (r *Runner) restartRound(grace time.Duration, want []string, first *uint64) (missing []string) {
+	now := r.now()
+	r.mu.Lock()
+	r.tr.restart = grace
+	hb := r.tr.heartbeat(r.base, "", true, false, now)
+	if *first == 0 {
+		*first = hb.Seq
+	}
+	var targets []netip.AddrPort
+	for _, n := range r.base {
+		if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
+			targets = append(targets, a)
+		}
+	}
+	for _, n := range want {
+		if p := r.tr.peers[n]; n != r.tr.self && (p == nil || p.ackedSeq < *first) {
+			missing = append(missing, n)
+		}
+	}
+	r.mu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	if p, err := hb.encode(); err == nil {
+		for _, a := range targets {
+			r.send(p, a)
+		}
+	}
+	return missing
 }
 
 // announceRetry is how often AnnounceRestart asks again.
@@ -224,7 +234,7 @@ func (r *Runner) State() State {
 
 func (r *Runner) stateLocked(now time.Time) State {
 	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{},
-		restarting: map[string]bool{}}
+		restarting: map[string]bool{}, drivers: map[string]bool{}}
 	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
 		st.heard[n] = true
 	}
@@ -253,6 +263,9 @@ func (r *Runner) stateLocked(now time.Time) State {
 		}
 		if p := r.tr.peers[n]; n != r.tr.self && p != nil && !p.goneAt.IsZero() {
 			st.lastGone[n] = p.goneAt
+		}
+		if p := r.tr.peers[n]; n != r.tr.self && p != nil && p.driver && !p.gone {
+			st.drivers[n] = true
 		}
 	}
 	return st
@@ -314,41 +327,47 @@ func (r *Runner) Run(ctx context.Context) {
 	defer r.alarm.Close()
 	defer context.AfterFunc(ctx, r.alarm.Close)()
 	for r.alarm.Wait() {
-		now := r.now()
-		r.mu.Lock()
-		r.kicked, r.armed = false, time.Time{} // a one-shot alarm that fired is disarmed
-		sends, next := r.tr.tick(r.base, now)
-		silent := r.tr.silent(r.base, now)
-		changed := r.publishLocked(now)
-		var silentProbes []string
-		for _, n := range silent {
-			if r.addrs[n].IsValid() && !r.probing[n] {
-				r.probing[n] = true
-				silentProbes = append(silentProbes, n)
-			}
-		}
-		var targets []netip.AddrPort
-		for _, n := range r.base {
-			if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
-				targets = append(targets, a)
-			}
-		}
-		r.resetLocked(next, now)
-		r.mu.Unlock()
-		for _, s := range sends {
-			p, err := s.HB.encode()
-			if err != nil {
-				continue
-			}
-			for _, a := range targets {
-				r.send(p, a)
-			}
-		}
-		if changed {
-			r.wake()
-		}
-		for _, n := range silentProbes {
+		for _, n := range r.fire() {
 			probes.Go(func() { r.probe(ctx, n) })
 		}
 	}
+}
+
+// fire is one tick of the alarm: it sends the heartbeats due, wakes the
+// loop when the state changed, and returns the silent members to probe
+// (marked as being probed).
+func (r *Runner) fire() (silentProbes []string) {
+	now := r.now()
+	r.mu.Lock()
+	r.kicked, r.armed = false, time.Time{} // a one-shot alarm that fired is disarmed
+	sends, next := r.tr.tick(r.base, now)
+	silent := r.tr.silent(r.base, now)
+	changed := r.publishLocked(now)
+	for _, n := range silent {
+		if r.addrs[n].IsValid() && !r.probing[n] {
+			r.probing[n] = true
+			silentProbes = append(silentProbes, n)
+		}
+	}
+	var targets []netip.AddrPort
+	for _, n := range r.base {
+		if a := r.addrs[n]; n != r.tr.self && a.IsValid() {
+			targets = append(targets, a)
+		}
+	}
+	r.resetLocked(next, now)
+	r.mu.Unlock()
+	for _, s := range sends {
+		p, err := s.HB.encode()
+		if err != nil {
+			continue
+		}
+		for _, a := range targets {
+			r.send(p, a)
+		}
+	}
+	if changed {
+		r.wake()
+	}
+	return silentProbes
 }

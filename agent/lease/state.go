@@ -31,6 +31,10 @@ type State struct {
 	// (Runner.MarkRestarting, or their heartbeat): alive and holding for
 	// the election until their next process is heard or the grace ends.
 	restarting map[string]bool
+	// drivers are the members this node expects to hear because their
+	// last heartbeat said they drive rounds (they hold a VIP or are about
+	// to claim one), and that are not gone.
+	drivers map[string]bool
 }
 
 func (s State) sameAs(o State) bool {
@@ -142,6 +146,14 @@ type Verdict struct {
 //   - restarting in place, its grace running: alive (suspect), whatever
 //     membership says (its process exited without a leave, so membership
 //     soon calls it dead), and holding what it said it holds;
+//   - dead for membership, a driver (its last heartbeat said so) and not
+//     gone for the lease: alive (suspect). Only a majority's votes or a
+//     refused connection end a driver's fence; this node's membership
+//     declaring it dead is one node's verdict: a node that lost only its
+//     incoming traffic for memberlist's suspicion timeout calls the holder
+//     dead while the majority hears it, and claimed the VIP the moment
+//     its traffic returned, before the holder's next heartbeat: two
+//     holders (the cluster simulator's seed 1087);
 //   - dead for membership but heard less than Claim ago: alive (suspect).
 //     A node back from a partition gossips the deaths it concluded while
 //     cut off, and a holder whose incarnation did not change in the
@@ -158,7 +170,7 @@ func (s State) View(m Member) Verdict {
 	case s.restarting[m.Name]:
 		v.Alive = true
 		return v
-	case m.Dead && s.heard[m.Name] && !gone:
+	case m.Dead && (s.heard[m.Name] || s.drivers[m.Name]) && !gone:
 		v.Alive = true
 	case gone && m.Alive && !m.Since.After(at):
 		v.Dead = true
