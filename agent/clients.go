@@ -454,7 +454,9 @@ func takeoverStep(now time.Time, t *takeover, held bool, vipKey uint32, prev Mem
 	switch {
 	case !held || now.Sub(t.since) > takeoverHorizon:
 		return takeoverForget
-	case found && (prev.State == StateAlive || prev.State == StateSuspect) && prev.Meta.VIP(vipKey).Held:
+	case found && (prev.State == StateAlive || prev.State == StateSuspect) && (prev.Meta.VIP(vipKey).Held || prev.Meta.VIP(vipKey).Lingering):
+		// Holding, or lingering on its connections (chain.go): they
+		// still work.
 		return takeoverWait
 	}
 	return takeoverPoke
@@ -512,6 +514,17 @@ func (a *Agent) startTakeover(v *vipState) {
 			v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 		}
 	}
+}
+
+// takeOverFrom adds a takeover of name's clients on v, which this node
+// holds: name lingered on v and is gone (chain.go), its connections with
+// it.
+func (a *Agent) takeOverFrom(v *vipState, name string) {
+	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll {
+		return
+	}
+	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool { return t.from == name })
+	v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 }
 
 // stepTakeover moves v's takeovers on at a pass; resets run under ctx.
@@ -658,7 +671,7 @@ func (a *Agent) closeClients(v *vipState) {
 }
 
 // setPublishSpec tells the publisher what to list after a pass: the held
-// VIPs (none when reset is off: the peers then drop this node's list).
+// VIPs and those it lingers on (none when reset is off: the peers then drop this node's list).
 func (a *Agent) setPublishSpec() {
 	if a.clients == nil {
 		return
@@ -667,7 +680,7 @@ func (a *Agent) setPublishSpec() {
 	spec := &publishSpec{filter: conns.Filter{Ports: cc.PortList()}, names: map[netip.Addr]string{}}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
-		if v.held && cc.Enabled() {
+		if (v.held || v.linger != nil) && cc.Enabled() {
 			spec.filter.Addrs = append(spec.filter.Addrs, v.cfg.Addr())
 		}
 		spec.names[v.cfg.Addr()] = name

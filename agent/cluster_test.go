@@ -410,8 +410,8 @@ func (f chainAnnouncer) Withdraw(ctx context.Context, a netip.Addr) error {
 	return f.fakeAnnouncer.Withdraw(ctx, a)
 }
 
-func (f chainAnnouncer) Forward(_ context.Context, _ netip.Addr, ports []uint16, to netip.Addr) error {
-	f.step("forward to %s %v", to, ports)
+func (f chainAnnouncer) Forward(_ context.Context, _ netip.Addr, ports []uint16, to ...netip.Addr) error {
+	f.step("forward to %v %v", to, ports)
 	return nil
 }
 
@@ -420,8 +420,15 @@ func (f chainAnnouncer) StopForward(context.Context, netip.Addr) error {
 	return nil
 }
 
-func (f chainAnnouncer) Quiesce(context.Context, netip.Addr) error {
-	f.step("quiesce")
+// Linger takes the address away as Withdraw does (the node no longer
+// holds it on the wire) and records the step.
+func (f chainAnnouncer) Linger(ctx context.Context, a netip.Addr) error {
+	f.step("linger")
+	return f.fakeAnnouncer.Withdraw(ctx, a)
+}
+
+func (f chainAnnouncer) StopLinger(context.Context, netip.Addr) error {
+	f.step("stop linger")
 	return nil
 }
 
