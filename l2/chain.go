@@ -260,10 +260,17 @@ func (a *Announcer) Quiesce(ctx context.Context, addr netip.Addr) error {
 //     accepted before any rule needed conntrack are not tracked, and
 //     would look new.
 //
+//     ip daddr addr meta l4proto tcp meta iiftype loopback accept
 //     ip daddr addr meta l4proto tcp socket wildcard 0 accept
 //     ip daddr addr meta l4proto tcp drop
 //
-// No new connection lands here (a SYN is dropped). Announce of addr ends
+//     The host's own connections to addr (its kubelet's, which the
+//     local route delivers to the host itself) are accepted first: they
+//     are not copies from the network, and are served here until the
+//     lingering ends (the agent closes them then: their ends are both
+//     addr, which the host no longer has).
+//
+// No new connection from the network lands here (a SYN is dropped). Announce of addr ends
 // the lingering (the address back first), and so do Withdraw, StopLinger
 // and Close. An IPv6 addr returns an error wrapping ErrForwardUnsupported.
 // Needs CAP_NET_ADMIN.
@@ -463,6 +470,14 @@ func lingerRules(vip netip.Addr) [][]expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 	}
 	return [][]expr.Any{
+		slices.Concat(match, []expr.Any{
+			// meta iiftype loopback: the host's own connections to
+			// vip (its kubelet's), which the local route delivers to
+			// the host itself, are not copies from the network.
+			&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint16(unix.ARPHRD_LOOPBACK)},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		}),
 		slices.Concat(match, []expr.Any{
 			// socket wildcard 0: an established socket (bound to vip,
 			// not a listener on every address) takes the segment.

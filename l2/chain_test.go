@@ -531,7 +531,7 @@ func TestLingerLifecycle(t *testing.T) {
 			if !f.has(kindLingerARP, vip4) {
 				t.Fatal("lingering: no rule keeping the VIP out of the host's ARP requests")
 			}
-			if held, _ := h.a.Held(vip4); held || !fa.hasLocal(vip4) || !f.has(kindQuiesce, vip4) || len(f.get(kindLinger, vip4)) != 2 {
+			if held, _ := h.a.Held(vip4); held || !fa.hasLocal(vip4) || !f.has(kindQuiesce, vip4) || len(f.get(kindLinger, vip4)) != 3 {
 				t.Fatalf("lingering: address %v, local route %v, quiesce %v, linger rules %d; want no address, the route, both rules",
 					held, fa.hasLocal(vip4), f.has(kindQuiesce, vip4), len(f.get(kindLinger, vip4)))
 			}

@@ -165,10 +165,13 @@ func (l *chainLab) serve(t *testing.T, n string) {
 }
 
 // dial connects from C to the VIP (bounded: 5 tries of 1 s).
-func (l *chainLab) dial(t *testing.T) net.Conn {
+func (l *chainLab) dial(t *testing.T) net.Conn { t.Helper(); return l.dialFrom(t, "c") }
+
+// dialFrom connects from host n to the VIP (bounded: 5 tries of 1 s).
+func (l *chainLab) dialFrom(t *testing.T, n string) net.Conn {
 	t.Helper()
 	var c net.Conn
-	err := netnstest.InHandle(l.h["c"], func() error {
+	err := netnstest.InHandle(l.h[n], func() error {
 		var last error
 		for range 5 {
 			var err error
@@ -180,7 +183,7 @@ func (l *chainLab) dial(t *testing.T) net.Conn {
 		return last
 	})
 	if err != nil {
-		t.Fatalf("connect from C to %s: %v", chainVIP, err)
+		t.Fatalf("connect from %s to %s: %v", n, chainVIP, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -744,6 +747,12 @@ func TestNetnsLingerChain(t *testing.T) {
 		t.Fatalf("after lingering O resolved C again, C's entry for the VIP is %v, want T's %s (O's is %s)", got, l.mac["t"], l.mac["o"])
 	}
 	mustServe(t, l.dial(t), "new", "t")
+	// A lingering host's own new connection to the VIP (its kubelet's)
+	// is served: the local route delivers it to the host itself, whose
+	// apiserver is healthy (an unhealthy one ends the lingering), and the
+	// drop of segments no socket takes is for the copies from the
+	// network only.
+	mustServe(t, l.dialFrom(t, "s"), "s-own", "s")
 	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["t"].String()}) {
 		t.Fatalf("ARP replies for %s from %v, want only T's %s", chainVIP, got, l.mac["t"])
 	}
