@@ -240,6 +240,9 @@ func (a *Agent) endLinger(ctx context.Context, v *vipState, why string) {
 			a.log.Warn("stop lingering on the VIP", "vip", v.cfg.Name, "err", err)
 		}
 		cancel()
+		// This host's own connections to the VIP, served here while it
+		// lingered (the local route), cannot go on without it.
+		a.closeOwnConnections(v, conns.Loopback)
 	}
 	closed := l.res.Idle + l.res.Busy
 	a.metrics.clientsClosed.WithLabelValues(v.cfg.Name).Add(float64(closed))

@@ -670,6 +670,35 @@ func (a *Agent) closeClients(v *vipState) {
 	}
 }
 
+// closeOwnConnections closes this host's own connections to v's address
+// that side selects, dead once the address moved: conns.Outbound after a
+// claim (those to the VIP while another node served it: their segments now
+// stay on this host, and the server's answers, from an address this host
+// has, are dropped as martians), conns.Loopback once the address has gone
+// (those to itself through it: this host can no longer send from it).
+// Their clients (the kubelet, the controllers on this host) would
+// otherwise wait out their own timeouts, 30 s or more, on a connection
+// that can carry nothing; closed, they reconnect at once.
+func (a *Agent) closeOwnConnections(v *vipState, side conns.Side) {
+	cc := a.st.cfg.Connections
+	if a.clients == nil || a.clients.backend == nil || !cc.Enabled() {
+		return
+	}
+	n, err := a.clients.backend.Destroy(conns.Filter{Addrs: []netip.Addr{v.cfg.Addr()}, Ports: cc.PortList(), Side: side})
+	what := "to the VIP another node served"
+	if side == conns.Loopback {
+		what = "to itself through the VIP"
+	}
+	if err != nil {
+		a.log.Warn("close this host's own connections "+what, "vip", v.cfg.Name, "closed", n, "err", err)
+	}
+	if n > 0 {
+		a.log.Info("closed this host's own connections "+what+": they reconnect", "vip", v.cfg.Name, "closed", n)
+		a.events.publish(&apipb.Event{Kind: "clients", Vip: v.cfg.Name, Node: a.self,
+			Message: fmt.Sprintf("closed %d of this host's own connections %s", n, what)})
+	}
+}
+
 // setPublishSpec tells the publisher what to list after a pass: the held
 // VIPs and those it lingers on (none when reset is off: the peers then drop this node's list).
 func (a *Agent) setPublishSpec() {

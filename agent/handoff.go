@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/conns"
 )
 
 // apply carries out decide's decision for one VIP through its announcer and
@@ -121,6 +122,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	v.held, v.failing, v.silenced = true, false, false
 	v.heldReason = reason
 	v.backoff, v.retryAt = 0, time.Time{}
+	a.closeOwnConnections(v, conns.Outbound)
 	a.startWatch(ctx, v)
 	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "hold", Vip: v.cfg.Name, Node: a.self, Reason: reason})
@@ -138,6 +140,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 		return
 	}
 	v.held, v.handoffStarted, v.drainStarted, v.silenced = false, time.Time{}, time.Time{}, false
+	a.closeOwnConnections(v, conns.Loopback)
 	v.releaseReason = reason
 	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)

@@ -348,3 +348,87 @@ func TestMetaLingerBits(t *testing.T) {
 		t.Fatalf("decoded %+v, want %+v", got.VIPs, m.VIPs)
 	}
 }
+
+// has returns the connections f's node still has.
+func (f *fakeConns) hasConns() []conns.Conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.has)
+}
+
+// TestClusterOwnConnectionsToTheVIP: a node's own connections to the VIP
+// (its kubelet's) cannot survive the address moving: the new holder's to
+// the old holder go deaf once the address is its own (what it sends stays
+// on the host; the answers come from an address it has, and are dropped
+// as martians), the old holder's to itself through the VIP die when the
+// address (or, lingering, its local route) goes. Each node closes them
+// then, so their clients reconnect at once instead of waiting out their
+// timeouts; nothing else is closed, and nothing before its time.
+func TestClusterOwnConnectionsToTheVIP(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "c")
+	c.chain = true
+	first := c.startSteady()
+	vip := c.vip
+	ap := func(a string, port uint16) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(a), port) }
+	vipAt := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(vip, port) }
+	served := conns.Conn{Local: vipAt(6443), Remote: ap("198.51.100.7", 40000)}
+	// The holder's kubelet through the VIP: both ends of one connection.
+	loop := []conns.Conn{{Local: vipAt(40010), Remote: vipAt(6443)}, {Local: vipAt(6443), Remote: vipAt(40010)}}
+	c.nodes[first].conns.set(append([]conns.Conn{served}, loop...)...)
+	// The others' kubelets reach the VIP on the holder, and elsewhere.
+	toVIP := func(n string) conns.Conn {
+		return conns.Conn{Local: ap("198.51.100.1", 40020+uint16(n[0])), Remote: vipAt(6443)}
+	}
+	elsewhere := conns.Conn{Local: ap("198.51.100.1", 40030), Remote: ap("192.0.2.99", 6443)}
+	for name, n := range c.nodes {
+		if name != first {
+			n.conns.set(toVIP(name), elsewhere)
+		}
+	}
+
+	mark := len(c.w.stepsSince(0))
+	if _, err := c.client(first).Withdraw(context.Background(), &apipb.WithdrawRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	second := c.waitHolders(15*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != first }, "the successor")[0]
+	waitSteps(t, c.w, mark, first+" linger")
+	var bystander string
+	for name := range c.nodes {
+		if name != first && name != second {
+			bystander = name
+		}
+	}
+	// The successor's own connection to the VIP is closed at its claim;
+	// its other one and the bystander's stay.
+	deadline := time.Now().Add(5 * time.Second)
+	for slices.Contains(c.nodes[second].conns.hasConns(), toVIP(second)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds the VIP and still has its own connection to it, served by %s: %v", second, first, c.nodes[second].conns.hasConns())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.nodes[second].conns.hasConns(); !slices.Equal(got, []conns.Conn{elsewhere}) {
+		t.Errorf("%s after its claim has %v, want only its connection elsewhere", second, got)
+	}
+	if got := c.nodes[bystander].conns.hasConns(); !slices.Equal(got, []conns.Conn{toVIP(bystander), elsewhere}) {
+		t.Errorf("%s, not holding, has %v, want both its connections", bystander, got)
+	}
+	// The lingering node serves its own connection through the VIP (the
+	// local route) as long as it lingers: it is not closed yet.
+	time.Sleep(2 * lingerPoll)
+	if got := c.nodes[first].conns.hasConns(); !slices.Equal(got, append([]conns.Conn{served}, loop...)) {
+		t.Fatalf("lingering %s has %v, want all three connections still", first, got)
+	}
+	// Its clients' connection ends: it stops lingering, and closes its
+	// own through the VIP then.
+	mark = len(c.w.stepsSince(0))
+	c.nodes[first].conns.set(loop...)
+	waitSteps(t, c.w, mark, first+" stop linger")
+	deadline = time.Now().Add(5 * time.Second)
+	for len(c.nodes[first].conns.hasConns()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s stopped lingering and still has %v: its own connection through the VIP it no longer has", first, c.nodes[first].conns.hasConns())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
