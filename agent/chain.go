@@ -227,13 +227,10 @@ func holderEndsLinger(self, vip string, view []Member) bool {
 // endLinger ends v's lingering (after its goroutine): the announcer stops
 // taking the VIP's packets, and what the closing did is reported.
 func (a *Agent) endLinger(ctx context.Context, v *vipState, why string) {
-	l := v.linger
+	l := v.takeLinger()
 	if l == nil {
 		return
 	}
-	v.linger = nil
-	l.cancel()
-	<-l.done
 	if la, ok := v.ann.(Lingerer); ok && !v.held {
 		actx, cancel := withTimeout(ctx)
 		if err := la.StopLinger(actx, v.cfg.Addr()); err != nil {
@@ -273,14 +270,23 @@ func (a *Agent) abandonLinger(ctx context.Context, v *vipState, why string) {
 // callOffLinger ends v's lingering before this node announces v again:
 // its connections stay open, they are its own again.
 func (a *Agent) callOffLinger(v *vipState) {
+	if v.takeLinger() == nil {
+		return
+	}
+	a.log.Info("lingering called off: this node holds the VIP again, with its connections", "vip", v.cfg.Name)
+}
+
+// takeLinger ends v's lingering goroutine, if it lingers, and returns
+// what it was (nil if it did not linger).
+func (v *vipState) takeLinger() *linger {
 	l := v.linger
 	if l == nil {
-		return
+		return nil
 	}
 	v.linger = nil
 	l.cancel()
 	<-l.done
-	a.log.Info("lingering called off: this node holds the VIP again, with its connections", "vip", v.cfg.Name)
+	return l
 }
 
 // forwardTargets returns the members v's packets of unknown connections

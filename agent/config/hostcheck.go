@@ -375,13 +375,7 @@ func hostInterfaces() ([]HostInterface, error) {
 // paths the installed vipd.service may write: under ProtectSystem=strict
 // everything else is read-only, and the start fails there.
 func checkUnitPaths(v *validator, c *Config, units, dropInDirs []string) {
-	unit := ""
-	for _, u := range units {
-		if _, err := os.Stat(u); err == nil {
-			unit = u
-			break
-		}
-	}
+	unit := installedUnit(units)
 	if unit == "" {
 		return // not installed as a service: nothing to compare with
 	}
@@ -440,13 +434,7 @@ func checkHookUser(v *validator, c *Config, units, dropInDirs []string) {
 	if h.User == "" || len(h.Command) == 0 || h.uid < 0 {
 		return
 	}
-	unit := ""
-	for _, u := range units {
-		if _, err := os.Stat(u); err == nil {
-			unit = u
-			break
-		}
-	}
+	unit := installedUnit(units)
 	if unit == "" {
 		return // not installed as a service: vipd runs as whoever starts it
 	}
@@ -473,4 +461,14 @@ func checkHookUser(v *validator, c *Config, units, dropInDirs []string) {
 	}
 	v.at("hooks.user", "hooks.user %q: %s runs vipd as User=%s without CAP_SETUID and CAP_SETGID, so vipd cannot switch users and every hook fails to start; leave hooks.user out (hooks run as %s, with hooks.capabilities), or add both to AmbientCapabilities= and CapabilityBoundingSet= in a drop-in (systemctl edit vipd)",
 		h.User, unit, svcUser, svcUser)
+}
+
+// installedUnit returns the first of units that exists ("" if none).
+func installedUnit(units []string) string {
+	for _, u := range units {
+		if _, err := os.Stat(u); err == nil {
+			return u
+		}
+	}
+	return ""
 }
