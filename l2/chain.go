@@ -590,9 +590,14 @@ func forwardRules(vip netip.Addr, ports []uint16, to []netip.Addr, ifindex int) 
 
 // forwardExprs is, for nft,
 //
-//	ip daddr vip tcp dport port tcp flags & syn == 0 ct state new ip ttl set 1 dup to T device <ifindex> [...] drop
+//	meta iiftype != loopback ip daddr vip tcp dport port tcp flags & syn == 0 ct state new ip ttl set 1 dup to T device <ifindex> [...] drop
 //
-// without the tcp dport match for port 0 (every port).
+// without the tcp dport match for port 0 (every port). The host's own
+// connections to vip (its kubelet's, vipd's Node watch) come in on
+// loopback and are never a previous holder's: accepted before the rule
+// made conntrack track anything, they are unknown to it, and their next
+// segment (a watch event from the host's own apiserver) would look new,
+// be copied away and dropped, again at every retransmission.
 func forwardExprs(vip netip.Addr, port uint16, to []netip.Addr, ifindex int) []expr.Any {
 	v4 := vip.As4()
 	var dport []expr.Any
@@ -604,6 +609,9 @@ func forwardExprs(vip netip.Addr, port uint16, to []netip.Addr, ifindex int) []e
 		}
 	}
 	return slices.Concat([]expr.Any{
+		// meta iiftype != loopback
+		&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint16(unix.ARPHRD_LOOPBACK)},
 		// ip daddr vip
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: v4[:]},

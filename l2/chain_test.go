@@ -75,6 +75,7 @@ type pkt struct {
 	transport []byte // transport header
 	l4proto   byte
 	ctState   uint32 // expr.CtStateBit*
+	iiftype   uint16 // the input interface's type (unix.ARPHRD_*)
 }
 
 // verdict is the outcome of a rule on a packet.
@@ -119,10 +120,14 @@ func eval(t *testing.T, exprs []expr.Any, p pkt) verdict {
 			}
 			regs[e.DestRegister] = slices.Clone(src[e.Offset : e.Offset+e.Len])
 		case *expr.Meta:
-			if e.Key != expr.MetaKeyL4PROTO {
+			switch e.Key {
+			case expr.MetaKeyL4PROTO:
+				regs[e.Register] = []byte{p.l4proto}
+			case expr.MetaKeyIIFTYPE:
+				regs[e.Register] = binaryutil.NativeEndian.PutUint16(p.iiftype)
+			default:
 				t.Fatalf("meta key %v not interpreted", e.Key)
 			}
-			regs[e.Register] = []byte{p.l4proto}
 		case *expr.Ct:
 			if e.Key != expr.CtKeySTATE {
 				t.Fatalf("ct key %v not interpreted", e.Key)
@@ -180,7 +185,7 @@ func ipTCP(dst netip.Addr, port uint16, flags byte, ct uint32) pkt {
 	binary.BigEndian.PutUint16(tcp[0:2], 40000)
 	binary.BigEndian.PutUint16(tcp[2:4], port)
 	tcp[12], tcp[13] = 5<<4, flags
-	return pkt{network: ip, transport: tcp, l4proto: unix.IPPROTO_TCP, ctState: ct}
+	return pkt{network: ip, transport: tcp, l4proto: unix.IPPROTO_TCP, ctState: ct, iiftype: unix.ARPHRD_ETHER}
 }
 
 const (
@@ -201,6 +206,8 @@ func TestForwardRuleMatches(t *testing.T) {
 	other := netip.MustParseAddr("192.0.2.20")
 	udp := ipTCP(vip4, 6443, ack, ctNew)
 	udp.l4proto = unix.IPPROTO_UDP
+	own := ipTCP(vip4, 6443, psh|ack, ctNew)
+	own.iiftype = unix.ARPHRD_LOOPBACK
 	for _, tc := range []struct {
 		name string
 		p    pkt
@@ -216,6 +223,7 @@ func TestForwardRuleMatches(t *testing.T) {
 		{"other port", ipTCP(vip4, 22, ack, ctNew), false},
 		{"other destination", ipTCP(other, 6443, ack, ctNew), false},
 		{"UDP", udp, false},
+		{"the host's own connection, untracked, on loopback", own, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var hit []verdict

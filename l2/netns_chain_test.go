@@ -818,3 +818,95 @@ func TestNetnsLingerChain(t *testing.T) {
 		}
 	}
 }
+
+// TestNetnsReclaimKeepsOwnConnections: a host's own connection to the VIP
+// (its kubelet's, its Node watch) goes through loopback, never through the
+// successor: when the host hands the VIP off, lingers, and takes it back
+// (elected again), the forwarding it installs for the other lingering host
+// must leave it alone. Accepted before any rule needed conntrack, the
+// connection is untracked, so its next segment looks new to the
+// forwarding rule, which would copy it away and drop it: a deaf
+// connection, found only by the client's own pings tens of seconds later.
+func TestNetnsReclaimKeepsOwnConnections(t *testing.T) {
+	netnstest.SkipUnlessEnabled(t)
+	l := newChainLab(t, true)
+	ctx := context.Background()
+	toO := l.start(t)
+	own := l.dialFrom(t, "o")
+	mustServe(t, own, "own-held", "o")
+	// A connection of O to itself through the VIP on which the server
+	// speaks first (a watch's events), on another port.
+	var ln net.Listener
+	if err := netnstest.InHandle(l.h["o"], func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(chainVIP, 0).String())
+		return err
+	}); err != nil {
+		t.Fatalf("listen in O: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var watch net.Conn
+	if err := netnstest.InHandle(l.h["o"], func() (err error) {
+		watch, err = net.DialTimeout("tcp4", ln.Addr().String(), time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("connect in O: %v", err)
+	}
+	t.Cleanup(func() { watch.Close() })
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept in O: %v", err)
+	}
+	t.Cleanup(func() { server.Close() })
+	push := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(server, msg); err != nil {
+			t.Fatalf("push %q: %v", msg, err)
+		}
+		_ = watch.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(watch, buf); err != nil || string(buf) != msg {
+			t.Fatalf("push %q: read %q, %v", msg, buf, err)
+		}
+	}
+	push("event-held")
+
+	// O to S: O lingers, its own connection still its own.
+	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
+		t.Fatalf("Forward on S: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on O: %v", err)
+	}
+	l.waitNeigh(t, "s")
+	mustServe(t, own, "own-lingering", "o")
+	push("event-lingering")
+	mustServe(t, toO, "client-lingering", "o")
+
+	// S back to O: O forwards to S, announces; S lingers. Every port
+	// ([connections] ports left empty, as kubeadm's lab has it): the
+	// rule then matches both directions of a connection to itself.
+	if err := l.in("o", func(a *Announcer) error { return a.Forward(ctx, chainVIP, nil, chainS) }); err != nil {
+		t.Fatalf("Forward on O: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on O: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on S: %v", err)
+	}
+	l.waitNeigh(t, "o")
+	push("event-reclaimed")
+	mustServe(t, own, "own-reclaimed", "o")
+	mustServe(t, toO, "client-reclaimed", "o")
+	mustServe(t, l.dialFrom(t, "o"), "own-new", "o")
+
+	if err := l.in("s", func(a *Announcer) error { return a.StopLinger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopLinger on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on O: %v", err)
+	}
+}
