@@ -73,25 +73,27 @@ type Drainer interface {
 	Drain(ctx context.Context, addr netip.Addr) error
 }
 
-// Forwarder is implemented by announcers that can pass a previous holder's
-// connections on to it during a planned handoff (l2: nftables dup to the
-// previous holder of the packets the host has no connection for: the daisy
-// chain). Forward installs that for addr's TCP ports, to the host at to;
-// StopForward removes it (no error when there is nothing). An error
-// wrapping l2.ErrForwardUnsupported says it cannot be done here (IPv6, to
-// not on the link): the handoff then goes as without a Forwarder.
+// Forwarder is implemented by announcers that can pass the previous
+// holders' connections on to them during and after a planned handoff (l2:
+// nftables dup to each previous holder of the packets the host has no
+// connection for: the daisy chain). Forward installs that for addr's TCP
+// ports, to the hosts at to (a later call replaces it); StopForward
+// removes it (no error when there is nothing). An error wrapping
+// l2.ErrForwardUnsupported says it cannot be done here (IPv6, to not on the
+// link): the handoff then goes as without a Forwarder.
 type Forwarder interface {
-	Forward(ctx context.Context, addr netip.Addr, ports []uint16, to netip.Addr) error
+	Forward(ctx context.Context, addr netip.Addr, ports []uint16, to ...netip.Addr) error
 	StopForward(ctx context.Context, addr netip.Addr) error
 }
 
-// Quiescer is implemented by announcers that can keep a VIP on the host
-// while it stops attracting traffic (l2: no ARP answers for it, no more
-// gratuitous ARPs), so the host serves the connections the successor
-// forwards to it. Withdraw ends the quiesce with the address; Announce
-// ends it too (a handoff called off).
-type Quiescer interface {
-	Quiesce(ctx context.Context, addr netip.Addr) error
+// Lingerer is implemented by announcers that can take a VIP's address off
+// the host while the host keeps serving the connections it has on it,
+// which the holder forwards to it (l2: Linger, a local route, no ARP
+// answers, the segments of connections it does not have dropped).
+// StopLinger ends that; Withdraw and Announce end it too.
+type Lingerer interface {
+	Linger(ctx context.Context, addr netip.Addr) error
+	StopLinger(ctx context.Context, addr netip.Addr) error
 }
 
 // Silencer is implemented by announcers that advertise a held VIP unasked
@@ -251,6 +253,9 @@ type loopState struct {
 	// after a restart).
 	withdrawnSince time.Time
 	shuttingDown   bool
+	// finishing: a restart in place waits for the handoffs under way
+	// (finishHandoffs); lingering VIPs close what is left.
+	finishing bool
 	// decommissioned: this node is being removed for good (vipctl
 	// decommission); its metadata says so until it stops.
 	decommissioned bool
@@ -348,13 +353,12 @@ type vipState struct {
 	holdersSeen map[string]time.Time
 	takeovers   []*takeover
 
-	// forward is set while this node, the VIP's new holder, forwards the
-	// previous holder's connections to it; quiesce while this node, the
-	// previous holder, serves them and closes them (chain.go).
+	// forward is set while this node, the VIP's holder, forwards the
+	// previous holders' connections to them; linger while this node, a
+	// previous holder, serves its connections without the address
+	// (chain.go).
 	forward *forward
-	quiesce *quiesce
-	// wonBack: this pass called v's quiesce off (this node keeps v).
-	wonBack bool
+	linger  *linger
 	// silenced: this node, handing v off, stopped advertising it
 	// (Silencer); announcing it again ends that.
 	silenced bool

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
@@ -19,71 +21,98 @@ import (
 // yet fails, and so does one a client sends in the milliseconds between
 // the announcement and the close (its packets reach the new holder, whose
 // kernel has no such connection and resets it). client-go does not send a
-// write again by itself.
+// write again by itself. Closing each connection at a moment its bytes
+// say is idle does not help on HTTP/2, where a kubelet's watches and
+// writes share one connection (docs/design.md, "What an idle moment can
+// and cannot know").
 //
 // With it (both holders' announcers able, [connections] reset on):
 //
-//  1. The new holder claims the VIP and, since the old holder is alive and
-//     still holds it, passes the packets of connections it does not know
-//     (no SYN, no connection of its own) on to the old holder, and says so
-//     in its metadata (VIPMeta.Forwarding). New connections land on it.
-//  2. The old holder, seeing that, quiesces the VIP: it keeps the address
-//     but stops answering ARP for it and stops its gratuitous ARPs, so
-//     clients keep sending to the new holder; its connections keep working
-//     through the new holder. It closes them each at an idle moment (the
-//     answer to the last request has left: conns.Table.DestroyIdle), so
-//     each client's next request opens a new connection, to the new
-//     holder. After quiesceMax it closes what is left.
-//  3. Then it releases the VIP (its metadata says so), and the new holder
-//     stops forwarding forwardGrace later.
+//  1. The new holder, before it announces the VIP, passes on the packets
+//     of connections it does not know (no SYN, no connection of its own)
+//     to the previous holder, alive and still holding it, and to every
+//     member that lingers on the VIP (step 2 of an earlier handoff), and
+//     says so in its metadata (VIPMeta.Forwarding). New connections land
+//     on it.
+//  2. The old holder, seeing that, lingers: it takes the address off but
+//     keeps taking the VIP's packets for the connections it has (l2
+//     Linger: a local route, no ARP, the segments of connections it does
+//     not have dropped), and says so (VIPMeta.Lingering). It is no longer
+//     a holder for anyone: not in its metadata, not on the link. Its
+//     connections keep working through the new holder until they end by
+//     themselves: the apiserver ends a connection gracefully with a
+//     GOAWAY when kube-apiserver's --goaway-chance picks it, and its
+//     client then sends its next request on a new connection, to the new
+//     holder, while its streams in flight finish on the old one; or the
+//     client closes it. When no connection is left, the old holder stops
+//     lingering.
+//  3. At [connections] linger_max, at a shutdown or a restart in place, it
+//     closes what is left each at an idle moment (conns.Table.DestroyIdle,
+//     within quiesceMax), then the rest, and stops lingering. Its clients
+//     reconnect to the holder.
+//  4. The holder stops passing packets on to a member once that member no
+//     longer holds nor lingers (forwardGrace later: its last packets), or
+//     at once when it is gone, and then resets the clients that member
+//     had, as after an unplanned failover (takeovers, clients.go). A later
+//     handoff chains: its new holder forwards to the old holder and to
+//     every member still lingering, so a connection accepted three moves
+//     ago still works.
+//  5. A lingering member that becomes unhealthy closes its connections at
+//     once (its apiserver is what they talk to); one elected again
+//     announces the VIP and keeps them, they are its own again.
 //
 // A node that cannot do its part (an older release, IPv6, the previous
 // holder's address not on the VIP's link, no nftables) hands off as
 // before: the old holder closes its connections at once.
 
 const (
-	// quiesceMax bounds how long a quiescing holder waits for its
-	// connections' idle moments before it closes the rest.
+	// quiesceMax bounds how long a lingering node that must end (linger_max,
+	// a shutdown, a restart) waits for its connections' idle moments before
+	// it closes the rest.
 	quiesceMax = 5 * time.Second
 	// quiescePoll is how often it looks at the connections not yet idle.
 	quiescePoll = 5 * time.Millisecond
 	// quiesceQuiet is how long a connection must have carried no data
-	// either way to be closed (conns.IdleConfig.Quiet): longer than an
-	// apiserver takes to answer a request after it last sent something
-	// else on the same HTTP/2 connection (a watch event), shorter than
-	// the pauses between a busy client's requests (a kubelet-like client
-	// writing every 100 ms).
+	// either way to be closed (conns.IdleConfig.Quiet).
 	quiesceQuiet = 40 * time.Millisecond
-	// forwardGrace is how long the new holder keeps forwarding after the
-	// previous holder released (its last packets, and its clients' answers
-	// to its resets, still on their way).
+	// lingerPoll is how often a lingering node counts its connections.
+	lingerPoll = time.Second
+	// forwardGrace is how long the holder keeps forwarding to a member
+	// after it stopped holding and lingering (its last packets, and its
+	// clients' answers to its resets, still on their way).
 	forwardGrace = 2 * time.Second
-	// forwardMax bounds forwarding whatever the previous holder says.
-	forwardMax = quiesceMax + quiesceSlack + 2*forwardGrace + 5*time.Second
+	// handoffMax bounds a restart in place's wait for a handoff under way
+	// (restart.go): the old holder's end of a linger and the new holder's
+	// forwarding grace, with room to spare.
+	handoffMax = quiesceMax + quiesceSlack + 2*forwardGrace + 5*time.Second
 )
 
-// forward is a VIP this node forwards the previous holder's connections
-// for.
+// forward is a VIP this node forwards other members' connections for.
 type forward struct {
-	to       string // the previous holder
-	since    time.Time
-	released time.Time // when the previous holder was first seen not holding
+	since time.Time
+	// targets are the members forwarded to, with their membership
+	// addresses; gone is when each was first seen neither holding nor
+	// lingering (zero: it still does).
+	targets map[string]netip.Addr
+	gone    map[string]time.Time
 }
 
-// quiesce is a VIP this node quiesces: its connections closing, at idle
-// moments, in a goroutine.
-type quiesce struct {
+// linger is a VIP this node lingers on (step 2 above): its connections are
+// counted, then closed at idle moments, in a goroutine.
+type linger struct {
 	started time.Time
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the closing ended; res and err then set
+	cancel  context.CancelFunc // called off: what is open stays open
+	hurry   chan struct{}      // closed: close what is left now (step 3)
+	hurried bool
+	done    chan struct{} // closed when it ended; res and err then set
 	res     conns.DestroyResult
 	err     error
 }
 
-// finished reports whether q's closing has ended.
-func (q *quiesce) finished() bool {
+// finished reports whether l's goroutine has ended.
+func (l *linger) finished() bool {
 	select {
-	case <-q.done:
+	case <-l.done:
 		return true
 	default:
 		return false
@@ -91,145 +120,300 @@ func (q *quiesce) finished() bool {
 }
 
 // canQuiesce reports whether this node can end a handoff of v by
-// quiescing it.
+// lingering on it.
 func (a *Agent) canQuiesce(v *vipState) bool {
-	_, ok := v.ann.(Quiescer)
+	_, ok := v.ann.(Lingerer)
 	return ok && v.cfg.Mode == config.ModeL2 && v.cfg.Announce != config.AnnounceAll &&
 		a.st.cfg.Connections.Enabled() && a.clients != nil && a.clients.backend != nil
 }
 
-// startQuiesce quiesces v (actQuiesce) and starts closing its connections.
-// When the announcer fails, the handoff completes as without the chain.
-func (a *Agent) startQuiesce(ctx context.Context, v *vipState, reason string) {
-	qa := v.ann.(Quiescer)
+// startLinger releases v, whose successor holds it and forwards this
+// node's connections here, by lingering on it (step 2). When the announcer
+// fails, the handoff completes as without the chain.
+func (a *Agent) startLinger(ctx context.Context, v *vipState, reason string) {
+	la := v.ann.(Lingerer)
+	// What this node forwarded, its successor forwards now.
+	a.stopForward(ctx, v, "this node hands the VIP off")
 	actx, cancel := withTimeout(ctx)
-	err := qa.Quiesce(actx, v.cfg.Addr())
+	err := la.Linger(actx, v.cfg.Addr())
 	cancel()
 	if err != nil {
-		a.log.Warn("quiesce VIP for the handoff; closing its connections at once instead", "vip", v.cfg.Name, "err", err)
+		a.log.Warn("linger on the VIP for the handoff; closing its connections at once instead", "vip", v.cfg.Name, "err", err)
 		a.closeClients(v)
 		a.release(ctx, v, "successor "+v.owner+" holds it")
 		return
 	}
-	// Cancelling cctx calls the closing off (what is busy stays open);
-	// at quiesceMax it closes what is still busy itself.
-	cctx, cancel := context.WithCancel(ctx)
-	q := &quiesce{started: a.now(), cancel: cancel, done: make(chan struct{})}
-	idle := conns.IdleConfig{Poll: quiescePoll, Quiet: quiesceQuiet, Until: q.started.Add(quiesceMax)}
-	v.quiesce = q
-	a.log.Info("quiescing VIP: the successor forwards its connections here; closing them at idle moments", "vip", v.cfg.Name, "to", v.owner, "reason", reason)
+	lctx, lcancel := context.WithCancel(ctx)
+	l := &linger{started: a.now(), cancel: lcancel, hurry: make(chan struct{}), done: make(chan struct{})}
+	v.linger = l
+	a.stopWatch(v)
+	v.held, v.handoffStarted, v.drainStarted = false, time.Time{}, time.Time{}
+	a.record(v, false)
+	a.log.Info("released VIP, lingering: the successor forwards its connections here until they end", "vip", v.cfg.Name,
+		"to", v.owner, "reason", reason, "linger_max", a.st.cfg.Connections.LingerMaxDuration())
+	a.events.publish(&apipb.Event{Kind: "release", Vip: v.cfg.Name, Node: a.self, Reason: reason + "; lingering on its connections"})
+	a.reconnectNodeWatch()
 	f := conns.Filter{Addrs: []netip.Addr{v.cfg.Addr()}, Ports: a.st.cfg.Connections.PortList()}
-	backend := a.clients.backend
+	backend, max, now := a.clients.backend, a.st.cfg.Connections.LingerMaxDuration(), a.now
 	a.goroutines.Go(func() {
-		defer close(q.done)
-		defer cancel()
-		q.res, q.err = backend.DestroyIdle(cctx, f, idle)
-		a.wakeLoop()
+		defer close(l.done)
+		defer lcancel()
+		defer a.wakeLoop()
+		l.res, l.err = lingerOn(lctx, backend, f, l.hurry, max, now, time.After)
 	})
 }
 
-// endQuiesce ends v's quiesce: the closing stops, and the connections
-// still busy stay open (the caller closes them, or keeps them when the
-// handoff is called off). It reports what the closing did.
-func (a *Agent) endQuiesce(v *vipState) {
-	q := v.quiesce
-	if q == nil {
+// lingerOn is a lingering node's goroutine: it counts the connections f
+// selects every lingerPoll until none is left, hurry is closed or max has
+// passed on now's clock; then it closes what is left at idle moments,
+// within quiesceMax. A ctx that ends calls it off: what is open stays
+// open.
+func lingerOn(ctx context.Context, b ConnsBackend, f conns.Filter, hurry <-chan struct{}, max time.Duration,
+	now func() time.Time, after func(time.Duration) <-chan time.Time) (conns.DestroyResult, error) {
+	deadline := now().Add(max)
+	for now().Before(deadline) {
+		set, err := b.List(f)
+		if err == nil && set.Len() == 0 {
+			return conns.DestroyResult{}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return conns.DestroyResult{}, nil
+		case <-hurry:
+			deadline = now()
+		case <-after(min(lingerPoll, max)):
+		}
+	}
+	if ctx.Err() != nil {
+		return conns.DestroyResult{}, nil
+	}
+	idle := conns.IdleConfig{Poll: quiescePoll, Quiet: quiesceQuiet, Until: now().Add(quiesceMax)}
+	return b.DestroyIdle(ctx, f, idle)
+}
+
+// stepLinger moves v's lingering on at a pass: it ends it when its
+// goroutine is done, hurries it at a shutdown or a restart (this node's,
+// or the restart in place of the holder that forwards: VIPMeta.EndLinger),
+// and closes its connections at once when the VIP is unhealthy here.
+func (a *Agent) stepLinger(ctx context.Context, v *vipState, view []Member) {
+	l := v.linger
+	if l == nil {
 		return
 	}
-	v.quiesce = nil
-	q.cancel()
-	<-q.done
-	closed := q.res.Idle + q.res.Busy
+	switch {
+	case l.finished():
+		a.endLinger(ctx, v, "its connections ended")
+	case !v.healthy || v.down:
+		a.abandonLinger(ctx, v, "the VIP is not healthy here: connections closed at once")
+	case (a.st.shuttingDown || a.st.finishing || holderEndsLinger(a.self, v.cfg.Name, view)) && !l.hurried:
+		l.hurried = true
+		close(l.hurry)
+		a.log.Info("lingering on the VIP: closing what is left at idle moments", "vip", v.cfg.Name)
+	}
+}
+
+// holderEndsLinger reports whether an alive member other than self holds
+// vip and asks the lingering members to end (VIPMeta.EndLinger).
+func holderEndsLinger(self, vip string, view []Member) bool {
+	k := config.VIPKey(vip)
+	for _, m := range view {
+		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held && m.Meta.VIP(k).EndLinger {
+			return true
+		}
+	}
+	return false
+}
+
+// endLinger ends v's lingering (after its goroutine): the announcer stops
+// taking the VIP's packets, and what the closing did is reported.
+func (a *Agent) endLinger(ctx context.Context, v *vipState, why string) {
+	l := v.takeLinger()
+	if l == nil {
+		return
+	}
+	if la, ok := v.ann.(Lingerer); ok && !v.held {
+		actx, cancel := withTimeout(ctx)
+		if err := la.StopLinger(actx, v.cfg.Addr()); err != nil {
+			a.log.Warn("stop lingering on the VIP", "vip", v.cfg.Name, "err", err)
+		}
+		cancel()
+		// This host's own connections to the VIP, served here while it
+		// lingered (the local route), cannot go on without it.
+		a.closeOwnConnections(v, conns.Loopback)
+	}
+	closed := l.res.Idle + l.res.Busy
 	a.metrics.clientsClosed.WithLabelValues(v.cfg.Name).Add(float64(closed))
-	if q.err != nil {
-		a.log.Warn("close the VIP's client connections at idle moments", "vip", v.cfg.Name, "closed", closed, "err", q.err)
+	if l.err != nil {
+		a.log.Warn("close the VIP's client connections at idle moments", "vip", v.cfg.Name, "closed", closed, "err", l.err)
 	}
+	a.log.Info("stopped lingering on the VIP", "vip", v.cfg.Name, "reason", why, "took", a.now().Sub(l.started).Round(time.Millisecond),
+		"idle", l.res.Idle, "busy", l.res.Busy)
 	if closed > 0 {
-		a.log.Info("closed the VIP's client connections at idle moments: they reconnect to the new holder", "vip", v.cfg.Name,
-			"to", v.owner, "idle", q.res.Idle, "busy", q.res.Busy, "left", q.res.Left, "took", a.now().Sub(q.started).Round(time.Millisecond))
 		a.events.publish(&apipb.Event{Kind: "clients", Vip: v.cfg.Name, Node: a.self, To: v.owner,
-			Message: fmt.Sprintf("closed %d client connections for the new holder at idle moments (%d still busy when time was up)", closed, q.res.Busy)})
+			Message: fmt.Sprintf("closed %d client connections for the holder at idle moments (%d still busy when time was up)", closed, l.res.Busy)})
 	}
 }
 
-// abortQuiesce calls a quiesce off: this node keeps the VIP after all,
-// and the connections not closed yet with it. Announcing it again ends
-// the quiesce (ARP answered, re-announced). It reports whether there was
-// a quiesce to call off.
-func (a *Agent) abortQuiesce(ctx context.Context, v *vipState) bool {
-	if v.quiesce == nil {
-		return false
+// abandonLinger ends v's lingering at once, if it lingers: what is left is
+// closed first (a shutdown's deadline, a reload).
+func (a *Agent) abandonLinger(ctx context.Context, v *vipState, why string) {
+	l := v.linger
+	if l == nil {
+		return
 	}
-	a.endQuiesce(v)
-	a.log.Info("handoff called off while quiescing: announcing the VIP again, keeping its connections", "vip", v.cfg.Name)
-	actx, cancel := withTimeout(ctx)
-	defer cancel()
-	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
-		a.log.Warn("announce VIP again after a quiesce", "vip", v.cfg.Name, "err", err)
-	}
-	return true
+	l.cancel()
+	<-l.done
+	a.closeClients(v)
+	a.endLinger(ctx, v, why)
 }
 
-// startForward makes this node, which is about to claim v (or has called
-// off its quiesce of v and won it back), forward the previous holder's
-// connections to it when that holder is alive and still holds v (a
-// planned handoff, make-before-break): the previous holder then quiesces
-// instead of closing them at once. addrs are the members' membership
-// addresses (memberAddrs).
+// callOffLinger ends v's lingering before this node announces v again:
+// its connections stay open, they are its own again.
+func (a *Agent) callOffLinger(v *vipState) {
+	if v.takeLinger() == nil {
+		return
+	}
+	a.log.Info("lingering called off: this node holds the VIP again, with its connections", "vip", v.cfg.Name)
+}
+
+// takeLinger ends v's lingering goroutine, if it lingers, and returns
+// what it was (nil if it did not linger).
+func (v *vipState) takeLinger() *linger {
+	l := v.linger
+	if l == nil {
+		return nil
+	}
+	v.linger = nil
+	l.cancel()
+	<-l.done
+	return l
+}
+
+// forwardTargets returns the members v's packets of unknown connections
+// go to: the previous holder while it holds v, and every member lingering
+// on v, with their membership addresses (those known).
+func (a *Agent) forwardTargets(v *vipState, view []Member, addrs map[string]netip.AddrPort) map[string]netip.Addr {
+	k := config.VIPKey(v.cfg.Name)
+	out := map[string]netip.Addr{}
+	for _, m := range view {
+		if m.Name == a.self || (m.State != StateAlive && m.State != StateSuspect) {
+			continue
+		}
+		vm := m.Meta.VIP(k)
+		if !(vm.Lingering || (vm.Held && m.Name == v.lastHolder)) {
+			continue
+		}
+		ap, ok := addrs[m.Name]
+		if !ok {
+			a.log.Info("not forwarding a member's connections: its address is not known", "vip", v.cfg.Name, "member", m.Name)
+			continue
+		}
+		out[m.Name] = ap.Addr().Unmap()
+	}
+	return out
+}
+
+// startForward makes this node, which is about to claim v, forward the
+// connections of the previous holder (alive and still holding v: a
+// planned handoff, make-before-break) and of the members lingering on v to
+// them: the previous holder then lingers instead of closing them at once.
+// addrs are the members' membership addresses (memberAddrs). Only members
+// chosen here are ever forwarded to (stepForward drops them as they end):
+// this node's own connections, accepted from now on, are all known to its
+// conntrack, which tells the connections it does not know.
 func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
-	fw, ok := v.ann.(Forwarder)
-	if !ok || v.cfg.Mode != config.ModeL2 || v.cfg.Announce == config.AnnounceAll || !a.st.cfg.Connections.Enabled() ||
-		v.lastHolder == "" || v.lastHolder == a.self || v.forward != nil {
+	if _, ok := v.ann.(Forwarder); !ok || v.cfg.Mode != config.ModeL2 || v.cfg.Announce == config.AnnounceAll || !a.st.cfg.Connections.Enabled() ||
+		v.forward != nil {
 		return
 	}
-	prev, found := memberOf(view, v.lastHolder)
-	if !found || prev.State != StateAlive || !prev.Meta.VIP(config.VIPKey(v.cfg.Name)).Held {
+	targets := a.forwardTargets(v, view, addrs)
+	if len(targets) == 0 {
 		return
 	}
-	ap, ok := addrs[v.lastHolder]
-	if !ok {
-		a.log.Info("not forwarding the previous holder's connections: its address is not known", "vip", v.cfg.Name, "from", v.lastHolder)
+	f := &forward{since: a.now(), targets: targets, gone: map[string]time.Time{}}
+	if err := a.installForward(ctx, v, f); err != nil {
+		a.log.Info("not forwarding the previous holders' connections: they close them at once", "vip", v.cfg.Name, "to", slices.Sorted(maps.Keys(targets)), "err", err)
 		return
 	}
-	to := ap.Addr().Unmap()
-	actx, cancel := withTimeout(ctx)
-	defer cancel()
-	if err := fw.Forward(actx, v.cfg.Addr(), a.st.cfg.Connections.PortList(), to); err != nil {
-		a.log.Info("not forwarding the previous holder's connections: it closes them at once", "vip", v.cfg.Name, "from", v.lastHolder, "err", err)
-		return
-	}
-	v.forward = &forward{to: v.lastHolder, since: a.now()}
-	a.log.Info("forwarding the previous holder's connections to it while it closes them", "vip", v.cfg.Name, "from", v.lastHolder, "address", to)
+	v.forward = f
+	a.log.Info("forwarding the previous holders' connections to them while they serve them", "vip", v.cfg.Name, "to", slices.Sorted(maps.Keys(targets)))
 }
 
-// stepForward stops forwarding v's previous holder's connections when it
-// is over: this node no longer holds v, the previous holder released it
-// forwardGrace ago, it is gone, or forwardMax has passed.
-func (a *Agent) stepForward(ctx context.Context, v *vipState, view []Member) {
+// installForward sets v's forwarding to f's targets.
+func (a *Agent) installForward(ctx context.Context, v *vipState, f *forward) error {
+	to := make([]netip.Addr, 0, len(f.targets))
+	for _, name := range slices.Sorted(maps.Keys(f.targets)) {
+		to = append(to, f.targets[name])
+	}
+	actx, cancel := withTimeout(ctx)
+	defer cancel()
+	return v.ann.(Forwarder).Forward(actx, v.cfg.Addr(), a.st.cfg.Connections.PortList(), to...)
+}
+
+// stepForward drops the members this node no longer forwards v's
+// connections to: one that is gone at once (its clients are then reset,
+// as after an unplanned failover), one that neither holds nor lingers
+// forwardGrace after it stopped (whatever it still listed is reset too);
+// it adds a member that lingers on v and is not forwarded to yet (its
+// metadata arrived after this node's claim); and it ends the forwarding
+// when no member is left, or when this node no longer holds v. Adding
+// one is safe only while the forwarding has run since the claim: every
+// connection of this node's is known to its conntrack since then.
+func (a *Agent) stepForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
 	f := v.forward
 	if f == nil {
 		return
 	}
-	now := a.now()
-	prev, found := memberOf(view, f.to)
-	holding := found && (prev.State == StateAlive || prev.State == StateSuspect) && prev.Meta.VIP(config.VIPKey(v.cfg.Name)).Held
-	if !holding && f.released.IsZero() {
-		f.released = now
-	}
-	why := ""
-	switch {
-	case !v.held:
-		why = "this node no longer holds the VIP"
-	case !found || prev.State == StateDead || prev.State == StateLeft:
-		why = "the previous holder is gone"
-	case !f.released.IsZero() && now.Sub(f.released) >= forwardGrace:
-		why = "the previous holder released the VIP"
-	case now.Sub(f.since) >= forwardMax:
-		why = "forwarded for the longest a handoff takes"
-	default:
+	if !v.held {
+		a.stopForward(ctx, v, "this node no longer holds the VIP")
 		return
 	}
-	a.stopForward(ctx, v, why)
+	now := a.now()
+	k := config.VIPKey(v.cfg.Name)
+	changed := false
+	for name := range f.targets {
+		m, found := memberOf(view, name)
+		vm := m.Meta.VIP(k)
+		switch {
+		case !found || m.State == StateDead || m.State == StateLeft:
+			delete(f.targets, name)
+			delete(f.gone, name)
+			changed = true
+			a.log.Info("stopped forwarding a member's connections: it is gone; resetting its clients", "vip", v.cfg.Name, "member", name)
+		case (m.State == StateAlive || m.State == StateSuspect) && (vm.Held || vm.Lingering):
+			delete(f.gone, name)
+			continue
+		case f.gone[name].IsZero():
+			f.gone[name] = now
+			continue
+		case now.Sub(f.gone[name]) >= forwardGrace:
+			delete(f.targets, name)
+			delete(f.gone, name)
+			changed = true
+		default:
+			continue
+		}
+		// Whatever it still had on its list (a member that ended well has
+		// none left) is reset, as after an unplanned failover.
+		a.takeOverFrom(v, name)
+	}
+	for name, to := range a.forwardTargets(v, view, addrs) {
+		m, _ := memberOf(view, name)
+		if _, ok := f.targets[name]; !ok && m.Meta.VIP(k).Lingering {
+			f.targets[name] = to
+			changed = true
+			a.log.Info("forwarding the connections of a member that lingers on the VIP", "vip", v.cfg.Name, "member", name)
+		}
+	}
+	if len(f.targets) == 0 {
+		a.stopForward(ctx, v, "no member holds or lingers on the VIP any more")
+		return
+	}
+	if changed {
+		if err := a.installForward(ctx, v, f); err != nil {
+			a.log.Warn("forward to the members still lingering", "vip", v.cfg.Name, "err", err)
+		}
+	}
 }
 
 // stopForward removes v's forwarding.
@@ -237,15 +421,15 @@ func (a *Agent) stopForward(ctx context.Context, v *vipState, why string) {
 	if v.forward == nil {
 		return
 	}
-	from := v.forward.to
+	to := slices.Sorted(maps.Keys(v.forward.targets))
 	v.forward = nil
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	if err := v.ann.(Forwarder).StopForward(actx, v.cfg.Addr()); err != nil {
-		a.log.Warn("stop forwarding the previous holder's connections", "vip", v.cfg.Name, "from", from, "err", err)
+		a.log.Warn("stop forwarding the previous holders' connections", "vip", v.cfg.Name, "to", to, "err", err)
 		return
 	}
-	a.log.Info("stopped forwarding the previous holder's connections", "vip", v.cfg.Name, "from", from, "reason", why)
+	a.log.Info("stopped forwarding the previous holders' connections", "vip", v.cfg.Name, "to", to, "reason", why)
 }
 
 // memberOf returns the member named name in view.

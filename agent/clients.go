@@ -454,7 +454,9 @@ func takeoverStep(now time.Time, t *takeover, held bool, vipKey uint32, prev Mem
 	switch {
 	case !held || now.Sub(t.since) > takeoverHorizon:
 		return takeoverForget
-	case found && (prev.State == StateAlive || prev.State == StateSuspect) && prev.Meta.VIP(vipKey).Held:
+	case found && (prev.State == StateAlive || prev.State == StateSuspect) && (prev.Meta.VIP(vipKey).Held || prev.Meta.VIP(vipKey).Lingering):
+		// Holding, or lingering on its connections (chain.go): they
+		// still work.
 		return takeoverWait
 	}
 	return takeoverPoke
@@ -512,6 +514,17 @@ func (a *Agent) startTakeover(v *vipState) {
 			v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 		}
 	}
+}
+
+// takeOverFrom adds a takeover of name's clients on v, which this node
+// holds: name lingered on v and is gone (chain.go), its connections with
+// it.
+func (a *Agent) takeOverFrom(v *vipState, name string) {
+	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll {
+		return
+	}
+	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool { return t.from == name })
+	v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 }
 
 // stepTakeover moves v's takeovers on at a pass; resets run under ctx.
@@ -657,8 +670,37 @@ func (a *Agent) closeClients(v *vipState) {
 	}
 }
 
+// closeOwnConnections closes this host's own connections to v's address
+// that side selects, dead once the address moved: conns.Outbound after a
+// claim (those to the VIP while another node served it: their segments now
+// stay on this host, and the server's answers, from an address this host
+// has, are dropped as martians), conns.Loopback once the address has gone
+// (those to itself through it: this host can no longer send from it).
+// Their clients (the kubelet, the controllers on this host) would
+// otherwise wait out their own timeouts, 30 s or more, on a connection
+// that can carry nothing; closed, they reconnect at once.
+func (a *Agent) closeOwnConnections(v *vipState, side conns.Side) {
+	cc := a.st.cfg.Connections
+	if a.clients == nil || a.clients.backend == nil || !cc.Enabled() {
+		return
+	}
+	n, err := a.clients.backend.Destroy(conns.Filter{Addrs: []netip.Addr{v.cfg.Addr()}, Ports: cc.PortList(), Side: side})
+	what := "to the VIP another node served"
+	if side == conns.Loopback {
+		what = "to itself through the VIP"
+	}
+	if err != nil {
+		a.log.Warn("close this host's own connections "+what, "vip", v.cfg.Name, "closed", n, "err", err)
+	}
+	if n > 0 {
+		a.log.Info("closed this host's own connections "+what+": they reconnect", "vip", v.cfg.Name, "closed", n)
+		a.events.publish(&apipb.Event{Kind: "clients", Vip: v.cfg.Name, Node: a.self,
+			Message: fmt.Sprintf("closed %d of this host's own connections %s", n, what)})
+	}
+}
+
 // setPublishSpec tells the publisher what to list after a pass: the held
-// VIPs (none when reset is off: the peers then drop this node's list).
+// VIPs and those it lingers on (none when reset is off: the peers then drop this node's list).
 func (a *Agent) setPublishSpec() {
 	if a.clients == nil {
 		return
@@ -667,7 +709,7 @@ func (a *Agent) setPublishSpec() {
 	spec := &publishSpec{filter: conns.Filter{Ports: cc.PortList()}, names: map[netip.Addr]string{}}
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
-		if v.held && cc.Enabled() {
+		if (v.held || v.linger != nil) && cc.Enabled() {
 			spec.filter.Addrs = append(spec.filter.Addrs, v.cfg.Addr())
 		}
 		spec.names[v.cfg.Addr()] = name

@@ -290,10 +290,12 @@ func (c *testCluster) waitPublished(node, publisher string, n int) {
 }
 
 // TestClusterDaisyChainHandoff: with announcers that can forward and
-// quiesce, a planned handoff goes: the successor forwards the owner's
-// connections to it and then announces, the owner quiesces and closes its
-// connections at idle moments (DestroyIdle, not all at once), then
-// withdraws, and the successor stops forwarding after the owner released.
+// linger, a planned handoff goes: the successor forwards the owner's
+// connections to it and then announces, the owner releases the VIP by
+// lingering on it (the address goes, its connections stay), and closes
+// nothing: when its connections have ended by themselves (the apiserver's
+// GOAWAY, the client), it stops lingering, and the successor stops
+// forwarding forwardGrace later.
 func TestClusterDaisyChainHandoff(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	c.chain = true
@@ -311,8 +313,20 @@ func TestClusterDaisyChainHandoff(t *testing.T) {
 	succ := holders[0]
 	// The successor forwards before it announces: a client that moves at
 	// its gratuitous ARP finds its writes passed on, not reset.
-	want := []string{succ + " forward to 127.0.0.1 []", succ + " announce", owner + " quiesce", owner + " withdraw", succ + " stop forward"}
-	deadline := time.Now().Add(forwardGrace + 5*time.Second)
+	want := []string{succ + " forward to [127.0.0.1] []", succ + " announce", owner + " linger", owner + " stop linger", succ + " stop forward"}
+	// The owner lingers: its connections still open, forwarded, for as
+	// long as they last.
+	waitSteps(t, c.w, mark, owner+" linger")
+	time.Sleep(2 * lingerPoll)
+	if got := c.w.stepsSince(mark); slices.Contains(got, owner+" stop linger") || slices.Contains(got, succ+" stop forward") {
+		t.Fatalf("steps %q: the owner's connections are open, yet the chain ended", got)
+	}
+	if h := c.w.holdersOf(vip); !slices.Equal(h, []string{succ}) {
+		t.Fatalf("holders %v while the owner lingers, want [%s]: a lingering node holds nothing", h, succ)
+	}
+	// They end by themselves.
+	c.nodes[owner].conns.set()
+	deadline := time.Now().Add(lingerPoll + forwardGrace + 5*time.Second)
 	var got []string
 	for {
 		got = nil
@@ -343,8 +357,23 @@ func TestClusterDaisyChainHandoff(t *testing.T) {
 	n.mu.Lock()
 	closed, idle := n.closed, n.idleCalls
 	n.mu.Unlock()
-	if closed != 2 || idle != 1 {
-		t.Errorf("the owner closed %d connections in %d idle closings, want 2 in 1", closed, idle)
+	if closed != 0 || idle != 0 {
+		t.Errorf("the owner closed %d connections in %d idle closings, want none: they ended by themselves", closed, idle)
+	}
+}
+
+// waitSteps waits (bounded, 10 s) until the wire's steps since mark
+// include each of steps.
+func waitSteps(t *testing.T, w *wire, mark int, steps ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, step := range steps {
+		for !slices.Contains(w.stepsSince(mark), step) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no step %q in %q", step, w.stepsSince(mark))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 
@@ -436,16 +465,19 @@ func TestNoteHolders(t *testing.T) {
 	}
 }
 
-// TestClusterCalledOffQuiesceClosesNothing: an owner quiescing for a
+// TestClusterCalledOffLingerClosesNothing: an owner lingering after a
 // planned handoff (one client idle, one always busy) wins the VIP back
-// before its quiesce ends (vipctl restore: it ranks first). Calling
-// the quiesce off closes none of its busy clients: it keeps them, as it
-// keeps the VIP. And the successor, now handing back, does not close its
-// own clients at once either: the owner forwards them to it and it
-// quiesces in turn.
-func TestClusterCalledOffQuiesceClosesNothing(t *testing.T) {
+// (vipctl restore: it ranks first, preempt on). Its lingering is called off and
+// closes none of its clients: it keeps them, as it takes the VIP back.
+// And the successor, now handing back, does not close its own clients at
+// once either: the owner forwards them to it and it lingers in turn.
+func TestClusterCalledOffLingerClosesNothing(t *testing.T) {
 	c := newTestCluster(t, "a", "b")
 	c.chain = true
+	c.vipExtra = "preempt = true\n"
+	for name := range c.nodes {
+		c.nodes[name].cfg = c.config(name, "")
+	}
 	owner := c.startSteady()
 	vip := c.vip
 	idle := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.7:40000")}
@@ -473,9 +505,9 @@ func TestClusterCalledOffQuiesceClosesNothing(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitStep(owner + " quiesce")
-	if n := on.closedCount(); n != 1 {
-		t.Fatalf("the quiescing owner closed %d connections, want the idle one", n)
+	waitStep(owner + " linger")
+	if n := on.closedCount(); n != 0 {
+		t.Fatalf("the lingering owner closed %d connections, want none", n)
 	}
 	// The successor's own client, busy too.
 	sc := conns.Conn{Local: netip.AddrPortFrom(vip, 6443), Remote: netip.MustParseAddrPort("198.51.100.9:40002")}
@@ -485,19 +517,19 @@ func TestClusterCalledOffQuiesceClosesNothing(t *testing.T) {
 	sn.busy = []conns.Conn{sc}
 	sn.mu.Unlock()
 
-	// The quiesce (quiesceMax) is still on: the owner, ranked first and
-	// still holding, is back in service and wins the VIP back.
+	// The owner, ranked first and lingering, is back in service and wins
+	// the VIP back.
 	mark = len(c.w.stepsSince(0))
 	if _, err := c.client(owner).Restore(context.Background(), &apipb.RestoreRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	waitStep(owner + " announce") // the quiesce called off
-	c.waitHolders(quiesceMax+quiesceSlack+5*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == owner }, "the owner alone")
-	if n := on.closedCount(); n != 1 {
-		t.Errorf("the owner closed %d connections, want only the idle one: calling its quiesce off closed its busy client", n)
+	waitStep(owner + " announce") // the lingering called off
+	c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] == owner }, "the owner alone")
+	waitStep(succ + " linger")
+	if n := on.closedCount(); n != 0 {
+		t.Errorf("the owner closed %d connections, want none: calling its lingering off closed its clients", n)
 	}
-	steps := c.w.stepsSince(mark)
-	if !slices.Contains(steps, succ+" quiesce") {
-		t.Errorf("steps %q: the successor did not quiesce (it closed its clients at once)", steps)
+	if n := sn.closedCount(); n != 0 {
+		t.Errorf("the successor closed %d connections handing back, want none: it lingers", n)
 	}
 }

@@ -276,7 +276,7 @@ func (f *fakeConns) List(flt conns.Filter) (conns.Set, error) {
 	defer f.mu.Unlock()
 	var out []conns.Conn
 	for _, c := range f.has {
-		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) {
+		if flt.Match(c) {
 			out = append(out, c)
 		}
 	}
@@ -294,7 +294,7 @@ func (f *fakeConns) Destroy(flt conns.Filter) (int, error) {
 func (f *fakeConns) destroy(flt conns.Filter, which func(conns.Conn) bool) int {
 	keep, n := f.has[:0:0], 0
 	for _, c := range f.has {
-		if slices.Contains(flt.Addrs, c.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, c.Local.Port())) && which(c) {
+		if flt.Match(c) && which(c) {
 			n++
 			continue
 		}
@@ -325,9 +325,7 @@ func (f *fakeConns) closedCount() int {
 // leaves them open. With idleHold set, every connection it is asked to
 // close is busy until idleHold is closed.
 func (f *fakeConns) DestroyIdle(ctx context.Context, flt conns.Filter, c conns.IdleConfig) (conns.DestroyResult, error) {
-	matches := func(k conns.Conn) bool {
-		return slices.Contains(flt.Addrs, k.Local.Addr()) && (len(flt.Ports) == 0 || slices.Contains(flt.Ports, k.Local.Port()))
-	}
+	matches := flt.Match
 	left := func(which func(conns.Conn) bool) int {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -410,8 +408,8 @@ func (f chainAnnouncer) Withdraw(ctx context.Context, a netip.Addr) error {
 	return f.fakeAnnouncer.Withdraw(ctx, a)
 }
 
-func (f chainAnnouncer) Forward(_ context.Context, _ netip.Addr, ports []uint16, to netip.Addr) error {
-	f.step("forward to %s %v", to, ports)
+func (f chainAnnouncer) Forward(_ context.Context, _ netip.Addr, ports []uint16, to ...netip.Addr) error {
+	f.step("forward to %v %v", to, ports)
 	return nil
 }
 
@@ -420,8 +418,15 @@ func (f chainAnnouncer) StopForward(context.Context, netip.Addr) error {
 	return nil
 }
 
-func (f chainAnnouncer) Quiesce(context.Context, netip.Addr) error {
-	f.step("quiesce")
+// Linger takes the address away as Withdraw does (the node no longer
+// holds it on the wire) and records the step.
+func (f chainAnnouncer) Linger(ctx context.Context, a netip.Addr) error {
+	f.step("linger")
+	return f.fakeAnnouncer.Withdraw(ctx, a)
+}
+
+func (f chainAnnouncer) StopLinger(context.Context, netip.Addr) error {
+	f.step("stop linger")
 	return nil
 }
 

@@ -23,8 +23,8 @@ const claimSettle = time.Second
 // the "dead" holder may well be alive and serving.
 const staleHolderSettle = 3 * time.Second
 
-// quiesceSlack: a quiesce whose closing has not reported back this long
-// after QuiesceMax is given up, and the VIP released.
+// quiesceSlack is room for a lingering node's closing at idle moments to
+// report back after quiesceMax (handoffMax, chain.go).
 const quiesceSlack = 2 * time.Second
 
 // maxSettle bounds how long restarts can stretch one settle period.
@@ -52,14 +52,13 @@ const (
 	// actRelease: withdraw the VIP now.
 	actRelease
 	// actQuiesce: the successor holds the VIP and forwards this node's
-	// connections to it: stop attracting the VIP's traffic, keep the
-	// address, and close the connections each at an idle moment; the
-	// release follows when they are closed (chain.go).
+	// connections to it: release the VIP by lingering on it (the address
+	// goes, the connections stay until they end: chain.go).
 	actQuiesce
 )
 
 func (a action) String() string {
-	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release", "quiesce"}[a]
+	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release", "linger"}[a]
 }
 
 // decideInput is everything decide needs to know about one VIP on this node:
@@ -98,13 +97,10 @@ type decideInput struct {
 	Drain time.Duration
 	// HandoffTimeout bounds a make-before-break handoff.
 	HandoffTimeout time.Duration
-	// CanQuiesce: this node can end a handoff by quiescing (its announcer
-	// is a Quiescer, [connections] reset is on, the host's connections
+	// CanQuiesce: this node can end a handoff by lingering (its announcer
+	// is a Lingerer, [connections] reset is on, the host's connections
 	// can be read and closed); it does when the successor forwards.
 	CanQuiesce bool
-	// QuiesceMax bounds a quiesce: released this long after it began,
-	// whatever is left.
-	QuiesceMax time.Duration
 
 	// What this node did and saw at its earlier passes.
 	Held           bool
@@ -114,10 +110,6 @@ type decideInput struct {
 	HandoffStarted time.Time
 	DrainStarted   time.Time
 	RetryAt        time.Time
-	// QuiesceStarted is when this node began quiescing the VIP (zero: it
-	// is not); QuiesceDone: its connections are closed.
-	QuiesceStarted time.Time
-	QuiesceDone    bool
 	// Contested: at the last pass another alive node reported holding it.
 	Contested bool
 	// Bootstrap: the last pass's election used the bootstrap fallback.
@@ -312,20 +304,12 @@ func (d decision) handoff(in decideInput) decision {
 		return d.release("not eligible")
 	case res.Owner == "":
 		return d.release("no eligible node")
-	case successorHolds && in.CanQuiesce && (successorForwards || !in.QuiesceStarted.IsZero()):
+	case successorHolds && in.CanQuiesce && successorForwards:
 		// The daisy chain: the successor passes this node's connections
-		// on to it, so they keep working while it closes them one by one
-		// at idle moments; then it releases.
-		switch {
-		case in.QuiesceStarted.IsZero():
-			d.Do, d.Reason = actQuiesce, "successor "+res.Owner+" holds it and forwards this node's connections"
-			return d
-		case !in.QuiesceDone && in.Now.Sub(in.QuiesceStarted) < in.QuiesceMax+quiesceSlack:
-			d.Do = actHandoff
-			return d
-		}
-		d = d.release("successor " + res.Owner + " holds it; this node's connections closed")
-		d.CloseClients = true // any left
+		// on to it, so they keep working after it released the VIP,
+		// until they end.
+		d = d.release("successor " + res.Owner + " holds it and forwards this node's connections")
+		d.Do = actQuiesce
 		return d
 	case successorHolds:
 		d = d.release("successor " + res.Owner + " holds it")

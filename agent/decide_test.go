@@ -265,10 +265,10 @@ func TestDecide(t *testing.T) {
 			check:  closesClients(true),
 		},
 		{
-			name: "handoff: successor holds and forwards, this node can quiesce: quiesce",
+			name: "handoff: successor holds and forwards, this node can linger: release by lingering",
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-time.Second), true, 5*time.Second
+				in.Held, in.HandoffStarted, in.CanQuiesce = true, t0.Add(-time.Second), true
 				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
 				return in
 			},
@@ -276,10 +276,10 @@ func TestDecide(t *testing.T) {
 			reason: "forwards",
 		},
 		{
-			name: "handoff: successor holds and forwards, this node cannot quiesce: release, closing at once",
+			name: "handoff: successor holds and forwards, this node cannot linger: release, closing at once",
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.QuiesceMax = true, t0.Add(-time.Second), 5*time.Second
+				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
 				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
 				return in
 			},
@@ -291,61 +291,13 @@ func TestDecide(t *testing.T) {
 			name: "handoff: successor holds without forwarding (an older release): release, closing at once",
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-time.Second), true, 5*time.Second
+				in.Held, in.HandoffStarted, in.CanQuiesce = true, t0.Add(-time.Second), true
 				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
 				return in
 			},
 			do:     actRelease,
 			reason: "successor b holds it",
 			check:  closesClients(true),
-		},
-		{
-			name: "quiescing: connections still closing: keep waiting",
-			in: func() decideInput {
-				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-2*time.Second), true, 5*time.Second
-				in.QuiesceStarted = t0.Add(-time.Second)
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
-				return in
-			},
-			do: actHandoff,
-		},
-		{
-			name: "quiescing: connections closed: release",
-			in: func() decideInput {
-				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-2*time.Second), true, 5*time.Second
-				in.QuiesceStarted, in.QuiesceDone = t0.Add(-time.Second), true
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
-				return in
-			},
-			do:     actRelease,
-			reason: "connections closed",
-			check:  closesClients(true),
-		},
-		{
-			name: "quiescing: the closing never reported back: release after the bound",
-			in: func() decideInput {
-				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-9*time.Second), true, 5*time.Second
-				in.QuiesceStarted = t0.Add(-5*time.Second - quiesceSlack)
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
-				return in
-			},
-			do:     actRelease,
-			reason: "successor b holds it",
-			check:  closesClients(true),
-		},
-		{
-			name: "quiescing: the successor stopped forwarding (it restarted): the quiesce goes on to its end",
-			in: func() decideInput {
-				in := base([]Member{node("a", unhealthy, holds), node("b", holds), node("c", unhealthy)})
-				in.Held, in.HandoffStarted, in.CanQuiesce, in.QuiesceMax = true, t0.Add(-2*time.Second), true, 5*time.Second
-				in.QuiesceStarted = t0.Add(-time.Second)
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
-				return in
-			},
-			do: actHandoff,
 		},
 		{
 			name: "handoff: timeout passes, release",

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/conns"
 )
 
 // apply carries out decide's decision for one VIP through its announcer and
@@ -23,14 +24,12 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			a.startTakeover(v)
 		}
 	case actKeep:
-		v.wonBack = a.abortQuiesce(ctx, v)
-		if v.silenced && !v.wonBack {
+		if v.silenced {
 			a.log.Info("handoff called off: advertising the VIP again", "vip", v.cfg.Name)
 			a.reannounce(ctx, v)
 		}
 		v.silenced = false
 	case actReassert:
-		v.wonBack = a.abortQuiesce(ctx, v)
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		a.reannounce(ctx, v)
 		v.silenced = false
@@ -46,9 +45,8 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 			}
 		}
 	case actQuiesce:
-		a.startQuiesce(ctx, v, d.Reason)
+		a.startLinger(ctx, v, d.Reason)
 	case actRelease:
-		a.endQuiesce(v)
 		if d.CloseClients {
 			// Before the address goes: the resets leave from it.
 			a.closeClients(v)
@@ -106,6 +104,9 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	defer cancel()
 	now := a.now()
 	a.record(v, true) // before the address exists, so a crash right after leaves it covered
+	// Lingering on v (an earlier handoff): its connections are its own
+	// again; Announce ends the lingering with the address back.
+	a.callOffLinger(v)
 	if err := v.ann.Announce(actx, v.cfg.Addr()); err != nil {
 		v.fail(now)
 		v.failReason = err.Error()
@@ -121,6 +122,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 	v.held, v.failing, v.silenced = true, false, false
 	v.heldReason = reason
 	v.backoff, v.retryAt = 0, time.Time{}
+	a.closeOwnConnections(v, conns.Outbound)
 	a.startWatch(ctx, v)
 	a.log.Info("holding VIP", "vip", v.cfg.Name, "address", v.cfg.Addr(), "mode", v.cfg.Mode, "reason", reason)
 	a.events.publish(&apipb.Event{Kind: "hold", Vip: v.cfg.Name, Node: a.self, Reason: reason})
@@ -129,12 +131,7 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 // release withdraws a VIP now. A failed withdraw keeps the VIP held (and
 // is retried at the next pass).
 func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
-	if v.quiesce != nil {
-		// Cut short (a shutdown's deadline, a reload, a lost link): what
-		// is left is closed at once, before the address goes.
-		a.endQuiesce(v)
-		a.closeClients(v)
-	}
+	a.abandonLinger(ctx, v, reason)
 	a.stopForward(ctx, v, "this node releases the VIP")
 	a.stopWatch(v)
 	if err := a.withdrawAddr(ctx, v); err != nil {
@@ -143,6 +140,7 @@ func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 		return
 	}
 	v.held, v.handoffStarted, v.drainStarted, v.silenced = false, time.Time{}, time.Time{}, false
+	a.closeOwnConnections(v, conns.Loopback)
 	v.releaseReason = reason
 	a.record(v, false)
 	a.log.Info("released VIP", "vip", v.cfg.Name, "reason", reason)

@@ -125,6 +125,14 @@ type VIPMeta struct {
 	// handoff's daisy chain, chain.go), which may then close them one at
 	// an idle moment instead of all at once.
 	Forwarding bool
+	// Lingering: the node handed the VIP off and still serves the
+	// connections it had on it, without the address, through the
+	// holder's forwarding (chain.go); it does not hold the VIP.
+	Lingering bool
+	// EndLinger: the node holds the VIP, forwards, and is about to
+	// restart in place (finishHandoffs): the members lingering on the VIP
+	// close what they have left now, so that its forwarding can end.
+	EndLinger bool
 	// Priority is the node's priority for the VIP (vip.priority); 0 when
 	// it did not say (the default, config.DefaultPriority).
 	Priority uint8
@@ -164,7 +172,9 @@ const (
 	// metaFlagNodeWithdrawn see an unhealthy node.
 	vipFlagHealthyNodeWithdrawn = 1 << 3
 	vipFlagForwarding           = 1 << 4
-	vipFlagWaiting              = 1 << 5
+	vipFlagLingering            = 1 << 5
+	vipFlagEndLinger            = 1 << 6
+	vipFlagWaiting              = 1 << 7
 	metaMaxSize                 = 512
 )
 
@@ -247,6 +257,12 @@ func (m NodeMeta) Encode() ([]byte, error) {
 		if v.Forwarding {
 			f |= vipFlagForwarding
 		}
+		if v.Lingering {
+			f |= vipFlagLingering
+		}
+		if v.EndLinger {
+			f |= vipFlagEndLinger
+		}
 		if v.Waiting {
 			f |= vipFlagWaiting
 		}
@@ -309,7 +325,8 @@ func DecodeMeta(b []byte) (NodeMeta, error) {
 		k := binary.BigEndian.Uint32(entries[p:])
 		f := entries[p+4]
 		vm := VIPMeta{Healthy: f&(vipFlagHealthy|vipFlagHealthyNodeWithdrawn) != 0, Held: f&vipFlagHeld != 0, Down: f&vipFlagDown != 0,
-			Forwarding: f&vipFlagForwarding != 0, Waiting: f&vipFlagWaiting != 0}
+			Forwarding: f&vipFlagForwarding != 0, Lingering: f&vipFlagLingering != 0,
+			EndLinger: f&vipFlagEndLinger != 0, Waiting: f&vipFlagWaiting != 0}
 		if b[0] >= 3 && size >= 6 {
 			// Priorities are 1-255; a 0 on the wire (no vipd sends one)
 			// means the default, as an entry without a priority does,

@@ -83,14 +83,8 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 		a.apply(ctx, v, d)
 		a.confirmAdopted(ctx, v, d)
-		if v.wonBack && v.held {
-			// The successor, holding too after a called-off quiesce,
-			// closes its connections at idle moments while this node
-			// passes them on.
-			a.startForward(ctx, v, view, addrs)
-		}
-		v.wonBack = false
-		a.stepForward(ctx, v, view)
+		a.stepForward(ctx, v, view, addrs)
+		a.stepLinger(ctx, v, view)
 		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {
@@ -158,7 +152,6 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		AwaitFence:     a.st.lease.Required() && (!a.st.lease.CanHold() || a.st.lease.Adopting()),
 		HandoffTimeout: c.Cluster.HandoffTimeoutDuration(),
 		CanQuiesce:     a.canQuiesce(v),
-		QuiesceMax:     quiesceMax,
 		Held:           v.held,
 		Down:           v.down,
 		DownIface:      v.cfg.Interface,
@@ -170,9 +163,6 @@ func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quor
 		Bootstrap:      v.bootstrap,
 		LastEligible:   v.lastEligible,
 		SettleStarted:  v.settleStarted,
-	}
-	if q := v.quiesce; q != nil {
-		in.QuiesceStarted, in.QuiesceDone = q.started, q.finished()
 	}
 	if _, ok := v.ann.(Drainer); ok && v.cfg.Mode == config.ModeBGP && c.BGP != nil {
 		in.Drain = c.BGP.GracefulShutdownDuration()
@@ -280,7 +270,8 @@ func applyVerdict(m memberInfo, v lease.Verdict) Member {
 	if v.StaleHolds && len(meta.VIPs) > 0 {
 		vips := make(map[uint32]VIPMeta, len(meta.VIPs))
 		for k, vm := range meta.VIPs {
-			vm.Held = false
+			// Nor does it linger: its connections went with its fence.
+			vm.Held, vm.Lingering = false, false
 			vips[k] = vm
 		}
 		meta.VIPs = vips

@@ -323,7 +323,7 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 func (a *Agent) handoffUnderway() string {
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
-		if v.quiesce != nil || v.forward != nil || (v.held && (!v.handoffStarted.IsZero() || !v.drainStarted.IsZero())) {
+		if v.linger != nil || v.forward != nil || (v.held && (!v.handoffStarted.IsZero() || !v.drainStarted.IsZero())) {
 			return name
 		}
 	}
@@ -344,8 +344,10 @@ func (a *Agent) finishHandoffs(ctx context.Context) string {
 	if what == "" {
 		return ""
 	}
-	limit := max(a.st.cfg.Cluster.HandoffTimeoutDuration(), forwardMax)
+	limit := max(a.st.cfg.Cluster.HandoffTimeoutDuration(), handoffMax)
 	a.log.Info("restart: finishing the handoff under way first", "vip", what, "timeout", limit)
+	a.st.finishing = true
+	defer func() { a.st.finishing = false }()
 	deadline := a.now().Add(limit)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()

@@ -319,11 +319,11 @@ func TestClusterRestartBindAddressLate(t *testing.T) {
 	t.Logf("%d samples; %s holds; %s came back %v after it stopped", len(ss), h[0], owner, time.Since(stopped).Round(100*time.Millisecond))
 }
 
-// chainHandoffUnderway starts c with announcers that forward and quiesce,
-// gives the owner two client connections that stay busy until hold is
-// closed, and withdraws the owner: it returns once the successor forwards
-// the owner's connections to it and the owner quiesces, with the claims
-// before the withdraw.
+// chainHandoffUnderway starts c with announcers that forward and linger,
+// gives the owner two client connections that stay open, and busy until
+// hold is closed, and withdraws the owner: it returns once the successor
+// forwards the owner's connections to it and the owner lingers, with the
+// claims before the withdraw.
 func (c *testCluster) chainHandoffUnderway() (owner, succ string, hold chan struct{}, claims0 int) {
 	c.t.Helper()
 	c.chain = true
@@ -349,7 +349,7 @@ func (c *testCluster) chainHandoffUnderway() (owner, succ string, hold chan stru
 			if name, _, ok := strings.Cut(s, " forward to "); ok {
 				succ = name
 			}
-			quiescing = quiescing || s == owner+" quiesce"
+			quiescing = quiescing || s == owner+" linger"
 		}
 		if succ != "" && quiescing {
 			return owner, succ, hold, claims0
@@ -362,7 +362,7 @@ func (c *testCluster) chainHandoffUnderway() (owner, succ string, hold chan stru
 }
 
 // stopWhileBusy stops node (for a restart in place) and, a second into
-// the stop, lets the quiescing owner's connections go idle (closes hold):
+// the stop, lets the lingering owner's connections go idle (closes hold):
 // it returns once the stop has returned.
 func (c *testCluster) stopWhileBusy(node string, hold chan struct{}) {
 	c.t.Helper()
@@ -378,14 +378,13 @@ func (c *testCluster) stopWhileBusy(node string, hold chan struct{}) {
 	}
 }
 
-// TestClusterRestartWhileQuiescing: the owner is restarted in place while
-// it quiesces for its successor (a daisy-chained handoff, its clients'
-// connections still busy). The restart finishes the handoff first: the
-// connections are closed at their idle moment, not busy; the address is
-// withdrawn, not left with a lifetime next to the successor's; the record
+// TestClusterRestartWhileLingering: the owner is restarted in place while
+// it lingers for its successor (a daisy-chained handoff, its clients'
+// connections open and busy). The restart ends the lingering first: the
+// connections are closed at their idle moment, not busy; the record
 // keeps no VIP; and the next process does not take the VIP back: it moved
 // once.
-func TestClusterRestartWhileQuiescing(t *testing.T) {
+func TestClusterRestartWhileLingering(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	owner, succ, hold, claims0 := c.chainHandoffUnderway()
 	c.stopWhileBusy(owner, hold)
@@ -410,21 +409,22 @@ func TestClusterRestartWhileQuiescing(t *testing.T) {
 }
 
 // TestClusterRestartWhileForwarding: the successor of a daisy-chained
-// handoff is restarted in place while it forwards the old owner's busy
-// connections to it. The restart finishes the handoff first: the old owner
-// closes its connections at their idle moment and releases, the successor
-// stops forwarding after that (its rules do not vanish under the old
-// owner's clients), then exits leaving the VIP for its next process, which
-// keeps it: the VIP moved once.
+// handoff is restarted in place while it forwards the lingering old
+// owner's busy connections to it. The restart asks the old owner to end
+// its lingering (VIPMeta.EndLinger): it closes its connections at their
+// idle moment and stops lingering, the successor stops forwarding after
+// that (its rules do not vanish under the old owner's clients), then
+// exits leaving the VIP for its next process, which keeps it: the VIP
+// moved once.
 func TestClusterRestartWhileForwarding(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	owner, succ, hold, claims0 := c.chainHandoffUnderway()
 	mark := len(c.w.stepsSince(0))
 	c.stopWhileBusy(succ, hold)
 	steps := c.w.stepsSince(mark)
-	released, stopped := slices.Index(steps, owner+" withdraw"), slices.Index(steps, succ+" stop forward")
+	released, stopped := slices.Index(steps, owner+" stop linger"), slices.Index(steps, succ+" stop forward")
 	if released < 0 || stopped < released {
-		t.Errorf("steps during the successor's stop %q: want %q, then %q", steps, owner+" withdraw", succ+" stop forward")
+		t.Errorf("steps during the successor's stop %q: want %q, then %q", steps, owner+" stop linger", succ+" stop forward")
 	}
 	if rec, left, err := loadRestart(c.nodes[succ].cfg.StateDir); err != nil || left <= 0 || len(rec.VIPs) != 1 {
 		t.Errorf("the successor's restart record: %v, %v, %v; want the VIP kept for its next process", rec.VIPs, left, err)

@@ -254,10 +254,26 @@ func (a *Agent) shutdown(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+	// Lingering VIPs (handed off during the shutdown or before it) close
+	// what is left at idle moments (stepLinger hurries them), within
+	// quiesceMax: the connections go with this process.
+	deadline = a.now().Add(quiesceMax + quiesceSlack)
+	for a.lingersAny() && a.now().Before(deadline) {
+		a.reconcile(ctx)
+		if !a.lingersAny() {
+			break
+		}
+		select {
+		case <-a.members.changed:
+		case <-a.wake:
+		case <-t.C:
+		}
+	}
 	for _, v := range a.st.vips {
 		if v.held {
 			a.release(ctx, v, "shutting down")
 		}
+		a.abandonLinger(ctx, v, "shutting down")
 	}
 	a.noteHookStates()
 	// The final metadata (leaving, holding nothing) must reach the others
@@ -277,6 +293,16 @@ func (a *Agent) shutdown(ctx context.Context) {
 	}
 	a.st.waiters = nil
 	a.log.Info("stopped")
+}
+
+// lingersAny reports whether this node lingers on any VIP (chain.go).
+func (a *Agent) lingersAny() bool {
+	for _, v := range a.st.vips {
+		if v.linger != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) holdsAny() bool {
@@ -304,6 +330,9 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 				a.release(ctx, st, "configuration changed")
 				a.noteHookState(st)
 			}
+			if st != nil {
+				a.abandonLinger(ctx, st, "configuration changed")
+			}
 			st = &vipState{healthy: vc.Health == nil, healthSince: a.now()}
 		}
 		st.cfg = vc
@@ -317,6 +346,9 @@ func (a *Agent) setupVIPs(ctx context.Context, c *config.Config) error {
 		if _, keep := next[name]; !keep && st.held {
 			a.release(ctx, st, "removed from configuration")
 			a.noteHookState(st)
+		}
+		if _, keep := next[name]; !keep {
+			a.abandonLinger(ctx, st, "removed from configuration")
 		}
 	}
 	a.st.vips = next
@@ -339,11 +371,12 @@ func (a *Agent) localMeta() NodeMeta {
 		PriorityAware: true, VIPs: map[uint32]VIPMeta{}}
 	for _, v := range a.st.vips {
 		down := v.down || v.failing || (fenced && v.cfg.Announce != config.AnnounceAll)
-		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil, Waiting: v.waiting}
+		vm := VIPMeta{Healthy: v.healthy && !down, Held: v.held, Down: down, Forwarding: v.held && v.forward != nil,
+			Lingering: !v.held && v.linger != nil, EndLinger: v.held && v.forward != nil && a.st.finishing, Waiting: v.waiting}
 		if p := v.cfg.Priority; p != config.DefaultPriority && p > 0 && p < 256 {
 			vm.Priority = uint8(p)
 		}
-		if vm.Healthy || vm.Held || vm.Down || vm.Waiting || vm.Priority != 0 {
+		if vm.Healthy || vm.Held || vm.Down || vm.Lingering || vm.Waiting || vm.Priority != 0 {
 			m.VIPs[config.VIPKey(v.cfg.Name)] = vm
 		}
 	}

@@ -66,7 +66,7 @@ func metaV2(m NodeMeta) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.VIPs)) {
 		v := m.VIPs[k]
-		f := byte(0xc0) // unknown VIP flags (bits 6-7; bit 4 is forwarding, 5 waiting)
+		f := byte(0) // (every VIP flag bit is known now: 4-7 are forwarding, lingering, ending a lingering, waiting)
 		if v.Healthy {
 			f |= vipFlagHealthy
 		}

@@ -15,17 +15,19 @@ import (
 const (
 	bcJmp   = 1 // unconditional: moves on by "no"
 	bcSCond = 7 // local address (prefix) and port; operand inet_diag_hostcond
+	bcDCond = 8 // remote address (prefix) and port; operand inet_diag_hostcond
 )
 
 // maxConds bounds the conditions of one filter program: an operation's
 // "no" is 16 bits, and a program is one netlink attribute.
 const maxConds = 1000
 
-// hostcond is one condition of the filter: the local address is addr and,
-// unless port is -1, the local port is port.
+// hostcond is one condition of the filter: the local address (the remote
+// one if remote) is addr and, unless port is -1, its port is port.
 type hostcond struct {
-	addr netip.Addr
-	port int32
+	addr   netip.Addr
+	port   int32
+	remote bool
 }
 
 // filterProgram compiles "local address and port are one of conds" into
@@ -51,7 +53,11 @@ func filterProgram(conds []hostcond) []byte {
 	left := total
 	for i, c := range conds {
 		s := size(c)
-		b = append(b, bcSCond, byte(s))
+		code := byte(bcSCond)
+		if c.remote {
+			code = bcDCond
+		}
+		b = append(b, code, byte(s))
 		b = binary.NativeEndian.AppendUint16(b, uint16(s+4))
 		fam := byte(unix.AF_INET)
 		if c.addr.Is6() {
@@ -74,10 +80,13 @@ func filterProgram(conds []hostcond) []byte {
 // conditions returns the filter's conditions: every address with every
 // port, or every address with any port when that would be more than
 // maxConds (the ports are checked on the answers then), or none when even
-// the addresses are too many (everything is checked on the answers).
+// the addresses are too many (everything is checked on the answers). The
+// conditions are on the local end, on the remote end for Outbound; a
+// Loopback filter's are on the local address, any port (its ports may be
+// at either end).
 func (f Filter) conditions() []hostcond {
 	ports := []int32{-1}
-	if len(f.Ports) > 0 && len(f.Addrs)*len(f.Ports) <= maxConds {
+	if len(f.Ports) > 0 && len(f.Addrs)*len(f.Ports) <= maxConds && f.Side != Loopback {
 		ports = ports[:0]
 		for _, p := range f.Ports {
 			ports = append(ports, int32(p))
@@ -89,7 +98,7 @@ func (f Filter) conditions() []hostcond {
 	var out []hostcond
 	for _, a := range f.Addrs {
 		for _, p := range ports {
-			out = append(out, hostcond{addr: a.Unmap(), port: p})
+			out = append(out, hostcond{addr: a.Unmap(), port: p, remote: f.Side == Outbound})
 		}
 	}
 	return out

@@ -45,7 +45,7 @@ func kernelAudit(bc []byte) error {
 		code, yes, no := bc[p], int(bc[p+1]), int(binary.NativeEndian.Uint16(bc[p+2:]))
 		minLen := 4
 		switch code {
-		case bcSCond:
+		case bcSCond, bcDCond:
 			minLen += 8
 			if l < minLen {
 				return fmt.Errorf("hostcond at %d truncated", p)
@@ -81,15 +81,20 @@ func kernelAudit(bc []byte) error {
 }
 
 // kernelRun is inet_diag_bc_run for a socket of family fam with local
-// address saddr (16 bytes for IPv6) and local port sport.
-func kernelRun(bc []byte, fam byte, saddr netip.Addr, sport uint16) bool {
+// address saddr (16 bytes for IPv6) and port sport, and remote address
+// daddr and port dport.
+func kernelRun(bc []byte, fam byte, saddr netip.Addr, sport uint16, daddr netip.Addr, dport uint16) bool {
 	p, l := 0, len(bc)
 	for l > 0 {
 		yes := true
 		switch bc[p] {
 		case bcJmp:
 			yes = false
-		case bcSCond:
+		case bcSCond, bcDCond:
+			a, sp := saddr, sport
+			if bc[p] == bcDCond {
+				a, sp = daddr, dport
+			}
 			cfam, plen := bc[p+4], int(bc[p+5])
 			port := int32(binary.NativeEndian.Uint32(bc[p+8:]))
 			n := 4
@@ -97,12 +102,12 @@ func kernelRun(bc []byte, fam byte, saddr netip.Addr, sport uint16) bool {
 				n = 16
 			}
 			caddr := bc[p+12 : p+12+n]
-			addr := saddr.AsSlice()
+			addr := a.AsSlice()
 			switch {
-			case port != -1 && port != int32(sport):
+			case port != -1 && port != int32(sp):
 				yes = false
 			case cfam != fam:
-				mapped := fam == unix.AF_INET6 && cfam == unix.AF_INET && saddr.Is4In6()
+				mapped := fam == unix.AF_INET6 && cfam == unix.AF_INET && a.Is4In6()
 				yes = mapped && prefixMatch(addr[12:], caddr, plen)
 			case plen == 0:
 			default:
@@ -163,7 +168,11 @@ func TestFilterProgram(t *testing.T) {
 				// An IPv4 VIP matches its IPv4-mapped form on an IPv6
 				// socket, nothing else.
 				want := slices.Contains(uf.Addrs, a.Unmap()) && (len(f.Ports) == 0 || slices.Contains(f.Ports, s.port))
-				if got := kernelRun(bc, s.fam, a, s.port); got != want {
+				peer := netip.MustParseAddr("198.51.100.7")
+				if s.fam == unix.AF_INET6 {
+					peer = netip.MustParseAddr("2001:db8:ff::7")
+				}
+				if got := kernelRun(bc, s.fam, a, s.port, peer, 40000); got != want {
 					t.Errorf("socket %s port %d: match %v, want %v", a, s.port, got, want)
 				}
 			}
@@ -207,6 +216,42 @@ func TestFilterConditionsBounded(t *testing.T) {
 	}
 }
 
+// TestFilterProgramOutbound: an Outbound filter's program selects by the
+// remote end: the host's own connections to the VIP served elsewhere (the
+// local end is checked on the answers).
+func TestFilterProgramOutbound(t *testing.T) {
+	vip, vip6 := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
+	f := Filter{Addrs: []netip.Addr{vip, vip6}, Ports: []uint16{6443}, Side: Outbound}
+	bc := filterProgram(f.conditions())
+	if err := kernelAudit(bc); err != nil {
+		t.Fatalf("the kernel would refuse the program: %v\n%x", err, bc)
+	}
+	node, node6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
+	cases := []struct {
+		fam    byte
+		local  netip.Addr
+		lport  uint16
+		remote netip.Addr
+		rport  uint16
+		want   bool
+	}{
+		{unix.AF_INET, node, 40000, vip, 6443, true},
+		{unix.AF_INET, node, 40000, vip, 443, false},
+		{unix.AF_INET, vip, 6443, node, 40000, false}, // a client's connection to the VIP
+		{unix.AF_INET6, netip.MustParseAddr("::ffff:192.0.2.1"), 40000, netip.MustParseAddr("::ffff:192.0.2.10"), 6443, true},
+		{unix.AF_INET6, node6, 40000, vip6, 6443, true},
+		{unix.AF_INET6, node6, 40000, node6, 6443, false},
+	}
+	for _, c := range cases {
+		if got := kernelRun(bc, c.fam, c.local, c.lport, c.remote, c.rport); got != c.want {
+			t.Errorf("socket %s:%d -> %s:%d: match %v, want %v", c.local, c.lport, c.remote, c.rport, got, c.want)
+		}
+	}
+	if lb := (Filter{Addrs: f.Addrs, Ports: f.Ports, Side: Loopback}).conditions(); len(lb) != 2 || lb[0].port != -1 || lb[0].remote {
+		t.Errorf("Loopback conditions %+v, want the two local addresses on any port", lb)
+	}
+}
+
 func TestFilterMatch(t *testing.T) {
 	f := Filter{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}, Ports: []uint16{6443}}
 	cases := []struct {
@@ -219,8 +264,32 @@ func TestFilterMatch(t *testing.T) {
 		{conn("192.0.2.10:6443", "192.0.2.10:40000"), false}, // the host's own connection to its VIP
 	}
 	for _, c := range cases {
-		if got := f.match(c.c); got != c.want {
+		if got := f.Match(c.c); got != c.want {
 			t.Errorf("match(%v) = %v, want %v", c.c, got, c.want)
+		}
+	}
+	// The host's own connections to the VIP served elsewhere, and to
+	// itself through it.
+	sides := []struct {
+		side Side
+		c    Conn
+		want bool
+	}{
+		{Outbound, conn("192.0.2.1:40000", "192.0.2.10:6443"), true},
+		{Outbound, conn("192.0.2.1:40000", "192.0.2.10:443"), false},
+		{Outbound, conn("192.0.2.10:40000", "192.0.2.10:6443"), false},
+		{Outbound, conn("192.0.2.10:6443", "198.51.100.7:40000"), false},
+		{Loopback, conn("192.0.2.10:40000", "192.0.2.10:6443"), true}, // the client's end
+		{Loopback, conn("192.0.2.10:6443", "192.0.2.10:40000"), true}, // the server's
+		{Loopback, conn("192.0.2.10:40000", "192.0.2.10:443"), false},
+		{Loopback, conn("192.0.2.10:6443", "198.51.100.7:40000"), false},
+		{Loopback, conn("192.0.2.1:40000", "192.0.2.10:6443"), false},
+	}
+	for _, c := range sides {
+		g := f
+		g.Side = c.side
+		if got := g.Match(c.c); got != c.want {
+			t.Errorf("side %d: match(%v) = %v, want %v", c.side, c.c, got, c.want)
 		}
 	}
 }

@@ -17,26 +17,60 @@ import (
 
 // A Filter selects established TCP connections by their local end.
 type Filter struct {
-	// Addrs are the local addresses (the VIPs). A Filter without any
-	// matches nothing. An IPv4 address also matches IPv4 clients of a
-	// dual-stack (IPv6) socket, as a server listening on ":6443" has them.
+	// Addrs are the addresses (the VIPs). A Filter without any matches
+	// nothing. An IPv4 address also matches IPv4 clients of a dual-stack
+	// (IPv6) socket, as a server listening on ":6443" has them.
 	Addrs []netip.Addr
-	// Ports, when not empty, are the local ports to match (the VIP's
-	// service ports, such as 6443); empty matches every port.
+	// Ports, when not empty, are the ports to match (the VIP's service
+	// ports, such as 6443) at the end Side says; empty matches every port.
 	Ports []uint16
+	// Side says which end of a connection Addrs and Ports are: Served
+	// (the zero value), Outbound or Loopback.
+	Side Side
 }
 
-// match reports whether c (unmapped) is selected by f: its local end is
-// one of f's, and its remote address is not one of f.Addrs (a connection
-// of the host to its own VIP is not a client's).
-func (f Filter) match(c Conn) bool {
-	return slices.Contains(f.Addrs, c.Local.Addr()) && !slices.Contains(f.Addrs, c.Remote.Addr()) &&
-		(len(f.Ports) == 0 || slices.Contains(f.Ports, c.Local.Port()))
+// Side is the end of a connection a Filter selects by.
+type Side uint8
+
+const (
+	// Served selects clients' connections to the host's Addrs: the local
+	// end is one of Addrs (its port one of Ports), the remote end is not
+	// one of them (a connection of the host to its own VIP is not a
+	// client's).
+	Served Side = iota
+	// Outbound selects the host's own connections to Addrs that another
+	// host serves: the remote end is one of Addrs (its port one of Ports),
+	// the local end is not one of them. Once the host has the address
+	// itself such a connection is dead: its segments stay on the host,
+	// and the server's answers, from an address the host now has, are
+	// dropped as martians.
+	Outbound
+	// Loopback selects the host's connections to itself through Addrs:
+	// both ends are one of Addrs, and either port one of Ports. Once the
+	// host no longer has the address they are dead: the host cannot send
+	// from it.
+	Loopback
+)
+
+// Match reports whether c (unmapped) is selected by f.
+func (f Filter) Match(c Conn) bool {
+	local, remote := slices.Contains(f.Addrs, c.Local.Addr()), slices.Contains(f.Addrs, c.Remote.Addr())
+	port := func(ps ...uint16) bool {
+		return len(f.Ports) == 0 || slices.ContainsFunc(ps, func(p uint16) bool { return slices.Contains(f.Ports, p) })
+	}
+	switch f.Side {
+	case Outbound:
+		return remote && !local && port(c.Remote.Port())
+	case Loopback:
+		return local && remote && port(c.Local.Port(), c.Remote.Port())
+	default:
+		return local && !remote && port(c.Local.Port())
+	}
 }
 
 // unmapped returns f with its addresses unmapped.
 func (f Filter) unmapped() Filter {
-	out := Filter{Ports: f.Ports}
+	out := Filter{Ports: f.Ports, Side: f.Side}
 	for _, a := range f.Addrs {
 		out.Addrs = append(out.Addrs, a.Unmap())
 	}
@@ -349,7 +383,7 @@ func (t *Table) dump(f Filter, ext byte, found func(Conn, []byte)) error {
 				bad = err
 				return false
 			}
-			if f.match(c) {
+			if f.Match(c) {
 				found(c, msg)
 			}
 			return true

@@ -359,6 +359,37 @@ func TestNetnsDestroy(t *testing.T) {
 	if got := list(Filter{Addrs: vips, Ports: []uint16{6443}}); got.Len() != 0 {
 		t.Errorf("List after Destroy = %v, want none", got.Conns())
 	}
+
+	// The host's connection to itself through the VIP: both ends go (the
+	// first one's reset may close the other before its turn).
+	loop := Filter{Addrs: vips, Ports: []uint16{6443}, Side: Loopback}
+	if got := list(loop); got.Len() != 2 {
+		t.Fatalf("List(Loopback) = %v, want the two ends of the host's own connection", got.Conns())
+	}
+	if n, err := tab.Destroy(loop); err != nil || n < 1 {
+		t.Fatalf("Destroy(Loopback) = %d, %v; want its connection closed", n, err)
+	}
+	if got := list(loop); got.Len() != 0 {
+		t.Errorf("List(Loopback) after Destroy = %v, want none", got.Conns())
+	}
+	if err := echoes(self); err == nil {
+		t.Error("the host's own connection to its VIP still echoes after Destroy(Loopback)")
+	}
+	// The client's own connection to the VIP, seen from the client: its
+	// other connections stay.
+	again := dial(t, c, "192.0.2.10:6443")
+	ctab := openTableIn(t, c)
+	if n, err := ctab.Destroy(Filter{Addrs: vips, Ports: []uint16{6443}, Side: Outbound}); err != nil || n != 1 {
+		t.Fatalf("Destroy(Outbound) in the client = %d, %v; want 1", n, err)
+	}
+	if err := echoes(again); err == nil {
+		t.Error("the client's connection to the VIP still echoes after its Destroy(Outbound)")
+	}
+	for _, k := range []net.Conn{node4, node6, other} {
+		if err := echoes(k); err != nil {
+			t.Errorf("connection %s->%s after Destroy(Outbound): %v (it should be untouched)", k.LocalAddr(), k.RemoteAddr(), err)
+		}
+	}
 }
 
 // TestNetnsDestroyIdle: DestroyIdle closes an idle connection at once,

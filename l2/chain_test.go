@@ -28,7 +28,7 @@ type fakeFilter struct {
 }
 
 func newFakeFilter() *fakeFilter {
-	return &fakeFilter{rules: map[ruleKind]map[netip.Addr][][]expr.Any{kindForward: {}, kindQuiesce: {}}}
+	return &fakeFilter{rules: map[ruleKind]map[netip.Addr][][]expr.Any{kindForward: {}, kindQuiesce: {}, kindLinger: {}, kindLingerARP: {}}}
 }
 
 func (f *fakeFilter) set(k ruleKind, vip netip.Addr, rules [][]expr.Any) error {
@@ -75,6 +75,7 @@ type pkt struct {
 	transport []byte // transport header
 	l4proto   byte
 	ctState   uint32 // expr.CtStateBit*
+	iiftype   uint16 // the input interface's type (unix.ARPHRD_*)
 }
 
 // verdict is the outcome of a rule on a packet.
@@ -119,10 +120,14 @@ func eval(t *testing.T, exprs []expr.Any, p pkt) verdict {
 			}
 			regs[e.DestRegister] = slices.Clone(src[e.Offset : e.Offset+e.Len])
 		case *expr.Meta:
-			if e.Key != expr.MetaKeyL4PROTO {
+			switch e.Key {
+			case expr.MetaKeyL4PROTO:
+				regs[e.Register] = []byte{p.l4proto}
+			case expr.MetaKeyIIFTYPE:
+				regs[e.Register] = binaryutil.NativeEndian.PutUint16(p.iiftype)
+			default:
 				t.Fatalf("meta key %v not interpreted", e.Key)
 			}
-			regs[e.Register] = []byte{p.l4proto}
 		case *expr.Ct:
 			if e.Key != expr.CtKeySTATE {
 				t.Fatalf("ct key %v not interpreted", e.Key)
@@ -180,7 +185,7 @@ func ipTCP(dst netip.Addr, port uint16, flags byte, ct uint32) pkt {
 	binary.BigEndian.PutUint16(tcp[0:2], 40000)
 	binary.BigEndian.PutUint16(tcp[2:4], port)
 	tcp[12], tcp[13] = 5<<4, flags
-	return pkt{network: ip, transport: tcp, l4proto: unix.IPPROTO_TCP, ctState: ct}
+	return pkt{network: ip, transport: tcp, l4proto: unix.IPPROTO_TCP, ctState: ct, iiftype: unix.ARPHRD_ETHER}
 }
 
 const (
@@ -194,13 +199,15 @@ const (
 // dropped.
 func TestForwardRuleMatches(t *testing.T) {
 	to := netip.MustParseAddr("192.0.2.11")
-	rules := forwardRules(vip4, []uint16{6443, 443, 6443}, to, testIndex)
+	rules := forwardRules(vip4, []uint16{6443, 443, 6443}, []netip.Addr{to}, testIndex)
 	if len(rules) != 2 {
 		t.Fatalf("%d rules for ports 6443, 443, 6443; want one per distinct port", len(rules))
 	}
 	other := netip.MustParseAddr("192.0.2.20")
 	udp := ipTCP(vip4, 6443, ack, ctNew)
 	udp.l4proto = unix.IPPROTO_UDP
+	own := ipTCP(vip4, 6443, psh|ack, ctNew)
+	own.iiftype = unix.ARPHRD_LOOPBACK
 	for _, tc := range []struct {
 		name string
 		p    pkt
@@ -216,6 +223,7 @@ func TestForwardRuleMatches(t *testing.T) {
 		{"other port", ipTCP(vip4, 22, ack, ctNew), false},
 		{"other destination", ipTCP(other, 6443, ack, ctNew), false},
 		{"UDP", udp, false},
+		{"the host's own connection, untracked, on loopback", own, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var hit []verdict
@@ -250,7 +258,7 @@ func TestForwardRuleMatches(t *testing.T) {
 // not SYNs, known connections or other addresses.
 func TestForwardEveryPort(t *testing.T) {
 	to := netip.MustParseAddr("192.0.2.11")
-	rules := forwardRules(vip4, nil, to, testIndex)
+	rules := forwardRules(vip4, nil, []netip.Addr{to}, testIndex)
 	if len(rules) != 1 {
 		t.Fatalf("%d rules for every port, want 1", len(rules))
 	}
@@ -507,5 +515,61 @@ func TestChainHooks(t *testing.T) {
 		if c.Hooknum == nil || uint32(*c.Hooknum) != tc.hook || c.Priority == nil || int32(*c.Priority) != tc.prio || c.Type != nftables.ChainTypeFilter {
 			t.Errorf("%s: chain hook %v priority %v type %s, want hook %d priority %d filter", tc.k, c.Hooknum, c.Priority, c.Type, tc.hook, tc.prio)
 		}
+	}
+}
+
+// TestLingerLifecycle: Linger takes the address off and leaves the
+// quiesce rule, the linger rules and the local route; Announce (the host
+// holds the VIP again), Withdraw, StopLinger and Close each end all of
+// it, the address back only with Announce.
+func TestLingerLifecycle(t *testing.T) {
+	ctx := context.Background()
+	for _, end := range []string{"announce", "withdraw", "stop", "close"} {
+		t.Run(end, func(t *testing.T) {
+			fa := newFakeAddrs("192.0.2.1/24")
+			h := newHarness(t, Config{}, fa)
+			f := newFakeFilter()
+			h.a.filter = f
+			if err := h.a.Announce(ctx, vip4); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.a.Linger(ctx, vip4); err != nil {
+				t.Fatal(err)
+			}
+			if !f.has(kindLingerARP, vip4) {
+				t.Fatal("lingering: no rule keeping the VIP out of the host's ARP requests")
+			}
+			if held, _ := h.a.Held(vip4); held || !fa.hasLocal(vip4) || !f.has(kindQuiesce, vip4) || len(f.get(kindLinger, vip4)) != 3 {
+				t.Fatalf("lingering: address %v, local route %v, quiesce %v, linger rules %d; want no address, the route, both rules",
+					held, fa.hasLocal(vip4), f.has(kindQuiesce, vip4), len(f.get(kindLinger, vip4)))
+			}
+			var err error
+			switch end {
+			case "announce":
+				err = h.a.Announce(ctx, vip4)
+			case "withdraw":
+				err = h.a.Withdraw(ctx, vip4)
+			case "stop":
+				err = h.a.StopLinger(ctx, vip4)
+			case "close":
+				err = h.a.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fa.hasLocal(vip4) || f.has(kindQuiesce, vip4) || f.has(kindLinger, vip4) || f.has(kindLingerARP, vip4) {
+				t.Fatalf("after %s: local route %v, quiesce %v, linger %v; want none", end, fa.hasLocal(vip4), f.has(kindQuiesce, vip4), f.has(kindLinger, vip4))
+			}
+			if end != "close" {
+				if held, _ := h.a.Held(vip4); held != (end == "announce") {
+					t.Fatalf("after %s: address %v", end, held)
+				}
+			}
+		})
+	}
+	h := newHarness(t, Config{}, newFakeAddrs("192.0.2.1/24", "2001:db8::1/64"))
+	h.a.filter = newFakeFilter()
+	if err := h.a.Linger(ctx, vip6); !errors.Is(err, ErrForwardUnsupported) {
+		t.Fatalf("Linger of an IPv6 VIP: %v, want ErrForwardUnsupported", err)
 	}
 }

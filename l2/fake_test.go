@@ -38,6 +38,32 @@ type fakeAddrs struct {
 	closed  bool
 	// lifetimes are the lifetimes set on present addresses (0: forever).
 	lifetimes map[netip.Prefix]time.Duration
+	// locals are the linger routes present.
+	locals map[netip.Addr]bool
+}
+
+func (f *fakeAddrs) addLocal(ifi *net.Interface, vip netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.locals == nil {
+		f.locals = map[netip.Addr]bool{}
+	}
+	f.locals[vip] = true
+	return nil
+}
+
+func (f *fakeAddrs) delLocal(ifi *net.Interface, vip netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.locals, vip)
+	return nil
+}
+
+// hasLocal reports whether vip's linger route is present.
+func (f *fakeAddrs) hasLocal(vip netip.Addr) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.locals[vip]
 }
 
 // setLifetime records the lifetime of a present address and sets it

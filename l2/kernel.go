@@ -38,6 +38,12 @@ type addrManager interface {
 	// valid lifetime of life (whole seconds; 0: forever), keeping at: when
 	// it runs out the kernel removes the address itself.
 	setLifetime(ifi *net.Interface, p netip.Prefix, at addrAttrs, life time.Duration) error
+	// addLocal adds the linger route of vip on ifi (lingerRoute): the
+	// host keeps taking vip's packets as its own without the address.
+	// An existing equal route is not an error.
+	addLocal(ifi *net.Interface, vip netip.Addr) error
+	// delLocal removes it. An absent route is not an error.
+	delLocal(ifi *net.Interface, vip netip.Addr) error
 	close() error
 }
 
@@ -187,6 +193,18 @@ func (n *netlinkAddrs) setLifetime(ifi *net.Interface, p netip.Prefix, at addrAt
 func (n *netlinkAddrs) del(ifi *net.Interface, p netip.Prefix) error {
 	err := n.h.AddrDel(nlLink(ifi), &netlink.Addr{IPNet: prefixIPNet(p)})
 	if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENODEV) {
+		return nil
+	}
+	return err
+}
+
+func (n *netlinkAddrs) addLocal(ifi *net.Interface, vip netip.Addr) error {
+	return n.h.RouteReplace(lingerRoute(ifi.Index, vip))
+}
+
+func (n *netlinkAddrs) delLocal(ifi *net.Interface, vip netip.Addr) error {
+	err := n.h.RouteDel(lingerRoute(ifi.Index, vip))
+	if errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
 		return nil
 	}
 	return err

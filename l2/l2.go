@@ -155,6 +155,7 @@ type Announcer struct {
 	filterErr error
 	forwards  map[netip.Addr]bool
 	quiesced  map[netip.Addr]bool
+	lingering map[netip.Addr]bool // Linger's routes and rules
 }
 
 // burst is one running advertisement goroutine.
@@ -191,16 +192,17 @@ func New(cfg Config) (*Announcer, error) {
 func newAnnouncer(cfg Config, addrs addrManager, d dialer, after func(time.Duration) <-chan time.Time) *Announcer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Announcer{
-		cfg:      cfg,
-		log:      cfg.Logger.With("interface", cfg.Interface),
-		addrs:    addrs,
-		dial:     d,
-		after:    after,
-		ctx:      ctx,
-		cancel:   cancel,
-		bursts:   make(map[netip.Addr]*burst),
-		forwards: make(map[netip.Addr]bool),
-		quiesced: make(map[netip.Addr]bool),
+		cfg:       cfg,
+		log:       cfg.Logger.With("interface", cfg.Interface),
+		addrs:     addrs,
+		dial:      d,
+		after:     after,
+		ctx:       ctx,
+		cancel:    cancel,
+		bursts:    make(map[netip.Addr]*burst),
+		forwards:  make(map[netip.Addr]bool),
+		quiesced:  make(map[netip.Addr]bool),
+		lingering: make(map[netip.Addr]bool),
 	}
 }
 
@@ -259,6 +261,13 @@ func (a *Announcer) Announce(ctx context.Context, addr netip.Addr) error {
 	did, err := a.ensureLocked(ifi, vip)
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", vip, err)
+	}
+	// A lingering VIP announced again (this host holds it once more): its
+	// connections are its own again, the address is back.
+	if a.filter != nil {
+		if err := a.stopLingerLocked(vip); err != nil {
+			return fmt.Errorf("announce %s: %w", vip, err)
+		}
 	}
 	switch did {
 	case "added":
@@ -484,6 +493,11 @@ func (a *Announcer) Withdraw(ctx context.Context, addr netip.Addr) error {
 	}
 	if removed {
 		a.log.Info("vip address removed", "vip", vip, "prefix", hostPrefix(vip))
+	}
+	if a.filter != nil {
+		if err := a.stopLingerLocked(vip); err != nil {
+			return fmt.Errorf("withdraw %s: %w", vip, err)
+		}
 	}
 	if err := a.endQuiesceLocked(vip); err != nil {
 		return fmt.Errorf("withdraw %s: %w", vip, err)

@@ -39,6 +39,8 @@ var (
 	chainO   = netip.MustParseAddr("192.0.2.11")
 	chainS   = netip.MustParseAddr("192.0.2.12")
 	chainC   = netip.MustParseAddr("192.0.2.100")
+	// chainT is a third holder, when a test asks for one.
+	chainT = netip.MustParseAddr("192.0.2.13")
 )
 
 const chainPort = 6443
@@ -51,19 +53,27 @@ type chainLab struct {
 	an  map[string]*Announcer // o, s
 }
 
-func newChainLab(t *testing.T) *chainLab {
+// newChainLab builds O, S and C on their segment; with third set, a third
+// holder T too.
+func newChainLab(t *testing.T, third ...bool) *chainLab {
 	t.Helper()
+	hosts := map[string]netip.Addr{"o": chainO, "s": chainS, "c": chainC}
+	servers := []string{"o", "s"}
+	if len(third) > 0 && third[0] {
+		hosts["t"] = chainT
+		servers = append(servers, "t")
+	}
 	id := fmt.Sprintf("%d%d", os.Getpid()%100000, labSeq.Add(1))
 	l := &chainLab{ns: map[string]string{}, h: map[string]netns.NsHandle{}, ifc: map[string]string{},
 		mac: map[string]net.HardwareAddr{}, an: map[string]*Announcer{}}
-	for _, n := range []string{"sw", "o", "s", "c"} {
+	for _, n := range append([]string{"sw", "c"}, servers...) {
 		l.ns[n] = "vt-dc-" + id + "-" + n
 		netnstest.NewNS(t, l.ns[n])
 		l.h[n] = netnstest.Handle(t, l.ns[n])
 	}
 	sw := l.ns["sw"]
 	netnstest.Bridge(t, sw, "br0")
-	for n, a := range map[string]netip.Addr{"o": chainO, "s": chainS, "c": chainC} {
+	for n, a := range hosts {
 		// Unique per run (Go caches interface names to indexes).
 		l.ifc[n] = "dc" + id + n
 		if len(l.ifc[n]) > 15 {
@@ -75,10 +85,10 @@ func newChainLab(t *testing.T) *chainLab {
 		ipCmd(t, "-n", l.ns[n], "addr", "add", a.String()+"/24", "dev", l.ifc[n])
 		ipCmd(t, "-n", l.ns[n], "link", "set", l.ifc[n], "up")
 	}
-	for _, n := range []string{"o", "s", "c"} {
+	for n := range hosts {
 		l.mac[n] = waitLinkUp(t, l.h[n], l.ifc[n])
 	}
-	for _, n := range []string{"o", "s"} {
+	for _, n := range servers {
 		l.serve(t, n)
 		cfg := Config{Interface: l.ifc[n], Logger: slog.New(slog.NewTextHandler(t.Output(), nil)).With("host", n)}
 		var a *Announcer
@@ -155,10 +165,13 @@ func (l *chainLab) serve(t *testing.T, n string) {
 }
 
 // dial connects from C to the VIP (bounded: 5 tries of 1 s).
-func (l *chainLab) dial(t *testing.T) net.Conn {
+func (l *chainLab) dial(t *testing.T) net.Conn { t.Helper(); return l.dialFrom(t, "c") }
+
+// dialFrom connects from host n to the VIP (bounded: 5 tries of 1 s).
+func (l *chainLab) dialFrom(t *testing.T, n string) net.Conn {
 	t.Helper()
 	var c net.Conn
-	err := netnstest.InHandle(l.h["c"], func() error {
+	err := netnstest.InHandle(l.h[n], func() error {
 		var last error
 		for range 5 {
 			var err error
@@ -170,7 +183,7 @@ func (l *chainLab) dial(t *testing.T) net.Conn {
 		return last
 	})
 	if err != nil {
-		t.Fatalf("connect from C to %s: %v", chainVIP, err)
+		t.Fatalf("connect from %s to %s: %v", n, chainVIP, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -633,5 +646,267 @@ func TestNetnsDaisyChainReleaseNoLoop(t *testing.T) {
 	}
 	if got, err := exchange(old, "last"); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("old connection after StopForward answered %q, err %v; want a reset", got, err)
+	}
+}
+
+// hasVIP reports whether host n has the VIP on its interface, and whether
+// it has Linger's local route for it.
+func (l *chainLab) hasVIP(t *testing.T, n string) (addr, route bool) {
+	t.Helper()
+	h, err := netlink.NewHandleAt(l.h[n])
+	if err != nil {
+		t.Fatalf("netlink in %s: %v", n, err)
+	}
+	defer h.Close()
+	as, err := h.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatalf("addresses in %s: %v", n, err)
+	}
+	for _, a := range as {
+		if a.IP.Equal(chainVIP.AsSlice()) {
+			addr = true
+		}
+	}
+	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: LingerProtocol},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		t.Fatalf("routes in %s: %v", n, err)
+	}
+	for _, r := range rs {
+		if r.Dst != nil && r.Dst.IP.Equal(chainVIP.AsSlice()) {
+			route = true
+		}
+	}
+	return addr, route
+}
+
+// TestNetnsLingerChain: two planned handoffs in a row, O to S to T, each
+// with the old holder lingering (Linger) instead of closing: the client's
+// connection to O and its connection to S both keep being answered by the
+// host that accepted them, through T, which copies each segment it does
+// not know to both (neither lingering host resets the other's
+// connection); neither lingering host has the address or answers ARP; new
+// connections land on T. StopLinger and StopForward leave no route and no
+// table; CleanupLingerRoutes removes a route a vipd that ended while
+// lingering left.
+func TestNetnsLingerChain(t *testing.T) {
+	netnstest.SkipUnlessEnabled(t)
+	l := newChainLab(t, true)
+	ctx := context.Background()
+	toO := l.start(t)
+
+	// O to S: S forwards to O, announces; O lingers.
+	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
+		t.Fatalf("Forward on S: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on O: %v", err)
+	}
+	l.waitNeigh(t, "s")
+	if addr, route := l.hasVIP(t, "o"); addr || !route {
+		t.Fatalf("lingering O: address %v, local route %v; want no address, the route", addr, route)
+	}
+	mustServe(t, toO, "o-after-move", "o")
+	toS := l.dial(t)
+	mustServe(t, toS, "hello-s", "s")
+
+	// S to T: T forwards to both, announces; S lingers.
+	if err := l.in("t", func(a *Announcer) error {
+		return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainS, chainO)
+	}); err != nil {
+		t.Fatalf("Forward on T: %v", err)
+	}
+	if err := l.in("t", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on T: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on S: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on S: %v", err)
+	}
+	l.waitNeigh(t, "t")
+	// Both old connections, over more than a second, each still its own
+	// host's, while every segment goes to T first and both lingering hosts
+	// get a copy of each.
+	for i := range 4 {
+		mustServe(t, toO, fmt.Sprintf("o%d", i), "o")
+		mustServe(t, toS, fmt.Sprintf("s%d", i), "s")
+		time.Sleep(300 * time.Millisecond)
+	}
+	// A lingering host that must resolve its client again does not move
+	// the client's entry for the VIP to itself: its ARP request carries
+	// its own address, not the VIP.
+	ipCmd(t, "-n", l.ns["o"], "neigh", "del", chainC.String(), "dev", l.ifc["o"])
+	mustServe(t, toO, "o-resolves-again", "o")
+	time.Sleep(200 * time.Millisecond)
+	if got := l.neighMAC(t); got.String() != l.mac["t"].String() {
+		t.Fatalf("after lingering O resolved C again, C's entry for the VIP is %v, want T's %s (O's is %s)", got, l.mac["t"], l.mac["o"])
+	}
+	mustServe(t, l.dial(t), "new", "t")
+	// A lingering host's own new connection to the VIP (its kubelet's)
+	// is served: the local route delivers it to the host itself, whose
+	// apiserver is healthy (an unhealthy one ends the lingering), and the
+	// drop of segments no socket takes is for the copies from the
+	// network only.
+	mustServe(t, l.dialFrom(t, "s"), "s-own", "s")
+	if got := l.arpRepliers(t); !slices.Equal(got, []string{l.mac["t"].String()}) {
+		t.Fatalf("ARP replies for %s from %v, want only T's %s", chainVIP, got, l.mac["t"])
+	}
+	for _, n := range []string{"o", "s"} {
+		if addr, _ := l.hasVIP(t, n); addr {
+			t.Fatalf("lingering %s has the VIP's address", n)
+		}
+	}
+
+	// O's connection ends; O stops lingering and T forwards to S only:
+	// S's connection still works.
+	toO.Close()
+	if err := l.in("o", func(a *Announcer) error { return a.StopLinger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopLinger on O: %v", err)
+	}
+	if err := l.in("t", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainS) }); err != nil {
+		t.Fatalf("Forward on T: %v", err)
+	}
+	if addr, route := l.hasVIP(t, "o"); addr || route {
+		t.Fatalf("O after StopLinger: address %v, local route %v", addr, route)
+	}
+	if got := l.vipdTables(t, "o"); len(got) != 0 {
+		t.Fatalf("tables left in O: %v", got)
+	}
+	mustServe(t, toS, "s-last", "s")
+
+	// A vipd that ended while lingering leaves its route behind (Close
+	// removes it; a kill does not): CleanupLingerRoutes finds it.
+	var removed []string
+	if err := netnstest.InHandle(l.h["s"], func() (err error) {
+		ifi, err := net.InterfaceByName(l.ifc["s"])
+		if err != nil {
+			return err
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if err := h.RouteAdd(lingerRoute(ifi.Index, netip.MustParseAddr("192.0.2.77"))); err != nil {
+			return err
+		}
+		removed, err = CleanupLingerRoutes()
+		return err
+	}); err != nil {
+		t.Fatalf("CleanupLingerRoutes in S: %v", err)
+	}
+	if !slices.Equal(removed, []string{"192.0.2.10/32", "192.0.2.77/32"}) {
+		t.Fatalf("CleanupLingerRoutes removed %v, want the VIP's and the stray one", removed)
+	}
+	if _, route := l.hasVIP(t, "s"); route {
+		t.Fatal("S's route is still there after CleanupLingerRoutes")
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.StopLinger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopLinger on S: %v", err)
+	}
+	if err := l.in("t", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on T: %v", err)
+	}
+	for _, n := range []string{"o", "s", "t"} {
+		if got := l.vipdTables(t, n); len(got) != 0 {
+			t.Fatalf("tables left in %s: %v", n, got)
+		}
+	}
+}
+
+// TestNetnsReclaimKeepsOwnConnections: a host's own connection to the VIP
+// (its kubelet's, its Node watch) goes through loopback, never through the
+// successor: when the host hands the VIP off, lingers, and takes it back
+// (elected again), the forwarding it installs for the other lingering host
+// must leave it alone. Accepted before any rule needed conntrack, the
+// connection is untracked, so its next segment looks new to the
+// forwarding rule, which would copy it away and drop it: a deaf
+// connection, found only by the client's own pings tens of seconds later.
+func TestNetnsReclaimKeepsOwnConnections(t *testing.T) {
+	netnstest.SkipUnlessEnabled(t)
+	l := newChainLab(t, true)
+	ctx := context.Background()
+	toO := l.start(t)
+	own := l.dialFrom(t, "o")
+	mustServe(t, own, "own-held", "o")
+	// A connection of O to itself through the VIP on which the server
+	// speaks first (a watch's events), on another port.
+	var ln net.Listener
+	if err := netnstest.InHandle(l.h["o"], func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(chainVIP, 0).String())
+		return err
+	}); err != nil {
+		t.Fatalf("listen in O: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var watch net.Conn
+	if err := netnstest.InHandle(l.h["o"], func() (err error) {
+		watch, err = net.DialTimeout("tcp4", ln.Addr().String(), time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("connect in O: %v", err)
+	}
+	t.Cleanup(func() { watch.Close() })
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept in O: %v", err)
+	}
+	t.Cleanup(func() { server.Close() })
+	push := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(server, msg); err != nil {
+			t.Fatalf("push %q: %v", msg, err)
+		}
+		_ = watch.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(watch, buf); err != nil || string(buf) != msg {
+			t.Fatalf("push %q: read %q, %v", msg, buf, err)
+		}
+	}
+	push("event-held")
+
+	// O to S: O lingers, its own connection still its own.
+	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
+		t.Fatalf("Forward on S: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on O: %v", err)
+	}
+	l.waitNeigh(t, "s")
+	mustServe(t, own, "own-lingering", "o")
+	push("event-lingering")
+	mustServe(t, toO, "client-lingering", "o")
+
+	// S back to O: O forwards to S, announces; S lingers. Every port
+	// ([connections] ports left empty, as kubeadm's lab has it): the
+	// rule then matches both directions of a connection to itself.
+	if err := l.in("o", func(a *Announcer) error { return a.Forward(ctx, chainVIP, nil, chainS) }); err != nil {
+		t.Fatalf("Forward on O: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on O: %v", err)
+	}
+	if err := l.in("s", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on S: %v", err)
+	}
+	l.waitNeigh(t, "o")
+	push("event-reclaimed")
+	mustServe(t, own, "own-reclaimed", "o")
+	mustServe(t, toO, "client-reclaimed", "o")
+	mustServe(t, l.dialFrom(t, "o"), "own-new", "o")
+
+	if err := l.in("s", func(a *Announcer) error { return a.StopLinger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopLinger on S: %v", err)
+	}
+	if err := l.in("o", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
+		t.Fatalf("StopForward on O: %v", err)
 	}
 }

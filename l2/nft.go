@@ -37,8 +37,18 @@ func newNftFilter() (*nftFilter, error) {
 // linux/netfilter_arp.h; x/sys/unix does not define it).
 const nfARPIn = 0
 
+// nfARPOut is the arp family's output hook (NF_ARP_OUT).
+const nfARPOut = 1
+
 // tableOf returns the table and base chain of kind k.
 func tableOf(k ruleKind) (*nftables.Table, *nftables.Chain) {
+	if k == kindLingerARP {
+		t := &nftables.Table{Name: LingerARPTable, Family: nftables.TableFamilyARP}
+		return t, &nftables.Chain{
+			Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookRef(nfARPOut), Priority: nftables.ChainPriorityFilter,
+		}
+	}
 	if k == kindQuiesce {
 		t := &nftables.Table{Name: QuiesceTable, Family: nftables.TableFamilyARP}
 		return t, &nftables.Chain{
@@ -153,7 +163,7 @@ func (f *nftFilter) close() error {
 }
 
 // CleanupNftables removes the nftables tables vipd installs for
-// daisy-chaining (ForwardTable and QuiesceTable), with all their rules, in
+// daisy-chaining (ForwardTable, QuiesceTable, LingerARPTable), with all their rules, in
 // the calling thread's network namespace, and returns the names of those
 // it removed. `vipd cleanup` and vipd's start call it, so that a vipd
 // that ended in the middle of a handoff leaves the host neither forwarding
@@ -167,7 +177,7 @@ func CleanupNftables() ([]string, error) {
 	defer nftMu.Unlock()
 	var removed []string
 	var errs []error
-	for _, k := range []ruleKind{kindForward, kindQuiesce} {
+	for _, k := range []ruleKind{kindForward, kindQuiesce, kindLingerARP} {
 		t, _ := tableOf(k)
 		ts, err := c.ListTablesOfFamily(t.Family)
 		if err != nil {

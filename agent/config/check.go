@@ -378,6 +378,13 @@ func (v *validator) checkConnections(cc *ConnectionsConfig) {
 		v.at("connections.poke_rate", "poke_rate must be 1-1000000, got %d", cc.PokeRate)
 	}
 	cc.pokeTimeout = v.durationAtLeast("connections.poke_timeout", cc.PokeTimeout, 100*time.Millisecond)
+	if d, err := time.ParseDuration(cc.LingerMax); err != nil {
+		v.at("connections.linger_max", "invalid duration %q (use a Go duration such as \"10m\", or \"0s\")", cc.LingerMax)
+	} else if d < 0 || d > 24*time.Hour {
+		v.at("connections.linger_max", "linger_max must be 0s to 24h, got %q", cc.LingerMax)
+	} else {
+		cc.lingerMax = d
+	}
 }
 
 // parseNetwork reads "192.0.2.0/24" or a single address ("192.0.2.11",

@@ -64,6 +64,7 @@ const (
 	// (docs/benchmarks.md).
 	DefaultL2RefreshInterval = 3 * time.Second
 	DefaultHookTimeout       = 10 * time.Second
+	DefaultLingerMax         = 10 * time.Minute
 	// DefaultPriority is a VIP's priority when none is written:
 	// keepalived's default. Nodes of equal priority go by rank, so a
 	// cluster that writes none elects as before priorities existed.
@@ -231,8 +232,16 @@ type ConnectionsConfig struct {
 	// PokeTimeout bounds one round of resets after a takeover: what is not
 	// sent by then is not sent. At least 100ms. [5s]
 	PokeTimeout string `toml:"poke_timeout"`
+	// LingerMax bounds how long a node that handed an L2 VIP off on
+	// purpose keeps serving the connections it had on it, forwarded by
+	// the new holder, waiting for them to end by themselves (the
+	// apiserver's GOAWAY with --goaway-chance, or the client closing);
+	// then it closes what is left, each at an idle moment, within 5 s.
+	// 0: close them at idle moments at once. At most 24h. [10m]
+	LingerMax string `toml:"linger_max"`
 
 	pokeTimeout time.Duration
+	lingerMax   time.Duration
 }
 
 // Enabled reports whether reset is on.
@@ -249,6 +258,9 @@ func (c ConnectionsConfig) PortList() []uint16 {
 
 // PokeTimeoutDuration returns the parsed poke_timeout.
 func (c ConnectionsConfig) PokeTimeoutDuration() time.Duration { return c.pokeTimeout }
+
+// LingerMaxDuration returns the parsed linger_max.
+func (c ConnectionsConfig) LingerMaxDuration() time.Duration { return c.lingerMax }
 
 // KubernetesConfig configures the watch of this host's own Node object
 // (nodewatch): a Node that is cordoned, labelled vipd.io/exclude, being
@@ -679,6 +691,7 @@ func (c *Config) applyDefaults(written func(path string) bool) {
 		cc.PokeRate = DefaultPokeRate
 	}
 	setString(&cc.PokeTimeout, DefaultPokeTimeout.String())
+	setString(&cc.LingerMax, DefaultLingerMax.String())
 	setString(&cl.RestartGrace, DefaultRestartGrace.String())
 	setString(&c.L2.RefreshInterval, DefaultL2RefreshInterval.String())
 	setString(&c.Hooks.Timeout, DefaultHookTimeout.String())

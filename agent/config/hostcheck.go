@@ -200,6 +200,7 @@ func CheckHost(c *Config, env HostEnv) (warnings, errs []Problem) {
 		}
 	}
 	checkUnitPaths(v, c, env.UnitFiles, env.DropInDirs)
+	checkHookUser(v, c, env.UnitFiles, env.DropInDirs)
 	if env.Euid() == 0 {
 		if u, err := user.Lookup(env.ServiceUser); err == nil {
 			checkAccess(v, u, c)
@@ -374,13 +375,7 @@ func hostInterfaces() ([]HostInterface, error) {
 // paths the installed vipd.service may write: under ProtectSystem=strict
 // everything else is read-only, and the start fails there.
 func checkUnitPaths(v *validator, c *Config, units, dropInDirs []string) {
-	unit := ""
-	for _, u := range units {
-		if _, err := os.Stat(u); err == nil {
-			unit = u
-			break
-		}
-	}
+	unit := installedUnit(units)
 	if unit == "" {
 		return // not installed as a service: nothing to compare with
 	}
@@ -428,4 +423,52 @@ func checkUnitPaths(v *validator, c *Config, units, dropInDirs []string) {
 	if p := filepath.Dir(c.API.Socket); !under(p) {
 		v.at("api.socket", "api.socket %s is outside the paths vipd.service may write (%s): under ProtectSystem=strict the start fails there; use the default or add ReadWritePaths=%s (systemctl edit vipd)", c.API.Socket, list, p)
 	}
+}
+
+// checkHookUser warns when hooks.user names another user than the one
+// vipd.service runs vipd as (its User=) while the unit does not give vipd
+// CAP_SETUID and CAP_SETGID (AmbientCapabilities=): vipd cannot switch
+// users then, and every hook fails to start.
+func checkHookUser(v *validator, c *Config, units, dropInDirs []string) {
+	h := c.Hooks
+	if h.User == "" || len(h.Command) == 0 || h.uid < 0 {
+		return
+	}
+	unit := installedUnit(units)
+	if unit == "" {
+		return // not installed as a service: vipd runs as whoever starts it
+	}
+	svcUser := ""
+	caps := map[string]bool{}
+	for _, e := range unitEntries(append([]string{unit}, dropInFiles(dropInDirs)...)) {
+		switch e[0] {
+		case "User":
+			svcUser = e[1]
+		case "AmbientCapabilities":
+			if e[1] == "" {
+				clear(caps)
+			}
+			for _, f := range strings.Fields(e[1]) {
+				caps[strings.TrimPrefix(f, "~")] = !strings.HasPrefix(f, "~")
+			}
+		}
+	}
+	if svcUser == "" || svcUser == "root" || svcUser == "0" || (caps["CAP_SETUID"] && caps["CAP_SETGID"]) {
+		return
+	}
+	if uid, _, err := lookupUser(svcUser); err == nil && uid == h.uid {
+		return // the hooks run as vipd's own user: nothing to switch
+	}
+	v.at("hooks.user", "hooks.user %q: %s runs vipd as User=%s without CAP_SETUID and CAP_SETGID, so vipd cannot switch users and every hook fails to start; leave hooks.user out (hooks run as %s, with hooks.capabilities), or add both to AmbientCapabilities= and CapabilityBoundingSet= in a drop-in (systemctl edit vipd)",
+		h.User, unit, svcUser, svcUser)
+}
+
+// installedUnit returns the first of units that exists ("" if none).
+func installedUnit(units []string) string {
+	for _, u := range units {
+		if _, err := os.Stat(u); err == nil {
+			return u
+		}
+	}
+	return ""
 }

@@ -234,6 +234,12 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 			warns: []string{`1:1: state_dir /srv/vipd is outside the paths vipd.service may write (` + unit + `: /run/vipd, /var/lib/vipd)`,
 				`3:1: api.socket /var/run/vipd-api/vipd.sock is outside the paths vipd.service may write`},
 		},
+		{
+			name: "hooks as another user than the unit's, which cannot switch users",
+			toml: "[cluster]\nbind_address = \"192.0.2.5\"\npeers = [\"192.0.2.12\"]\n[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n" +
+				"[hooks]\ncommand = [\"/bin/true\"]\nuser = \"root\"\n",
+			warns: []string{`10:1: hooks.user "root": ` + unit + ` runs vipd as User=vipd without CAP_SETUID and CAP_SETGID, so vipd cannot switch users and every hook fails to start`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -140,7 +140,7 @@ var _ agent.Restarter = (*realBackends)(nil)
 // (the refresh) stop while it is handed off.
 var (
 	_ agent.Forwarder = (*l2.Announcer)(nil)
-	_ agent.Quiescer  = (*l2.Announcer)(nil)
+	_ agent.Lingerer  = (*l2.Announcer)(nil)
 	_ agent.Silencer  = (*l2.Announcer)(nil)
 )
 

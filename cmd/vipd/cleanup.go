@@ -57,6 +57,13 @@ func cleanup(lg *slog.Logger, path string) error {
 	} else if len(removed) > 0 {
 		lg.Info("cleanup: removed the daisy chain's nftables tables", "tables", removed)
 	}
+	// A lingering VIP's local route (l2.Linger) would keep the host taking
+	// the VIP's packets, and answering ARP for it.
+	if removed, nerr := l2.CleanupLingerRoutes(); nerr != nil {
+		lg.Warn("cleanup: remove the lingering VIPs' local routes", "err", nerr)
+	} else if len(removed) > 0 {
+		lg.Info("cleanup: removed the lingering VIPs' local routes", "routes", removed)
+	}
 	if result != "success" {
 		flushStaleRoutes(lg, path)
 	}

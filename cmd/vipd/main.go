@@ -180,6 +180,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if len(removed) > 0 {
 		lg.Warn("removed the daisy chain's tables a previous vipd left", "tables", removed)
 	}
+	// And a lingering VIP's local route, which would answer ARP for it.
+	if removed, err := l2.CleanupLingerRoutes(); err != nil {
+		lg.Warn("remove the local routes of VIPs a previous vipd lingered on", "err", err)
+	} else if len(removed) > 0 {
+		lg.Warn("removed the local routes of VIPs a previous vipd lingered on", "routes", removed)
+	}
 	a, err := agent.New(cfg, agent.Options{
 		Logger: lg, LogLevel: level, Version: version,
 		Backends: newBackends, RemoveAddresses: removeAddresses(lg),

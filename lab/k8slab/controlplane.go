@@ -243,6 +243,11 @@ func (cp *ControlPlane) StartEtcd(h *netlab.Host) error {
 	return nil
 }
 
+// GoawayChance is the lab's kube-apiserver --goaway-chance: the fraction
+// of requests (watches excepted) after which the apiserver ends the
+// connection gracefully (the highest it takes, 1 in 50).
+const GoawayChance = "0.02"
+
 // apiserverArgs is node h's kube-apiserver, with kubeadm's flags where they
 // matter here: advertised on the node address, serving on every address,
 // Node and RBAC authorization, NodeRestriction, client certificates from
@@ -265,6 +270,10 @@ func (cp *ControlPlane) apiserverArgs(h *netlab.Host) []string {
 		"--service-cluster-ip-range", ServiceCIDR.String(),
 		"--cert-dir", filepath.Join(h.Dir, "apiserver-certs"),
 		"--profiling=false",
+		// As docs/design.md ("Lingering") asks of an operator who wants
+		// planned moves that cut nothing: a connection the old holder
+		// lingers on ends by itself once the apiserver sent it a GOAWAY.
+		"--goaway-chance", GoawayChance,
 	}, cp.auditArgs(h)...)
 }
 

@@ -72,8 +72,9 @@
 // clients write on the HTTP/2 connection of their watches: the kubelet-like
 // groups renewing their Lease every 100 ms (-lease-every), or a controller
 // with 10 informers creating on their connection (-controller-watches).
-// They run only when $VIPD_K8S_SCENARIOS names them (docs/design.md, "What
-// an idle moment can and cannot know", has why and what they measure).
+// TestClientsThroughFailovers runs them after Scenarios (docs/design.md,
+// "Lingering", has why and what they measure). The lab's kube-apiservers
+// run with --goaway-chance (GoawayChance), as an operator's should.
 //
 // RunTrial drives one scenario (Scenarios) with an Agent: vipd here
 // (VipdAgent, the documented health check), keepalived in lab/bench. The

@@ -15,9 +15,9 @@ var Scenarios = []string{"handoff", "sigterm", "rolling", "crash", "nodedown", "
 // MoveScenarios are planned moves in a row with clients that put their
 // writes on the same HTTP/2 connection as their watches, vipd only (they
 // are not in make bench's comparison): closing such a connection at a
-// moment its bytes say is idle may cut a write (issue 31, finding 6).
-// TestClientsThroughFailovers runs them only when VIPD_K8S_SCENARIOS
-// names them: vipd does not meet their bar (no failed request) yet.
+// moment its bytes say is idle may cut a write, so the old holder lingers
+// on it until it ends (docs/design.md, "Lingering").
+// TestClientsThroughFailovers runs them after Scenarios.
 var MoveScenarios = []string{"moves-kubelet", "moves-controller"}
 
 // plannedMoves is how many planned moves a MoveScenario makes.
