@@ -892,7 +892,6 @@ func (s *sim) reconcile(p *simProc, why string) {
 		Fenced:         p.fence.Fenced(),
 		AwaitFence:     ls.Required() && (!ls.CanHold() || ls.Adopting()),
 		HandoffTimeout: simHandoffTO,
-		QuiesceMax:     quiesceMax,
 		Held:           p.held, EligibleSince: p.eligibleSince, HandoffStarted: p.handoffStarted,
 		DrainStarted: p.drainStarted, RetryAt: p.retryAt, Contested: p.contested, Bootstrap: p.bootstrap,
 		LastEligible: p.lastEligible, SettleStarted: p.settleStarted,
