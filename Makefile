@@ -26,7 +26,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit netns-test vet staticcheck staticcheck-prep vulncheck vulncheck-prep vulndb-update fmt fuzz fuzz-prep bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: all build test unit netns-test vet gofmt-check staticcheck staticcheck-prep vulncheck vulncheck-prep vulndb-update fmt fuzz fuzz-prep bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -37,23 +37,25 @@ build:
 
 # test runs everything: gofmt and vet, then the unit tests with the race
 # detector, then (as root) the network-namespace tests that start real vipd
-# processes. staticcheck runs alongside the unit tests at the lowest CPU
-# priority (nice 19), on the CPU they leave idle while they wait on
-# timers; as root so does the build of the real control plane lab's
-# binaries (k8s-bin: minutes of compiling when cold). Their output
-# follows the unit tests'; a failure of either fails make test.
-test: vet
+# processes. As root, go vet then staticcheck run alongside the unit tests
+# at the lowest CPU priority (nice 19), on the CPU they leave idle while
+# they wait on timers (vet's compiling, minutes when cold, is the one
+# staticcheck needs too, and neither is shared with the race build), and
+# so does the build of the real control plane lab's binaries (k8s-bin:
+# minutes of compiling when cold). Their output follows the unit tests'; a
+# failure of any fails make test.
+test: $(if $(IS_ROOT),gofmt-check,vet)
 ifeq ($(IS_ROOT),1)
 	@log=$$(mktemp); slog=$$(mktemp); \
 	nice -n 19 $(MAKE) -s k8s-bin >"$$log" 2>&1 & bpid=$$!; \
-	nice -n 19 $(MAKE) -s staticcheck >"$$slog" 2>&1 & spid=$$!; \
+	nice -n 19 sh -c '$(GO) vet ./... && $(MAKE) -s staticcheck' >"$$slog" 2>&1 & spid=$$!; \
 	$(GO) test -race -count=1 ./...; rc=$$?; \
 	wait $$spid; src=$$?; \
-	echo "staticcheck (alongside the unit tests, nice 19):"; cat "$$slog"; rm -f "$$slog"; \
+	echo "go vet, staticcheck (alongside the unit tests, nice 19):"; cat "$$slog"; rm -f "$$slog"; \
 	wait $$bpid; brc=$$?; \
 	echo "k8s-bin (built alongside the unit tests, nice 19):"; cat "$$log"; rm -f "$$log"; \
 	test $$rc -eq 0 || exit $$rc; \
-	test $$src -eq 0 || { echo "staticcheck failed"; exit $$src; }; \
+	test $$src -eq 0 || { echo "go vet or staticcheck failed"; exit $$src; }; \
 	test $$brc -eq 0 || { echo "k8s-bin failed"; exit $$brc; }
 	$(MAKE) netns-test
 else
@@ -126,9 +128,11 @@ bgp-fuzz:
 	VIPD_NETNS_TESTS=1 VIPD_BGP_FUZZ_DURATION=$(BGP_FUZZ_DURATION) $(if $(BGP_FUZZ_SEED),VIPD_BGP_FUZZ_SEED=$(BGP_FUZZ_SEED)) \
 		$(GO) test -count=1 -v -timeout 0 -run '^TestPeerFuzz$$' ./bgp/
 
-vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+vet: gofmt-check
 	$(GO) vet ./...
+
+gofmt-check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
 # vulncheck runs govulncheck (golang.org/x/vuln, pinned) over vipd's code
 # against an offline database built from a pinned golang.org/x/vulndb
