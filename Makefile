@@ -27,7 +27,7 @@ BIN       := bin
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 IS_ROOT   := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: sim all build test unit netns-test vet staticcheck staticcheck-prep vulncheck vulncheck-prep vulndb-update fmt fuzz bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
+.PHONY: sim all build test unit netns-test vet gofmt-check staticcheck staticcheck-prep vulncheck vulncheck-prep vulndb-update fmt fuzz fuzz-prep bgp-fuzz demo bench fence-proof proto clean packages man alerts-test k8s-bin k8s-lab vm-test
 
 all: build
 
@@ -38,24 +38,36 @@ build:
 
 # test runs everything: gofmt and vet, then the unit tests with the race
 # detector, then (as root) the network-namespace tests that start real vipd
-# processes. staticcheck runs alongside the unit tests at the lowest CPU
-# priority (nice 19), on the CPU they leave idle while they wait on
-# timers; as root so does the build of the real control plane lab's
-# binaries (k8s-bin: minutes of compiling when cold). Their output
-# follows the unit tests'; a failure of either fails make test.
-test: vet
+# processes. As root, go vet then staticcheck run alongside the unit tests
+# at the lowest CPU priority (nice 19), on the CPU they leave idle while
+# they wait on timers (vet's compiling, minutes when cold, is the one
+# staticcheck needs too, and neither is shared with the race build), and
+# so does the build of the real control plane lab's binaries (k8s-bin:
+# minutes of compiling when cold). Their output follows the unit tests'; a
+# failure of any fails make test.
+# BESIDE_UNIT (empty by default; .ci/run sets it) is one more command that
+# runs beside the unit tests, in the idle scheduling and I/O classes
+# (chrt --idle, ionice -c 3: a CPU or the disk only when nothing else
+# wants it), and is waited for before the network tests start, so it
+# never runs beside the timing-sensitive labs; its failure fails make test.
+BESIDE_UNIT ?=
+test: $(if $(IS_ROOT),gofmt-check,vet)
 ifeq ($(IS_ROOT),1)
-	@log=$$(mktemp); slog=$$(mktemp); \
+	@log=$$(mktemp); slog=$$(mktemp); xlog=$$(mktemp); xpid=; \
 	nice -n 19 $(MAKE) -s k8s-bin >"$$log" 2>&1 & bpid=$$!; \
-	nice -n 19 $(MAKE) -s staticcheck >"$$slog" 2>&1 & spid=$$!; \
+	nice -n 19 sh -c '$(GO) vet ./... && $(MAKE) -s staticcheck' >"$$slog" 2>&1 & spid=$$!; \
+	if [ -n '$(BESIDE_UNIT)' ]; then chrt --idle 0 ionice -c 3 $(BESIDE_UNIT) >"$$xlog" 2>&1 & xpid=$$!; fi; \
 	$(GO) test -race -count=1 ./...; rc=$$?; \
 	wait $$spid; src=$$?; \
-	echo "staticcheck (alongside the unit tests, nice 19):"; cat "$$slog"; rm -f "$$slog"; \
+	echo "go vet, staticcheck (alongside the unit tests, nice 19):"; cat "$$slog"; rm -f "$$slog"; \
 	wait $$bpid; brc=$$?; \
 	echo "k8s-bin (built alongside the unit tests, nice 19):"; cat "$$log"; rm -f "$$log"; \
+	xrc=0; if [ -n "$$xpid" ]; then wait $$xpid; xrc=$$?; \
+		echo "$(BESIDE_UNIT) (alongside the unit tests, idle class):"; cat "$$xlog"; fi; rm -f "$$xlog"; \
 	test $$rc -eq 0 || exit $$rc; \
-	test $$src -eq 0 || { echo "staticcheck failed"; exit $$src; }; \
-	test $$brc -eq 0 || { echo "k8s-bin failed"; exit $$brc; }
+	test $$src -eq 0 || { echo "go vet or staticcheck failed"; exit $$src; }; \
+	test $$brc -eq 0 || { echo "k8s-bin failed"; exit $$brc; }; \
+	test $$xrc -eq 0 || { echo "$(BESIDE_UNIT) failed"; exit $$xrc; }
 	$(MAKE) netns-test
 else
 	$(MAKE) staticcheck
@@ -107,6 +119,14 @@ endif
 # fuzz runs every fuzz target for FUZZTIME each (the committed corpora in
 # */testdata/fuzz are replayed by plain go test too).
 FUZZTIME ?= 10s
+# fuzz-prep compiles the fuzz targets' packages with go test's fuzzing
+# instrumentation, which covers every dependency and the standard library
+# (minutes of compiling on a cold cache, none of it shared with the
+# uninstrumented builds), into Go's build cache: make fuzz then only links
+# each target. .ci/run runs it at nice 19 beside make test.
+FUZZ_PKGS := ./agent/config ./agent ./bfd ./conns ./bgp
+fuzz-prep:
+	@for p in $(FUZZ_PKGS); do $(GO) test -c -fuzz . -o /dev/null $$p || exit 1; done
 fuzz:
 	@for f in FuzzParse FuzzKeyIndex; do \
 		echo "fuzz $$f ($(FUZZTIME))"; \
@@ -133,9 +153,11 @@ bgp-fuzz:
 	VIPD_NETNS_TESTS=1 VIPD_BGP_FUZZ_DURATION=$(BGP_FUZZ_DURATION) $(if $(BGP_FUZZ_SEED),VIPD_BGP_FUZZ_SEED=$(BGP_FUZZ_SEED)) \
 		$(GO) test -count=1 -v -timeout 0 -run '^TestPeerFuzz$$' ./bgp/
 
-vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+vet: gofmt-check
 	$(GO) vet ./...
+
+gofmt-check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
 # vulncheck runs govulncheck (golang.org/x/vuln, pinned) over vipd's code
 # against an offline database built from a pinned golang.org/x/vulndb

@@ -59,7 +59,9 @@
 # and exits 0. The rootfs is cached in VIPD_SYSTEMD_TEST_CACHE (default
 # /var/cache/vipd-systemd-test), keyed by what went into it.
 #
-# Usage: systemd-test.sh [--no-build]   (--no-build: use dist/ as it is)
+# Usage: systemd-test.sh [--no-build | --prepare]   (--no-build: use dist/ as
+# it is; --prepare: only build the packages and the rootfs, checking nothing:
+# .ci/run does that beside make test, where the network and disk are idle)
 # Environment: LAB_KEEP=1 keeps the temp dir (console logs, step output);
 # VIPD_SYSTEMD_TEST_REQUIRE=1 turns a SKIP into a failure (for a CI host known
 # to boot containers);
@@ -126,6 +128,10 @@ echo "== rootfs"
 mapfile -t deps < <(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/[[:space:]]//g' | grep .)
 st_rootfs "${deps[@]}"
 T_READY=$(st_now)
+if [ "${1:-}" = --prepare ]; then
+	echo "systemd-test: prepared (packages built, rootfs $ST_ROOTFS)"
+	exit 0
+fi
 
 # The network: a bridge in a switch namespace; c1's namespace and a "lan"
 # namespace (the peer of step 6, and where the LAN side pings from) on it.
