@@ -696,16 +696,7 @@ func TestNetnsLingerChain(t *testing.T) {
 	toO := l.start(t)
 
 	// O to S: S forwards to O, announces; O lingers.
-	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
-		t.Fatalf("Forward on S: %v", err)
-	}
-	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Announce on S: %v", err)
-	}
-	if err := l.in("o", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Linger on O: %v", err)
-	}
-	l.waitNeigh(t, "s")
+	l.lingerHandoff(t, "o", "s", []uint16{chainPort}, chainO)
 	if addr, route := l.hasVIP(t, "o"); addr || !route {
 		t.Fatalf("lingering O: address %v, local route %v; want no address, the route", addr, route)
 	}
@@ -871,16 +862,7 @@ func TestNetnsReclaimKeepsOwnConnections(t *testing.T) {
 	push("event-held")
 
 	// O to S: O lingers, its own connection still its own.
-	if err := l.in("s", func(a *Announcer) error { return a.Forward(ctx, chainVIP, []uint16{chainPort}, chainO) }); err != nil {
-		t.Fatalf("Forward on S: %v", err)
-	}
-	if err := l.in("s", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Announce on S: %v", err)
-	}
-	if err := l.in("o", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Linger on O: %v", err)
-	}
-	l.waitNeigh(t, "s")
+	l.lingerHandoff(t, "o", "s", []uint16{chainPort}, chainO)
 	mustServe(t, own, "own-lingering", "o")
 	push("event-lingering")
 	mustServe(t, toO, "client-lingering", "o")
@@ -888,16 +870,7 @@ func TestNetnsReclaimKeepsOwnConnections(t *testing.T) {
 	// S back to O: O forwards to S, announces; S lingers. Every port
 	// ([connections] ports left empty, as kubeadm's lab has it): the
 	// rule then matches both directions of a connection to itself.
-	if err := l.in("o", func(a *Announcer) error { return a.Forward(ctx, chainVIP, nil, chainS) }); err != nil {
-		t.Fatalf("Forward on O: %v", err)
-	}
-	if err := l.in("o", func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Announce on O: %v", err)
-	}
-	if err := l.in("s", func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
-		t.Fatalf("Linger on S: %v", err)
-	}
-	l.waitNeigh(t, "o")
+	l.lingerHandoff(t, "s", "o", nil, chainS)
 	push("event-reclaimed")
 	mustServe(t, own, "own-reclaimed", "o")
 	mustServe(t, toO, "client-reclaimed", "o")
@@ -909,4 +882,23 @@ func TestNetnsReclaimKeepsOwnConnections(t *testing.T) {
 	if err := l.in("o", func(a *Announcer) error { return a.StopForward(ctx, chainVIP) }); err != nil {
 		t.Fatalf("StopForward on O: %v", err)
 	}
+}
+
+// lingerHandoff hands the VIP from host from to host to as the agent does
+// a planned L2 handoff: to forwards the segments it does not know on ports
+// (every port if none) to targets and announces; from lingers; the client
+// has moved to to's MAC when it returns.
+func (l *chainLab) lingerHandoff(t *testing.T, from, to string, ports []uint16, targets ...netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	if err := l.in(to, func(a *Announcer) error { return a.Forward(ctx, chainVIP, ports, targets...) }); err != nil {
+		t.Fatalf("Forward on %s: %v", to, err)
+	}
+	if err := l.in(to, func(a *Announcer) error { return a.Announce(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Announce on %s: %v", to, err)
+	}
+	if err := l.in(from, func(a *Announcer) error { return a.Linger(ctx, chainVIP) }); err != nil {
+		t.Fatalf("Linger on %s: %v", from, err)
+	}
+	l.waitNeigh(t, to)
 }
