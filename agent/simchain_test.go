@@ -529,8 +529,10 @@ func (s *sim) stepForward(p *simProc, view []Member, then func()) {
 
 // startLinger is chain.go's startLinger (actQuiesce).
 func (s *sim) startLinger(p *simProc, reason string, then func()) {
-	s.stopForward(p, "this node hands the VIP off", func() {
-		s.effectR(p, s.crng, func() { s.linger(p, reason) }, then)
+	s.effectR(p, s.crng, func() { s.linger(p, reason) }, func() {
+		// Only once the address has gone (a client whose ARP cache still
+		// names this host sends it the segments it forwarded).
+		s.stopForward(p, "this node hands the VIP off", then)
 	})
 }
 
