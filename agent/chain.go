@@ -132,8 +132,6 @@ func (a *Agent) canQuiesce(v *vipState) bool {
 // fails, the handoff completes as without the chain.
 func (a *Agent) startLinger(ctx context.Context, v *vipState, reason string) {
 	la := v.ann.(Lingerer)
-	// What this node forwarded, its successor forwards now.
-	a.stopForward(ctx, v, "this node hands the VIP off")
 	actx, cancel := withTimeout(ctx)
 	err := la.Linger(actx, v.cfg.Addr())
 	cancel()
@@ -143,6 +141,11 @@ func (a *Agent) startLinger(ctx context.Context, v *vipState, reason string) {
 		a.release(ctx, v, "successor "+v.owner+" holds it")
 		return
 	}
+	// What this node forwarded, its successor forwards now. Only once the
+	// address has gone: until then a client whose ARP cache still names
+	// this node sends it the segments of the connections it forwarded,
+	// and without the rule its kernel resets them.
+	a.stopForward(ctx, v, "this node hands the VIP off")
 	lctx, lcancel := context.WithCancel(ctx)
 	l := &linger{started: a.now(), cancel: lcancel, hurry: make(chan struct{}), done: make(chan struct{})}
 	v.linger = l

@@ -58,6 +58,12 @@ type simOptions struct {
 	NoPreempt bool
 	// Bounds of the checkers.
 	NoHolder, Converge time.Duration
+	// Bug breaks the modelled shell on purpose (simchain_test.go).
+	Bug simBug
+	// NoChain: [connections] reset off (no daisy chain, no clients, no
+	// client reset), as the simulator's first slice ran (its regression
+	// seeds replay that way).
+	NoChain bool
 }
 
 func (o *simOptions) defaults() {
@@ -125,8 +131,11 @@ func (q *simQueue) Pop() any {
 // --- the world ---
 
 type sim struct {
-	o     simOptions
-	rng   *rand.Rand
+	o   simOptions
+	rng *rand.Rand
+	// crng: the clients', the chain's and the chain nemesis's randomness,
+	// apart from rng's.
+	crng  *rand.Rand
 	now   time.Duration // real time since the start
 	seq   uint64
 	q     simQueue
@@ -157,6 +166,10 @@ type sim struct {
 	overlap     time.Duration // since when a planned overlap runs (-1: none)
 	stableKey   string        // stableMajority's last input and answer
 	stableWas   bool
+
+	// the VIP's clients (simchain_test.go)
+	clients []*simClient
+	connID  int
 }
 
 type simFault struct {
@@ -198,9 +211,19 @@ type simHost struct {
 	recHealthy bool
 	recUntil   time.Time
 	metaVer    uint64 // membership's version of this host's metadata, across processes
-	proc       *simProc
-	gen        int // processes started
-	restarts   int // pending restart events (so two do not overlap)
+	// The daisy chain's kernel state: the linger route (l2 Linger: it
+	// takes the VIP's packets of its own connections without the
+	// address), the forwarding rule's targets, and what it last
+	// published of its connections (the peers' copies).
+	lingerRoute bool
+	fwdTo       []int
+	published   map[int]bool
+	boot        int
+	leftSince   time.Duration // its linger route without a lingering vipd (-1: none)
+	emptySince  time.Duration // its linger route with no connection left (-1: not)
+	proc        *simProc
+	gen         int // processes started
+	restarts    int // pending restart events (so two do not overlap)
 }
 
 // local is the host's monotonic clock at real time t.
@@ -270,6 +293,20 @@ type simProc struct {
 	passPending bool
 	tickAt      time.Duration // the loop's timer
 	tickGen     int
+
+	// the daisy chain and the client reset (simchain_test.go)
+	fwd         *simForward
+	linger      *simLinger
+	lastHolder  string
+	holdersSeen map[string]time.Time
+	takeovers   []*simTakeover
+	// claimAt, claimLists: the last claim, and the lists of the members
+	// seen holding then (the takeover's promise, checkClients).
+	claimAt      time.Duration
+	claimLists   map[string]map[int]bool
+	finishing    bool          // a restart waits for a handoff under way
+	shutLingerBy time.Duration // a shutdown's wait for its lingering
+	killedAt     time.Duration // kill -9 (-1: not killed)
 }
 
 func (p *simProc) now() time.Time { return p.h.local(p.h.s.now) }
@@ -278,7 +315,7 @@ func (p *simProc) now() time.Time { return p.h.local(p.h.s.now) }
 
 func newSim(o simOptions) *sim {
 	o.defaults()
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15)), holder: -1, noHolder: 0, stable: -1, unstable: -1, healed: -1, overlap: -1}
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15)), crng: rand.New(rand.NewPCG(o.Seed, 0xc1e47c0ffee)), holder: -1, noHolder: 0, stable: -1, unstable: -1, healed: -1, overlap: -1}
 	n := o.Nodes
 	if n == 0 {
 		n = 3 + s.rng.IntN(5)
@@ -291,7 +328,7 @@ func newSim(o simOptions) *sim {
 		h := &simHost{s: s, idx: i, name: fmt.Sprintf("n%d", i+1), up: true, healthy: true,
 			ap:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), 7946),
 			ppm:  int64(s.rng.IntN(20001)) - 10000,
-			base: time.Unix(1_000_000*int64(i+1), 0)}
+			base: time.Unix(1_000_000*int64(i+1), 0), leftSince: -1, emptySince: -1}
 		s.hosts = append(s.hosts, h)
 	}
 	return s
@@ -345,6 +382,10 @@ func (s *sim) run() []string {
 		s.after(time.Duration(s.rng.IntN(500))*time.Millisecond, func() { s.start(h, "boot") })
 	}
 	s.nemesis(simStartFaults, simStartFaults+s.o.Faults)
+	if !s.o.NoChain {
+		s.startClients()
+		s.chainNemesis(simStartFaults, simStartFaults+s.o.Faults)
+	}
 	s.at(simStartFaults+s.o.Faults, s.heal)
 	for t := time.Duration(0); t < end; t += 50 * time.Millisecond {
 		s.at(t, s.check)
@@ -366,6 +407,9 @@ func (s *sim) run() []string {
 		s.check()
 		if s.holder < 0 {
 			s.violate("no single holder at the end (%s)", s.holders())
+		}
+		if !s.ended {
+			s.checkEnd()
 		}
 	}
 	return s.violations
@@ -445,7 +489,7 @@ func (s *sim) start(h *simHost, why string) {
 	}
 	// A VIP with a health check starts unhealthy (run.go's setupVIPs)
 	// until its checks rise (adopt: with the health the record kept).
-	p := &simProc{h: h, gen: h.gen, members: map[string]*simMember{}}
+	p := &simProc{h: h, gen: h.gen, members: map[string]*simMember{}, killedAt: -1}
 	s.after(300*time.Millisecond+time.Duration(s.rng.IntN(300))*time.Millisecond, func() {
 		if !p.dead && p.healthy != h.healthy {
 			p.healthy = h.healthy
@@ -454,6 +498,9 @@ func (s *sim) start(h *simHost, why string) {
 		}
 	})
 	h.proc = p
+	// The start-up cleanup removes what a previous process's chain left.
+	s.rulesGone(h, "start-up cleanup")
+	s.schedPublish(p)
 	p.lease, p.alarm = lease.NewManualRunner(lease.Config{
 		Self: h.name, Timers: lease.FastTimers(), Now: p.now,
 		Send: func(b []byte, to netip.AddrPort) {
@@ -507,11 +554,14 @@ func (s *sim) crash(h *simHost, why string) {
 	if p == nil || p.dead {
 		return
 	}
-	p.dead = true
+	p.dead, p.killedAt = true, s.now
 	s.logf(h, "vipd killed (%s)", why)
 	s.after(simCleanup, func() {
 		if h.proc == p && s.hasAddrNow(h) {
 			s.setAddr(h, false, "vipd cleanup (ExecStopPost)")
+		}
+		if h.proc == p {
+			s.rulesGone(h, "vipd cleanup (ExecStopPost)")
 		}
 	})
 	s.restartLater(h, 300*time.Millisecond+time.Duration(s.rng.IntN(3000))*time.Millisecond, "systemd restart")
@@ -532,6 +582,7 @@ func (s *sim) setAddr(h *simHost, on bool, why string) {
 	}
 	h.hasAddr, h.addrUntil = on, 0
 	if on {
+		s.garp(h.idx)
 		s.logf(h, "EFFECT address added (%s)", why)
 	} else {
 		s.logf(h, "EFFECT address removed (%s)", why)
@@ -796,8 +847,9 @@ func (p *simProc) localMeta() NodeMeta {
 	m := NodeMeta{Valid: true, Withdrawn: p.h.withdrawn || p.shuttingDown, Leaving: p.shuttingDown, Fenced: fenced,
 		RestartAware: true, RestartGrace: p.restartGrace, PriorityAware: true, VIPs: map[uint32]VIPMeta{}}
 	down := fenced
-	vm := VIPMeta{Healthy: p.healthy && !down, Held: p.held, Down: down}
-	if vm.Healthy || vm.Held || vm.Down {
+	vm := VIPMeta{Healthy: p.healthy && !down, Held: p.held, Down: down, Forwarding: p.held && p.fwd != nil,
+		Lingering: !p.held && p.linger != nil, EndLinger: p.held && p.fwd != nil && p.finishing}
+	if vm.Healthy || vm.Held || vm.Down || vm.Lingering {
 		m.VIPs[config.VIPKey(simVIP)] = vm
 	}
 	return m
@@ -884,8 +936,13 @@ func (s *sim) reconcile(p *simProc, why string) {
 		s.logf(h, "elects %s (was %s): %s", orNone(res.Owner), orNone(p.owner), res.Reason)
 		p.owner = res.Owner
 	}
+	key := config.VIPKey(simVIP)
+	if lh := lastHolder(h.name, view, key); lh != "" {
+		p.lastHolder = lh
+	}
+	p.holdersSeen = noteHolders(p.holdersSeen, h.name, view, key, now)
 	in := decideInput{
-		Now: now, Self: h.name, VIP: simVIP, L2: true, Election: res, View: view,
+		Now: now, Self: h.name, VIP: simVIP, L2: true, Election: res, View: view, CanQuiesce: !s.o.NoChain,
 		Quorum: q.OK || (p.held && ls.Adopting()), Alive: q.Alive, Known: q.Known,
 		QuorumRegained: p.quorumRegained,
 		Planned:        h.withdrawn || p.shuttingDown,
@@ -917,38 +974,79 @@ func (s *sim) reconcile(p *simProc, why string) {
 	if d.StartedHandoff {
 		s.logf(h, "hands the VIP off to %s", orNone(p.owner))
 	}
-	tail := func() { s.tail(p, q, d) }
+	// apply, then the chain's steps (reconcile.go's order), each
+	// announcer call taking its time; then the pass's tail.
+	rest := func() {
+		s.stepForward(p, view, func() {
+			s.stepLinger(p, view, func() {
+				s.stepTakeover(p, view)
+				s.tail(p, q, d)
+			})
+		})
+	}
 	switch d.Do {
 	case actClaim:
-		s.effect(p, func() {
-			s.setAddr(h, true, "claim: "+d.Reason)
-			p.held, p.silenced = true, false
-			p.retryAt = time.Time{}
-		}, tail)
+		claim := func(then func()) {
+			s.effect(p, func() {
+				// callOffLinger: its connections are its own again.
+				if s.takeLinger(p) != nil {
+					s.logf(h, "lingering called off: holds the VIP again")
+				}
+				s.setAddr(h, true, "claim: "+d.Reason)
+				h.lingerRoute = false
+				p.held, p.silenced = true, false
+				p.retryAt = time.Time{}
+				s.startTakeover(p)
+			}, then)
+		}
+		if s.o.Bug == simBugAnnounceFirst {
+			claim(func() { s.startForward(p, view, rest) })
+		} else {
+			s.startForward(p, view, func() { claim(rest) })
+		}
 		return
 	case actRelease:
-		s.effect(p, func() {
-			if s.hasAddrNow(h) {
-				s.setAddr(h, false, "release: "+d.Reason)
-			}
-			p.held, p.handoffStarted, p.drainStarted, p.silenced = false, time.Time{}, time.Time{}, false
-			p.adopted = false
-		}, tail)
+		s.abandonLinger(p, "release: "+d.Reason, "the release cuts the linger short", func() {
+			s.stopForward(p, "this node releases the VIP", func() {
+				s.effect(p, func() {
+					if d.CloseClients {
+						// Before the address goes: the resets leave from it.
+						s.destroy(h.idx, "closeClients at a release: "+d.Reason, s.closeExcuse(p))
+					}
+					if s.hasAddrNow(h) {
+						s.setAddr(h, false, "release: "+d.Reason)
+					}
+					p.held, p.handoffStarted, p.drainStarted, p.silenced = false, time.Time{}, time.Time{}, false
+					p.adopted = false
+				}, rest)
+			})
+		})
+		return
+	case actQuiesce:
+		s.startLinger(p, d.Reason, rest)
 		return
 	case actKeep, actReassert:
+		if p.silenced || d.Do == actReassert {
+			s.garp(h.idx) // reannounce
+		}
 		p.silenced = false
 	case actHandoff, actDrain:
 		p.silenced = true
 	}
-	tail()
+	rest()
 }
 
 // effect is an announcer call: the kernel's change comes after its
 // time (longer on a slow host), then the pass goes on; a kill armed for
 // this moment strikes between the two.
-func (s *sim) effect(p *simProc, kernel, then func()) {
+func (s *sim) effect(p *simProc, kernel, then func()) { s.effectR(p, s.rng, kernel, then) }
+
+// effectR is effect with its time drawn from rng (the chain's calls draw
+// from the clients' stream: a seed's faults stay what they were before
+// the chain was modelled).
+func (s *sim) effectR(p *simProc, rng *rand.Rand, kernel, then func()) {
 	p.busy = true
-	d := 200*time.Microsecond + time.Duration(s.rng.IntN(1800))*time.Microsecond + p.h.slow
+	d := 200*time.Microsecond + time.Duration(rng.IntN(1800))*time.Microsecond + p.h.slow
 	s.after(d, func() {
 		if p.dead {
 			return
@@ -1027,7 +1125,14 @@ func (s *sim) tail(p *simProc, q lease.Quorum, d decision) {
 		})
 	}
 	if p.shuttingDown && (!p.held || !now.Before(p.shutdownBy)) {
-		s.finishShutdown(p)
+		// run.go's shutdown: the lingering (stepLinger hurries it) gets
+		// quiesceMax and its slack to close at idle moments.
+		if p.linger != nil && p.shutLingerBy == 0 {
+			p.shutLingerBy = s.now + quiesceMax + quiesceSlack
+		}
+		if p.linger == nil || s.now >= p.shutLingerBy {
+			s.finishShutdown(p)
+		}
 	}
 }
 
@@ -1054,7 +1159,20 @@ func (s *sim) stop(h *simHost, restart bool) {
 	if p == nil || p.dead || p.shuttingDown || h.restarts > 0 {
 		return
 	}
-	if restart && p.held && !p.fence.Fenced() && p.handoffStarted.IsZero() {
+	if restart && p.handoffUnderway() && !p.finishing && s.o.Bug != simBugRestartMidHandoff {
+		h.restarts++
+		s.finishHandoffs(p, func(left bool) {
+			h.restarts--
+			if left {
+				s.logf(h, "restart: a handoff did not finish in time: hands off instead")
+				s.beginShutdown(p, true)
+				return
+			}
+			s.stop(h, true)
+		})
+		return
+	}
+	if restart && p.held && !p.fence.Fenced() {
 		var alive []string
 		for _, m := range p.snapshot() {
 			if m.State == StateAlive || m.State == StateSuspect {
@@ -1094,6 +1212,8 @@ func (s *sim) exitForRestart(p *simProc) {
 	h := p.h
 	p.dead = true
 	s.logf(h, "vipd exits for a restart in place (VIP kept, lifetime %s)", restartLifetime(simGrace))
+	// Close removes the process's chain rules.
+	s.rulesGone(h, "vipd exits")
 	p.restartGrace = simGrace
 	p.meta = p.localMeta()
 	h.metaVer++
@@ -1127,6 +1247,15 @@ func (s *sim) finishShutdown(p *simProc) {
 	if p.dead {
 		return
 	}
+	if p.linger != nil {
+		l := p.linger
+		l.gen++
+		l.done = true
+		s.destroy(h.idx, "shutting down", "a shutdown closes what is left after quiesceMax")
+		s.takeLinger(p)
+	}
+	s.rulesGone(h, "vipd stops")
+	p.fwd = nil
 	if p.held && s.hasAddrNow(h) {
 		s.setAddr(h, false, "shutting down")
 	}

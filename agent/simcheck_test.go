@@ -138,6 +138,8 @@ func (s *sim) powerOff(i int, off time.Duration) {
 		p.dead = true
 	}
 	h.hasAddr, h.addrUntil, h.rec = false, 0, false
+	h.lingerRoute, h.fwdTo = false, nil
+	h.boot++ // its connections go with it
 	h.up = false
 	s.check()
 	s.after(off, func() {
@@ -381,6 +383,12 @@ func (s *sim) announcers() (ann, all []int) {
 		if p := h.proc; p != nil && p.givingAway {
 			continue
 		}
+		// A killed vipd's address is vipd cleanup's (ExecStopPost) to
+		// remove, within simCleanup; a peer may claim meanwhile on a
+		// refused probe (docs/design.md, "The lease").
+		if p := h.proc; p != nil && p.killedAt >= 0 && s.now-p.killedAt <= simCleanup {
+			continue
+		}
 		ann = append(ann, i)
 	}
 	return ann, all
@@ -480,6 +488,10 @@ func (s *sim) check() {
 			s.violate("no holder for %s while a majority with an eligible node is up and connected", gap.Round(time.Millisecond))
 			return
 		}
+	}
+	s.checkClients()
+	if s.ended {
+		return
 	}
 	// Convergence.
 	if s.healed >= 0 && s.now-s.healed >= s.o.Converge && len(all) != 1 {

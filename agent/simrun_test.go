@@ -97,19 +97,6 @@ func TestSimSeeds(t *testing.T) {
 		n, first, failed, maxGap.Round(time.Millisecond), gapSeed, moves)
 }
 
-// simFirstFailure runs seeds 1..n with o (its Seed set for each) and
-// returns the first that fails, its violations and story (0: none did).
-func simFirstFailure(o simOptions, n uint64) (uint64, []string, string) {
-	for seed := uint64(1); seed <= n; seed++ {
-		o.Seed = seed
-		s := newSim(o)
-		if bad := s.run(); len(bad) > 0 {
-			return seed, bad, s.story()
-		}
-	}
-	return 0, nil, ""
-}
-
 // The checkers catch a broken decide or election: each test breaks one
 // the way a real bug would and wants the simulator to fail, with the
 // checker it names, within a few seeds.
@@ -122,7 +109,7 @@ func TestSimCatchesClaimWithoutLease(t *testing.T) {
 		in.Fenced, in.AwaitFence = false, false
 		return decide(in)
 	}}
-	simWantCaught(t, o, "two holders")
+	simWantCaught(t, o, "two holders", 1)
 }
 
 // TestSimCatchesIgnoredHolder: an election that ignores who holds the VIP
@@ -141,7 +128,7 @@ func TestSimCatchesIgnoredHolder(t *testing.T) {
 		}
 		return Elect(out, v)
 	}, NoPreempt: true}
-	simWantCaught(t, o, "needless move")
+	simWantCaught(t, o, "needless move", 3)
 }
 
 // TestSimCatchesNoClaim: a decide that lets only n1 claim leaves the VIP
@@ -154,22 +141,55 @@ func TestSimCatchesNoClaim(t *testing.T) {
 		}
 		return d
 	}}
-	simWantCaught(t, o, "no holder")
+	simWantCaught(t, o, "no holder", 1)
 }
 
-// simCatchSeeds is the seed budget of the simWantCaught tests.
+// simCatchSeeds is the seed budget a search of the simWantCaught tests
+// is meant to need at most.
 const simCatchSeeds = 200
 
-func simWantCaught(t *testing.T, o simOptions, want string) {
+// simWantCaught wants seed to fail with o, with a violation naming want,
+// and to pass with the code unbroken: the break is what the checker
+// caught. seed is the first seed of a search that found it so (the known
+// findings' seeds skipped); VIPD_SIM_CATCH_SEEDS=n searches seeds 1..n
+// again instead (a change to the simulator moves what each seed does),
+// and the test logs the first it finds.
+func simWantCaught(t *testing.T, o simOptions, want string, seed uint64) {
 	t.Helper()
-	seed, bad, story := simFirstFailure(o, simCatchSeeds)
-	if seed == 0 {
-		t.Fatalf("no seed of %d caught the broken code (want %q)", simCatchSeeds, want)
+	caught := func(seed uint64) ([]string, bool) {
+		o.Seed = seed
+		bad := newSim(o).run()
+		if !strings.Contains(strings.Join(bad, "; "), want) {
+			return bad, false
+		}
+		clean := o
+		clean.Decide, clean.Elect, clean.Bug = nil, nil, simBugNone
+		return bad, len(newSim(clean).run()) == 0
 	}
-	if !strings.Contains(strings.Join(bad, "; "), want) {
-		t.Fatalf("seed %d failed with %q, want %q\n%s", seed, bad, want, story)
+	v := os.Getenv("VIPD_SIM_CATCH_SEEDS")
+	if v == "" {
+		bad, ok := caught(seed)
+		if !ok {
+			t.Fatalf("seed %d did not catch the broken code with %q (it found %q); search again with VIPD_SIM_CATCH_SEEDS=%d",
+				seed, want, bad, simCatchSeeds)
+		}
+		t.Logf("seed %d caught it: %s", seed, strings.Join(bad, "; "))
+		return
 	}
-	t.Logf("seed %d caught it: %s", seed, strings.Join(bad, "; "))
+	budget, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("VIPD_SIM_CATCH_SEEDS: %v", err)
+	}
+	for s := uint64(1); s <= budget; s++ {
+		if _, known := simKnown[s]; known {
+			continue
+		}
+		if bad, ok := caught(s); ok {
+			t.Logf("seed %d caught it (the %d-th seed tried): %s", s, s, strings.Join(bad, "; "))
+			return
+		}
+	}
+	t.Fatalf("no seed of %d caught the broken code with %q", budget, want)
 }
 
 // TestSimDeterministic: a seed's run is the same, event for event, every
@@ -195,10 +215,28 @@ func TestSimDeterministic(t *testing.T) {
 // simKnown are seeds that fail on a finding of the simulator not fixed
 // yet: TestSimSeeds reports them without failing, and TestSimKnownFindings
 // wants them to fail still (a fix moves its seed to a regression test).
-var simKnown = map[uint64]string{}
+var simKnown = map[uint64]string{
+	// n3 claims, forwarding to n2, and hands the VIP back at once (the
+	// handoff called off): release stops forwarding before the withdraw,
+	// and a segment of n2's connection reaches n3 in between.
+	807: "release stops forwarding before the address goes",
+	// A holder exits for a restart in place (its address kept, its
+	// process gone); a peer elected meanwhile (a restore, preempt, the
+	// holder's frozen health) claims while the address is still on the
+	// restarting host: two hosts answer until the next process hands off
+	// or the lifetime ends. Not looked into yet.
+	877: "a claim over a holder restarting in place",
+	945: "a claim over a holder restarting in place",
+	// Two nodes claim within 2 ms as a power-on and a cut link end, each
+	// electing itself on a view of the other from before. Not looked
+	// into yet.
+	764: "two claims at once after a partial partition",
+}
 
 // simRegressions are seeds that once failed on a finding since fixed:
 // TestSimRegressions wants each to pass.
+//
+// Seeds found before the daisy chain was modelled replay with NoChain.
 var simRegressions = map[uint64]string{
 	// n3 loses all its incoming packets for 4.8 s; its membership calls
 	// the holder n2 dead (not n1), so it keeps quorum; when its traffic
@@ -209,9 +247,30 @@ var simRegressions = map[uint64]string{
 	1087: "a node deaf for memberlist's suspicion timeout claimed over a live holder when its traffic returned",
 }
 
+// simChainRegressions are the same for findings of the simulator with
+// the daisy chain modelled.
+var simChainRegressions = map[uint64]string{
+	// A holder forwarding to a lingering node hands the VIP off again:
+	// its successor forwards to both and announces; the old holder, told
+	// to linger, stopped its forwarding before Linger took its address
+	// away (startLinger), and a segment of the lingering node's connection
+	// from a client whose ARP cache still named the old holder reached it
+	// in that millisecond: reset while the lingering node served it (n7
+	// and n5 in seed 47, n2 and n1 in 862). startLinger now stops
+	// forwarding after Linger.
+	47:  "startLinger stopped forwarding before the address went",
+	862: "startLinger stopped forwarding before the address went",
+}
+
 // TestSimRegressions: the seeds of fixed findings pass.
 func TestSimRegressions(t *testing.T) {
 	for seed, why := range simRegressions {
+		s := newSim(simOptions{Seed: seed, NoChain: true})
+		if bad := s.run(); len(bad) > 0 {
+			t.Errorf("seed %d (%s): %s\nlast events:\n%s", seed, why, strings.Join(bad, "; "), s.story())
+		}
+	}
+	for seed, why := range simChainRegressions {
 		s := newSim(simOptions{Seed: seed})
 		if bad := s.run(); len(bad) > 0 {
 			t.Errorf("seed %d (%s): %s\nlast events:\n%s", seed, why, strings.Join(bad, "; "), s.story())
@@ -228,4 +287,43 @@ func TestSimKnownFindings(t *testing.T) {
 			t.Errorf("seed %d (%s) passes now: move it to a regression test", seed, why)
 		}
 	}
+}
+
+// The chain's checkers catch a broken shell (simchain_test.go): each test
+// reverts one fix of the daisy chain, the lingering or the client reset
+// in the modelled shell and wants the simulator to fail with the checker
+// it names.
+
+// TestSimCatchesAnnounceBeforeForward: a successor that announces the VIP
+// before it forwards the old holder's connections resets a client that
+// moved at the gratuitous ARP (the order 189ad3c fixed).
+func TestSimCatchesAnnounceBeforeForward(t *testing.T) {
+	simWantCaught(t, simOptions{Bug: simBugAnnounceFirst}, "still serves it", 33)
+}
+
+// TestSimCatchesTakeoverOfLastHolderOnly: a takeover that resets only the
+// last holder's clients leaves a successor's, dead mid-chain, hanging
+// (finding 5).
+func TestSimCatchesTakeoverOfLastHolderOnly(t *testing.T) {
+	simWantCaught(t, simOptions{Bug: simBugTakeoverLastOnly}, "takeover did not reset it", 66)
+}
+
+// TestSimCatchesCalledOffClosing: a lingering node whose called-off
+// closing destroys its busy connections cuts the requests of the clients
+// it keeps (finding 7).
+func TestSimCatchesCalledOffClosing(t *testing.T) {
+	simWantCaught(t, simOptions{Bug: simBugCallOffCloses}, "closed with a request in flight", 11)
+}
+
+// TestSimCatchesRestartMidHandoff: a restart in place that does not let a
+// handoff under way finish takes the forwarding away from the lingering
+// old holder's clients (finding 8).
+func TestSimCatchesRestartMidHandoff(t *testing.T) {
+	simWantCaught(t, simOptions{Bug: simBugRestartMidHandoff}, "still serves it", 17)
+}
+
+// TestSimCatchesLingerForever: a lingering node that ignores linger_max
+// lingers past it.
+func TestSimCatchesLingerForever(t *testing.T) {
+	simWantCaught(t, simOptions{Bug: simBugLingerForever}, "past linger_max", 38)
 }
