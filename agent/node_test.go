@@ -202,19 +202,31 @@ func TestNodeWithdrawApartFromOperators(t *testing.T) {
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool { return eligibleIn(s, owner) }, "eligible once uncordoned")
 }
 
-// TestNodeAllCordoned: every node cordoned at once (a careless script, a
+// TestNodeAllCordoned: every node cordoned (a careless script, a
 // cluster-wide maintenance): the VIP stays where it is, never without a
-// holder, and the holder says why in its status and once in its log.
+// holder, and the holder says why in its status and once in its log. The
+// others are cordoned first, the holder last: cordons that reach the
+// nodes within the same few milliseconds may legitimately move the VIP
+// on the way (the holder's cordon arrives first, it hands off to a node
+// whose own cordon is still in flight), and such crossing handoffs can
+// leave it without a holder for a moment (docs/design.md, "Crossing
+// handoffs"), which this test does not cover.
 func TestNodeAllCordoned(t *testing.T) {
 	c, apis := kubeCluster(t, "a", "b", "c")
 	owner := c.startSteady()
 	claims := c.w.claimCount()
-	for _, api := range apis {
-		api.Cordon(true)
+	for n, api := range apis {
+		if n != owner {
+			api.Cordon(true)
+		}
 	}
 	for n := range apis {
-		c.waitNodeReasons(n, nodewatch.ReasonCordoned)
+		if n != owner {
+			c.waitNodeReasons(n, nodewatch.ReasonCordoned)
+		}
 	}
+	apis[owner].Cordon(true)
+	c.waitNodeReasons(owner, nodewatch.ReasonCordoned)
 	c.waitStatus(owner, func(s *apipb.StatusResponse) bool {
 		return len(s.Warnings) == 1 && strings.Contains(s.Warnings[0], "no other node can take the VIP")
 	}, "the warning")
