@@ -292,6 +292,31 @@ func (v *vipState) takeLinger() *linger {
 	return l
 }
 
+// dropForwardTarget is stepForward's rule for one member name it forwards
+// to (m, found in the view), with targets and gone as forward's: a member
+// that holds or lingers stays; one that is gone (dead, left, forgotten) is
+// dropped at once (lost); one that neither holds nor lingers is dropped
+// forwardGrace after it was first seen so. It reports whether name was
+// dropped: whatever it still listed is then to be reset.
+func dropForwardTarget[T any](targets map[string]T, gone map[string]time.Time, name string, now time.Time, m Member, found bool, k uint32) (dropped, lost bool) {
+	vm := m.Meta.VIP(k)
+	switch {
+	case !found || m.State == StateDead || m.State == StateLeft:
+		lost = true
+	case (m.State == StateAlive || m.State == StateSuspect) && (vm.Held || vm.Lingering):
+		delete(gone, name)
+		return false, false
+	case gone[name].IsZero():
+		gone[name] = now
+		return false, false
+	case now.Sub(gone[name]) < forwardGrace:
+		return false, false
+	}
+	delete(targets, name)
+	delete(gone, name)
+	return true, lost
+}
+
 // forwardTargets returns the members v's packets of unknown connections
 // go to: the previous holder while it holds v, and every member lingering
 // on v, with their membership addresses (those known).
@@ -376,25 +401,13 @@ func (a *Agent) stepForward(ctx context.Context, v *vipState, view []Member, add
 	changed := false
 	for name := range f.targets {
 		m, found := memberOf(view, name)
-		vm := m.Meta.VIP(k)
-		switch {
-		case !found || m.State == StateDead || m.State == StateLeft:
-			delete(f.targets, name)
-			delete(f.gone, name)
-			changed = true
+		dropped, lost := dropForwardTarget(f.targets, f.gone, name, now, m, found, k)
+		if !dropped {
+			continue
+		}
+		changed = true
+		if lost {
 			a.log.Info("stopped forwarding a member's connections: it is gone; resetting its clients", "vip", v.cfg.Name, "member", name)
-		case (m.State == StateAlive || m.State == StateSuspect) && (vm.Held || vm.Lingering):
-			delete(f.gone, name)
-			continue
-		case f.gone[name].IsZero():
-			f.gone[name] = now
-			continue
-		case now.Sub(f.gone[name]) >= forwardGrace:
-			delete(f.targets, name)
-			delete(f.gone, name)
-			changed = true
-		default:
-			continue
 		}
 		// Whatever it still had on its list (a member that ended well has
 		// none left) is reset, as after an unplanned failover.

@@ -482,25 +482,13 @@ func (s *sim) stepForward(p *simProc, view []Member, then func()) {
 	changed := false
 	for _, name := range slices.Sorted(maps.Keys(f.targets)) {
 		m, found := memberOf(view, name)
-		vm := m.Meta.VIP(k)
-		switch {
-		case !found || m.State == StateDead || m.State == StateLeft:
-			delete(f.targets, name)
-			delete(f.gone, name)
-			changed = true
+		dropped, lost := dropForwardTarget(f.targets, f.gone, name, now, m, found, k)
+		if !dropped {
+			continue
+		}
+		changed = true
+		if lost {
 			s.logf(p.h, "stops forwarding to %s: it is gone; resets its clients", name)
-		case (m.State == StateAlive || m.State == StateSuspect) && (vm.Held || vm.Lingering):
-			delete(f.gone, name)
-			continue
-		case f.gone[name].IsZero():
-			f.gone[name] = now
-			continue
-		case now.Sub(f.gone[name]) >= forwardGrace:
-			delete(f.targets, name)
-			delete(f.gone, name)
-			changed = true
-		default:
-			continue
 		}
 		s.takeOverFrom(p, name)
 	}
