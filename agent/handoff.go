@@ -132,13 +132,17 @@ func (a *Agent) claim(ctx context.Context, v *vipState, reason string) {
 // is retried at the next pass).
 func (a *Agent) release(ctx context.Context, v *vipState, reason string) {
 	a.abandonLinger(ctx, v, reason)
-	a.stopForward(ctx, v, "this node releases the VIP")
 	a.stopWatch(v)
 	if err := a.withdrawAddr(ctx, v); err != nil {
 		a.metrics.announceErrors.WithLabelValues(v.cfg.Name, "withdraw").Inc()
 		a.log.Error("withdraw VIP", "vip", v.cfg.Name, "err", err)
 		return
 	}
+	// The forwarding goes only once the address has: until then a client
+	// whose ARP cache still names this node sends it the segments of the
+	// connections it forwards, and without the rule its kernel resets
+	// them. A withdraw that failed keeps the VIP held and forwarding.
+	a.stopForward(ctx, v, "this node releases the VIP")
 	v.held, v.handoffStarted, v.drainStarted, v.silenced = false, time.Time{}, time.Time{}, false
 	a.closeOwnConnections(v, conns.Loopback)
 	v.releaseReason = reason

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -437,5 +438,75 @@ func TestClusterOwnConnectionsToTheVIP(t *testing.T) {
 			t.Fatalf("%s stopped lingering and still has %v: its own connection through the VIP it no longer has", first, c.nodes[first].conns.hasConns())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// orderRecorder is an announcer that records the order of its calls, and
+// can fail its Withdraw.
+type orderRecorder struct {
+	mu           sync.Mutex
+	calls        []string
+	withdrawFail error
+}
+
+func (f *orderRecorder) note(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *orderRecorder) Announce(context.Context, netip.Addr) error { f.note("announce"); return nil }
+func (f *orderRecorder) Withdraw(context.Context, netip.Addr) error {
+	f.note("withdraw")
+	return f.withdrawFail
+}
+func (f *orderRecorder) Forward(context.Context, netip.Addr, []uint16, ...netip.Addr) error {
+	f.note("forward")
+	return nil
+}
+func (f *orderRecorder) StopForward(context.Context, netip.Addr) error {
+	f.note("stop forward")
+	return nil
+}
+
+// TestReleaseStopsForwardingAfterTheAddress: a holder that forwards the
+// connections of members lingering from earlier handoffs and releases
+// the VIP (here: the election went back to a member that still holds it)
+// removes its address first and its forwarding after. In between, the
+// address still on this host and the rule gone, a client whose ARP cache
+// names this node would be reset on a lingering member's connection (the
+// cluster simulator's seed 807). A withdraw that fails keeps the VIP
+// held, and its forwarding with it.
+func TestReleaseStopsForwardingAfterTheAddress(t *testing.T) {
+	cfg, err := config.Parse("a.toml", []byte("node_name = \"a\"\n[cluster]\nbind_address = \"192.0.2.11\"\npeers = [\"192.0.2.12\"]\n"+
+		"[[vip]]\nname = \"api\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name        string
+		fail        error
+		want        []string
+		held, fwdOn bool
+	}{
+		{name: "withdrawn", want: []string{"withdraw", "stop forward"}},
+		{name: "withdraw fails", fail: errors.New("netlink: device busy"), want: []string{"withdraw"}, held: true, fwdOn: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{self: "a", now: func() time.Time { return now }, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				st: loopState{cfg: cfg, recorded: map[string]CleanupTarget{}}, events: newBroker(),
+				metrics: newMetrics(nil), clients: &clients{mirrors: map[string]*conns.Mirror{}}}
+			ann := &orderRecorder{withdrawFail: tc.fail}
+			v := &vipState{cfg: cfg.VIPs[0], ann: ann, held: true,
+				forward: &forward{since: now, targets: map[string]netip.Addr{"b": netip.MustParseAddr("192.0.2.12")}, gone: map[string]time.Time{}}}
+			a.release(context.Background(), v, "successor b holds it")
+			if !slices.Equal(ann.calls, tc.want) {
+				t.Errorf("calls %q, want %q: the forwarding must outlive the address", ann.calls, tc.want)
+			}
+			if v.held != tc.held || (v.forward != nil) != tc.fwdOn {
+				t.Errorf("held %v, forwarding %v; want %v, %v", v.held, v.forward != nil, tc.held, tc.fwdOn)
+			}
+		})
 	}
 }

@@ -1007,18 +1007,20 @@ func (s *sim) reconcile(p *simProc, why string) {
 		return
 	case actRelease:
 		s.abandonLinger(p, "release: "+d.Reason, "the release cuts the linger short", func() {
-			s.stopForward(p, "this node releases the VIP", func() {
-				s.effect(p, func() {
-					if d.CloseClients {
-						// Before the address goes: the resets leave from it.
-						s.destroy(h.idx, "closeClients at a release: "+d.Reason, s.closeExcuse(p))
-					}
-					if s.hasAddrNow(h) {
-						s.setAddr(h, false, "release: "+d.Reason)
-					}
-					p.held, p.handoffStarted, p.drainStarted, p.silenced = false, time.Time{}, time.Time{}, false
-					p.adopted = false
-				}, rest)
+			s.effect(p, func() {
+				if d.CloseClients {
+					// Before the address goes: the resets leave from it.
+					s.destroy(h.idx, "closeClients at a release: "+d.Reason, s.closeExcuse(p))
+				}
+				if s.hasAddrNow(h) {
+					s.setAddr(h, false, "release: "+d.Reason)
+				}
+				p.held, p.handoffStarted, p.drainStarted, p.silenced = false, time.Time{}, time.Time{}, false
+				p.adopted = false
+			}, func() {
+				// handoff.go's release: the forwarding goes after the
+				// address (seed 807).
+				s.stopForward(p, "this node releases the VIP", rest)
 			})
 		})
 		return
