@@ -79,6 +79,9 @@ const (
 	// ReasonWaiting: a node that ranks above the holder waits out its
 	// preempt delay.
 	ReasonWaiting = "a better node waits out its preempt delay; the holder keeps it"
+	// ReasonRestarting: the only holder restarts in place; it stays owner
+	// until it is back or its grace runs out (restartingHolder).
+	ReasonRestarting = "the holder restarts in place; it keeps the VIP until it is back"
 )
 
 // Result is the outcome of an election.
@@ -195,6 +198,7 @@ func Elect(members []Member, vip ElectionVIP) Result {
 			holders = append(holders, m.Name)
 		}
 	}
+	rh := restartingHolder(members, keys)
 	switch {
 	case len(holders) > 1:
 		res.Owner = holders[0]
@@ -205,6 +209,9 @@ func Elect(members []Member, vip ElectionVIP) Result {
 	case len(holders) == 1 && !vip.Preempt:
 		res.Owner = holders[0]
 		res.Reason = ReasonKeep
+	case rh != "" && (len(holders) == 0 || holders[0] == rh):
+		res.Owner = rh
+		res.Reason = ReasonRestarting
 	case len(holders) == 1:
 		if res.Owner = preemptor(eligible, keys, aware); res.Owner != eligible[0].Name {
 			res.Reason = ReasonWaiting
@@ -217,6 +224,29 @@ func Elect(members []Member, vip ElectionVIP) Result {
 		res.Reason += "; " + ReasonNodeKept
 	}
 	return res
+}
+
+// restartingHolder returns the member that holds the VIP and said in its
+// metadata that it restarts in place, if it is the only member holding
+// it ("" otherwise). Its process is gone and its address stays on its host
+// for the restart (with a lifetime shorter than its grace), and its
+// metadata is frozen: health, withdraw and the rest as they were when it
+// stopped. It stays the owner, whatever preempt and that frozen metadata
+// say, until it is back (its new process publishes afresh) or its grace
+// runs out (the lease then lets membership's verdict stand): another node
+// claiming meanwhile would answer for the VIP beside it.
+func restartingHolder(members []Member, keys []uint32) string {
+	found := ""
+	for _, m := range members {
+		if !m.State.usable() || !m.Meta.Valid || !holdsAny(m, keys) {
+			continue
+		}
+		if found != "" || m.Meta.RestartGrace <= 0 {
+			return ""
+		}
+		found = m.Name
+	}
+	return found
 }
 
 // preemptor is the owner of a held VIP with preemption: the first

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/agent/config"
 )
@@ -12,14 +13,15 @@ import (
 // node builds a member for election tables.
 type nodeOpt func(*Member)
 
-func withdrawn(m *Member) { m.Meta.Withdrawn = true }
-func dead(m *Member)      { m.State = StateDead }
-func left(m *Member)      { m.State = StateLeft }
-func suspect(m *Member)   { m.State = StateSuspect }
-func garbage(m *Member)   { m.Meta = NodeMeta{} }
-func unhealthy(m *Member) { setVIP(m, func(v *VIPMeta) { v.Healthy = false }) }
-func holds(m *Member)     { setVIP(m, func(v *VIPMeta) { v.Held = true }) }
-func forwards(m *Member)  { setVIP(m, func(v *VIPMeta) { v.Forwarding = true }) }
+func withdrawn(m *Member)  { m.Meta.Withdrawn = true }
+func dead(m *Member)       { m.State = StateDead }
+func left(m *Member)       { m.State = StateLeft }
+func suspect(m *Member)    { m.State = StateSuspect }
+func garbage(m *Member)    { m.Meta = NodeMeta{} }
+func unhealthy(m *Member)  { setVIP(m, func(v *VIPMeta) { v.Healthy = false }) }
+func holds(m *Member)      { setVIP(m, func(v *VIPMeta) { v.Held = true }) }
+func restarting(m *Member) { m.Meta.RestartGrace = 30 * time.Second }
+func forwards(m *Member)   { setVIP(m, func(v *VIPMeta) { v.Forwarding = true }) }
 func setVIP(m *Member, f func(*VIPMeta)) {
 	v := m.Meta.VIPs[config.VIPKey("api")]
 	f(&v)
@@ -66,6 +68,11 @@ func TestElect(t *testing.T) {
 		{"suspect owner keeps the VIP until declared dead", []Member{node(top, holds, suspect), node(second), node(third)}, vip, top, ReasonKeep, false},
 		{"owner unhealthy: healthy successor", []Member{node(top, holds, unhealthy), node(second), node(third)}, vip, second, ReasonRank, false},
 		{"no preempt: holder keeps it when better node returns", []Member{node(top), node(second, holds), node(third)}, vip, second, ReasonKeep, false},
+		{"preempt waits for a holder restarting in place", []Member{node(top), node(second, holds, restarting), node(third)}, ElectionVIP{Name: "api", Preempt: true}, second, ReasonRestarting, false},
+		{"a holder restarting in place with its health frozen unhealthy keeps it", []Member{node(top), node(second, holds, restarting, unhealthy), node(third)}, vip, second, ReasonRestarting, false},
+		{"a holder restarting in place beside another holder: contested as usual", []Member{node(top), node(second, holds, restarting), node(third, holds)}, vip, second, ReasonContested, false},
+		{"a dead holder's stale restart grace does not count", []Member{node(top, holds, restarting, dead), node(second), node(third)}, vip, second, ReasonRank, false},
+		{"a restarting node that holds nothing is not waited for", []Member{node(top), node(second, restarting), node(third, holds)}, ElectionVIP{Name: "api", Preempt: true}, top, ReasonRank, false},
 		{"preempt: better node takes it back", []Member{node(top), node(second, holds), node(third)}, ElectionVIP{Name: "api", Preempt: true}, top, ReasonRank, false},
 		{"two nodes claim: highest ranked holder wins", []Member{node(top), node(second, holds), node(third, holds)}, vip, second, ReasonContested, false},
 		{"two nodes claim with preempt: highest ranked wins", []Member{node(top), node(second, holds), node(third, holds)}, ElectionVIP{Name: "api", Preempt: true}, top, ReasonContested, false},

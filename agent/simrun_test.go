@@ -216,13 +216,6 @@ func TestSimDeterministic(t *testing.T) {
 // yet: TestSimSeeds reports them without failing, and TestSimKnownFindings
 // wants them to fail still (a fix moves its seed to a regression test).
 var simKnown = map[uint64]string{
-	// A holder exits for a restart in place (its address kept, its
-	// process gone); a peer elected meanwhile (a restore, preempt, the
-	// holder's frozen health) claims while the address is still on the
-	// restarting host: two hosts answer until the next process hands off
-	// or the lifetime ends. Not looked into yet.
-	877: "a claim over a holder restarting in place",
-	945: "a claim over a holder restarting in place",
 	// Two nodes claim within 2 ms as a power-on and a cut link end, each
 	// electing itself on a view of the other from before. Not looked
 	// into yet.
@@ -262,6 +255,15 @@ var simChainRegressions = map[uint64]string{
 	// connection reached n3 in between (its announcer slow). release now
 	// stops forwarding after the address goes.
 	807: "release stopped forwarding before the address went",
+	// A holder exits for a restart in place (its address kept, its
+	// process gone); a peer elected meanwhile claimed while the address
+	// was still on the restarting host, and two hosts answered until the
+	// lifetime ended: preempt after a restore (877), or the holder's
+	// metadata frozen unhealthy from an outage every apiserver had (945).
+	// The election now keeps the VIP with a holder restarting in place
+	// until it is back or its grace runs out.
+	877: "a claim over a holder restarting in place (preempt)",
+	945: "a claim over a holder restarting in place (its health frozen)",
 }
 
 // TestSimRegressions: the seeds of fixed findings pass.
