@@ -14,8 +14,6 @@ import (
 // The bounds, scaled by netlab.Slowdown: in lab/vm's emulated machine
 // everything runs several times slower (on a real machine Slowdown is 1).
 var (
-	// settle bounds convergence after start and after every event.
-	settle = netlab.Scaled(15 * time.Second)
 	// maxWithdrawGap is the client-observed unreachability allowed on a
 	// planned withdraw (as lab/e2e: 1 s on a real machine). A VLAN or bond
 	// that loses the gratuitous ARP leaves the client on the old holder
@@ -29,13 +27,11 @@ var (
 	probeTimeout = netlab.Scaled(1500 * time.Millisecond)
 )
 
-// cluster starts a 3-node lab on bond0.100 with HTTP servers and vipd and
-// returns it with the VIP and its holder.
+// cluster starts a 3-node lab on bond0.100 with HTTP servers and vipd
+// (netlab.StartCluster) and returns it with the VIP and its holder.
 func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 	t.Helper()
 	netlab.SkipUnlessBondVLAN(t)
-	l := netlab.New(t, netlab.Options{BondVLAN: true})
-	l.StartHTTPAll()
 	var opts netlab.VipdOptions
 	if netlab.Slowdown() > 1 {
 		// The lease's lan timers are about four times fast's (an owner
@@ -45,12 +41,7 @@ func cluster(t *testing.T) (*netlab.Lab, netlab.VIP, *netlab.Host) {
 		// fenced itself and released the VIP.
 		opts.FailureDetection = "lan"
 	}
-	l.StartVipds(opts)
-	vip := l.DefaultVIPs()[0]
-	holder, err := l.WaitSteady(vip, settle)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, vip, holder := netlab.StartCluster(t, netlab.Spec{Options: netlab.Options{BondVLAN: true}, HTTP: true, Vipd: opts})
 	if holder.Iface() != netlab.BondVLANIface {
 		t.Fatalf("holder %s manages the VIP on %s, want %s", holder.Name, holder.Iface(), netlab.BondVLANIface)
 	}
@@ -76,7 +67,7 @@ func TestFailoverOnBondVLAN(t *testing.T) {
 		t.Fatalf("before withdraw: %v", err)
 	}
 	waitNeigh(t, l, vip, owner)
-	next, g, err := l.WithdrawAndFollow(pr, owner, vip, settle)
+	next, g, err := l.WithdrawAndFollow(pr, owner, vip, l.Settle)
 	if err != nil {
 		t.Fatal(err)
 	}
