@@ -10,7 +10,7 @@
 //	observe.go    read the world: links, addresses, routes
 //	reconcile.go  one pass: observe, elect (election.go), decide, apply;
 //	              the lease's evidence (fence, quorum, the view)
-//	decide.go     the pure "what should this node do with this VIP" step
+//	lifecycle.go  the lifecycle's inputs from the view (peersOf, electionOf)
 //	handoff.go    apply a decision: claim, keep, hand off, release
 //	health.go     health checks and their verdicts
 //	reload.go     SIGHUP
@@ -26,10 +26,12 @@
 //	hooks.go      [hooks]: a command run at each change of a VIP's state
 //	metrics.go    Prometheus
 //
-// Two parts with their own invariants are packages of their own: the
+// Three parts with their own invariants are packages of their own: the
 // configuration (agent/config: the file's keys, defaults, positions and
-// checks, and the host checks of vipd --check) and the lease (agent/lease:
-// fast failure detection and fencing, the safety argument in its doc.go).
+// checks, and the host checks of vipd --check), the lease (agent/lease:
+// fast failure detection and fencing, the safety argument in its doc.go)
+// and the lifecycle (agent/lifecycle: what this node does with one VIP at
+// a pass, a pure step over its inputs; the agent executes its answers).
 // The agent uses only their APIs.
 package agent
 

@@ -81,6 +81,9 @@ const (
 	// after it stopped holding and lingering (its last packets, and its
 	// clients' answers to its resets, still on their way).
 	forwardGrace = 2 * time.Second
+	// quiesceSlack is room for a lingering node's closing at idle moments
+	// to report back after quiesceMax.
+	quiesceSlack = 2 * time.Second
 	// handoffMax bounds a restart in place's wait for a handoff under way
 	// (restart.go): the old holder's end of a linger and the new holder's
 	// forwarding grace, with room to spare.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -914,7 +915,7 @@ func TestClusterInterfaceDown(t *testing.T) {
 	}
 	c.nodes[owner].linkDown.Store(false)
 	// Watch past the returning node's settle: it must never take it back.
-	deadline := time.Now().Add(claimSettle + time.Second)
+	deadline := time.Now().Add(lifecycle.ClaimSettle + time.Second)
 	for time.Now().Before(deadline) {
 		if got := c.w.holdersOf(c.vip); len(got) != 1 || got[0] != h[0] {
 			t.Fatalf("after link returned: holders %v, want [%s] (no preempt)", got, h[0])
@@ -1060,9 +1061,9 @@ func TestClusterHealthReturnsEverywhere(t *testing.T) {
 		if err := os.WriteFile(healthFile, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// Every node's settle period after the switch is claimSettle; sample
+		// Every node's settle period after the switch is lifecycle.ClaimSettle; sample
 		// the wire past it.
-		deadline := time.Now().Add(claimSettle + 500*time.Millisecond)
+		deadline := time.Now().Add(lifecycle.ClaimSettle + 500*time.Millisecond)
 		for time.Now().Before(deadline) {
 			if h := c.w.holdersOf(c.vip); len(h) != 1 || h[0] != holder {
 				t.Fatalf("round %d: holders %v, want only %s", round, h, holder)

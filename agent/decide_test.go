@@ -4,7 +4,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/agent/lifecycle"
 )
+
+// decideInput is lifecycle.Input with the view as the election's members
+// (the election runs over them); decideOver converts it for vip.
+type decideInput struct {
+	lifecycle.Input
+	View []Member
+}
+
+func decideOver(vip string, in decideInput) lifecycle.Decision {
+	in.Input.View = peersOf(in.View, vip, nil)
+	return lifecycle.Decide(in.Input)
+}
 
 // TestDecide covers decide's rules, one situation per case. Views are built
 // with the election tests' helpers; "self" is node "a".
@@ -14,13 +28,13 @@ func TestDecide(t *testing.T) {
 	// base: a 3-node cluster with quorum where self has been eligible long
 	// enough to claim.
 	base := func(view []Member) decideInput {
-		return decideInput{
-			Now: t0, Self: "a", VIP: vip, L2: true,
-			Election: Elect(view, ElectionVIP{Name: vip}), View: view,
-			Quorum: true, Alive: 3, Known: 3,
+		return decideInput{View: view, Input: lifecycle.Input{
+			Now: t0, Self: "a", L2: true,
+			Election: electionOf(Elect(view, ElectionVIP{Name: vip})),
+			Quorum:   true, Alive: 3, Known: 3,
 			HandoffTimeout: 10 * time.Second,
 			EligibleSince:  t0.Add(-time.Minute),
-		}
+		}}
 	}
 	// loser is a node name that ranks below "a" for the VIP.
 	loser := ""
@@ -45,14 +59,14 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name   string
 		in     func() decideInput
-		do     action
+		do     lifecycle.Action
 		reason string // substring
-		check  func(t *testing.T, d decision)
+		check  func(t *testing.T, d lifecycle.Decision)
 	}{
 		{
 			name: "owner not holding claims",
 			in:   func() decideInput { return base(selfFirst()) },
-			do:   actClaim,
+			do:   lifecycle.Claim,
 		},
 		{
 			name: "owner holding keeps",
@@ -61,7 +75,7 @@ func TestDecide(t *testing.T) {
 				in.Held = true
 				return in
 			},
-			do: actKeep,
+			do: lifecycle.Keep,
 		},
 		{
 			name: "just became eligible: settles before claiming",
@@ -70,31 +84,31 @@ func TestDecide(t *testing.T) {
 				in.EligibleSince = time.Time{}
 				return in
 			},
-			do:    actNone,
-			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+			do:    lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) { mustSettle(t, d, t0) },
 		},
 		{
-			name: "eligible for less than claimSettle: still settling",
+			name: "eligible for less than lifecycle.ClaimSettle: still settling",
 			in: func() decideInput {
 				in := base(selfFirst())
-				in.EligibleSince = t0.Add(-claimSettle / 2)
+				in.EligibleSince = t0.Add(-lifecycle.ClaimSettle / 2)
 				return in
 			},
-			do:    actNone,
-			check: func(t *testing.T, d decision) { mustSettle(t, d, t0.Add(-claimSettle/2)) },
+			do:    lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) { mustSettle(t, d, t0.Add(-lifecycle.ClaimSettle/2)) },
 		},
 		{
 			name: "quorum regained with a dead holder in view: settles longer",
 			in: func() decideInput {
 				in := base([]Member{node("a"), node("b", unhealthy), node("c", holds, dead)})
-				in.EligibleSince = t0.Add(-2 * claimSettle)
+				in.EligibleSince = t0.Add(-2 * lifecycle.ClaimSettle)
 				in.QuorumRegained = t0.Add(-time.Second)
 				return in
 			},
-			do: actNone,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.Settling {
-					t.Errorf("not settling %s after regaining quorum with a stale holder", 2*claimSettle)
+					t.Errorf("not settling %s after regaining quorum with a stale holder", 2*lifecycle.ClaimSettle)
 				}
 			},
 		},
@@ -105,8 +119,8 @@ func TestDecide(t *testing.T) {
 				in.Bootstrap = true // the last pass elected by the fallback
 				return in
 			},
-			do:    actNone,
-			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+			do:    lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) { mustSettle(t, d, t0) },
 		},
 		{
 			name: "leaving the bootstrap fallback while holding: keep",
@@ -115,29 +129,29 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Bootstrap = true, true
 				return in
 			},
-			do: actKeep,
+			do: lifecycle.Keep,
 		},
 		{
 			name: "settling and another node became eligible: settle again",
 			in: func() decideInput {
 				in := base(selfFirst())
-				in.EligibleSince, in.SettleStarted = t0.Add(-claimSettle/2), t0.Add(-claimSettle/2)
+				in.EligibleSince, in.SettleStarted = t0.Add(-lifecycle.ClaimSettle/2), t0.Add(-lifecycle.ClaimSettle/2)
 				in.LastEligible = []string{"a", "x"}
 				return in
 			},
-			do:    actNone,
-			check: func(t *testing.T, d decision) { mustSettle(t, d, t0) },
+			do:    lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) { mustSettle(t, d, t0) },
 		},
 		{
 			name: "settle restarts are bounded: a flapping peer cannot hold a claim off",
 			in: func() decideInput {
 				in := base(selfFirst())
-				in.EligibleSince, in.SettleStarted = t0.Add(-claimSettle/2), t0.Add(-maxSettle)
+				in.EligibleSince, in.SettleStarted = t0.Add(-lifecycle.ClaimSettle/2), t0.Add(-lifecycle.MaxSettle)
 				in.LastEligible = []string{"a", "x"}
 				return in
 			},
-			do:    actNone,
-			check: func(t *testing.T, d decision) { mustSettle(t, d, t0.Add(-claimSettle/2)) },
+			do:    lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) { mustSettle(t, d, t0.Add(-lifecycle.ClaimSettle/2)) },
 		},
 		{
 			name: "failover: the successor, eligible all along, claims at once although the field changed",
@@ -146,7 +160,7 @@ func TestDecide(t *testing.T) {
 				in.LastEligible = []string{"b", "a"}
 				return in
 			},
-			do: actClaim,
+			do: lifecycle.Claim,
 		},
 		{
 			name: "fenced while holding: release at once (the others may claim soon)",
@@ -155,7 +169,7 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Fenced = true, true
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "fenced",
 		},
 		{
@@ -165,8 +179,8 @@ func TestDecide(t *testing.T) {
 				in.Fenced = true
 				return in
 			},
-			do: actNone,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.None,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.EligibleSince.IsZero() {
 					t.Errorf("a fenced node counts itself eligible")
 				}
@@ -179,7 +193,7 @@ func TestDecide(t *testing.T) {
 				in.AnnounceAll, in.Held, in.Fenced = true, true, true
 				return in
 			},
-			do: actKeep,
+			do: lifecycle.Keep,
 		},
 		{
 			name: "failed announce: waits out the backoff",
@@ -188,7 +202,7 @@ func TestDecide(t *testing.T) {
 				in.RetryAt = t0.Add(time.Second)
 				return in
 			},
-			do: actNone,
+			do: lifecycle.None,
 		},
 		{
 			name: "quorum lost while holding: release at once",
@@ -197,9 +211,9 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Quorum, in.Alive = true, false, 1
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "lost quorum: 1 of 3",
-			check: func(t *testing.T, d decision) {
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.EligibleSince.IsZero() {
 					t.Errorf("eligible without quorum")
 				}
@@ -212,7 +226,7 @@ func TestDecide(t *testing.T) {
 				in.Quorum = false
 				return in
 			},
-			do: actNone,
+			do: lifecycle.None,
 		},
 		{
 			name: "interface down while holding: release at once, no handoff",
@@ -221,7 +235,7 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Down, in.DownIface = true, true, "eth0"
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "interface eth0 is down",
 		},
 		{
@@ -231,8 +245,8 @@ func TestDecide(t *testing.T) {
 				in.Held = true
 				return in
 			},
-			do: actHandoff,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.Handoff,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.StartedHandoff || !d.HandoffStarted.Equal(t0) {
 					t.Errorf("handoff not started now: %+v", d)
 				}
@@ -245,8 +259,8 @@ func TestDecide(t *testing.T) {
 				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
 				return in
 			},
-			do: actHandoff,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.Handoff,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if d.StartedHandoff || !d.HandoffStarted.Equal(t0.Add(-time.Second)) {
 					t.Errorf("handoff restarted: %+v", d)
 				}
@@ -257,10 +271,10 @@ func TestDecide(t *testing.T) {
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds), node("c", unhealthy)})
 				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
+				in.Election = electionOf(Elect(in.View, ElectionVIP{Name: vip, Preempt: true}))
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "successor b holds it",
 			check:  closesClients(true),
 		},
@@ -269,10 +283,10 @@ func TestDecide(t *testing.T) {
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
 				in.Held, in.HandoffStarted, in.CanQuiesce = true, t0.Add(-time.Second), true
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
+				in.Election = electionOf(Elect(in.View, ElectionVIP{Name: vip, Preempt: true}))
 				return in
 			},
-			do:     actQuiesce,
+			do:     lifecycle.Quiesce,
 			reason: "forwards",
 		},
 		{
@@ -280,10 +294,10 @@ func TestDecide(t *testing.T) {
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds, forwards), node("c", unhealthy)})
 				in.Held, in.HandoffStarted = true, t0.Add(-time.Second)
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
+				in.Election = electionOf(Elect(in.View, ElectionVIP{Name: vip, Preempt: true}))
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "successor b holds it",
 			check:  closesClients(true),
 		},
@@ -292,10 +306,10 @@ func TestDecide(t *testing.T) {
 			in: func() decideInput {
 				in := base([]Member{node("a", unhealthy, holds), node("b", holds), node("c", unhealthy)})
 				in.Held, in.HandoffStarted, in.CanQuiesce = true, t0.Add(-time.Second), true
-				in.Election = Elect(in.View, ElectionVIP{Name: vip, Preempt: true})
+				in.Election = electionOf(Elect(in.View, ElectionVIP{Name: vip, Preempt: true}))
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "successor b holds it",
 			check:  closesClients(true),
 		},
@@ -306,7 +320,7 @@ func TestDecide(t *testing.T) {
 				in.Held, in.HandoffStarted = true, t0.Add(-11*time.Second)
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "handoff timeout",
 			// Nobody took over: the clients would reconnect to nothing.
 			check: closesClients(false),
@@ -318,7 +332,7 @@ func TestDecide(t *testing.T) {
 				in.Held = true
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "no eligible node",
 			check:  closesClients(false),
 		},
@@ -329,7 +343,7 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Planned, in.Drain, in.L2 = true, true, 5*time.Second, false
 				return in
 			},
-			do: actDrain,
+			do: lifecycle.Drain,
 		},
 		{
 			name: "planned BGP departure: waits out the drain",
@@ -339,7 +353,7 @@ func TestDecide(t *testing.T) {
 				in.DrainStarted, in.HandoffStarted = t0.Add(-time.Second), t0.Add(-time.Second)
 				return in
 			},
-			do: actHandoff,
+			do: lifecycle.Handoff,
 		},
 		{
 			name: "announce=all: every eligible node claims",
@@ -348,7 +362,7 @@ func TestDecide(t *testing.T) {
 				in.AnnounceAll = true
 				return in
 			},
-			do: actClaim,
+			do: lifecycle.Claim,
 		},
 		{
 			name: "announce=all: not eligible releases without handoff",
@@ -357,7 +371,7 @@ func TestDecide(t *testing.T) {
 				in.AnnounceAll, in.Held = true, true
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "not eligible",
 		},
 		{
@@ -367,8 +381,8 @@ func TestDecide(t *testing.T) {
 				in.Held = true
 				return in
 			},
-			do: actKeep,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.Keep,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.Contested {
 					t.Errorf("contest not remembered")
 				}
@@ -381,7 +395,7 @@ func TestDecide(t *testing.T) {
 				in.Self, in.Held = loser, true
 				return in
 			},
-			do:     actRelease,
+			do:     lifecycle.Release,
 			reason: "successor a holds it",
 			check:  closesClients(true),
 		},
@@ -392,7 +406,7 @@ func TestDecide(t *testing.T) {
 				in.Held, in.Contested = true, true
 				return in
 			},
-			do: actReassert,
+			do: lifecycle.Reassert,
 		},
 		{
 			name: "bootstrap fallback: eligible without health",
@@ -403,8 +417,8 @@ func TestDecide(t *testing.T) {
 				}
 				return in
 			},
-			do: actClaim,
-			check: func(t *testing.T, d decision) {
+			do: lifecycle.Claim,
+			check: func(t *testing.T, d lifecycle.Decision) {
 				if !d.Bootstrap {
 					t.Errorf("bootstrap not remembered")
 				}
@@ -413,7 +427,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := decide(tt.in())
+			d := decideOver(vip, tt.in())
 			if d.Do != tt.do {
 				t.Fatalf("decide = %s (%q), want %s", d.Do, d.Reason, tt.do)
 			}
@@ -429,15 +443,15 @@ func TestDecide(t *testing.T) {
 
 // closesClients checks that a release closes this node's client
 // connections on the VIP (a handoff the successor completed) or not.
-func closesClients(want bool) func(*testing.T, decision) {
-	return func(t *testing.T, d decision) {
+func closesClients(want bool) func(*testing.T, lifecycle.Decision) {
+	return func(t *testing.T, d lifecycle.Decision) {
 		if d.CloseClients != want {
 			t.Errorf("CloseClients = %v, want %v", d.CloseClients, want)
 		}
 	}
 }
 
-func mustSettle(t *testing.T, d decision, since time.Time) {
+func mustSettle(t *testing.T, d lifecycle.Decision, since time.Time) {
 	t.Helper()
 	if !d.Settling {
 		t.Errorf("not settling")

@@ -8,7 +8,8 @@ import (
 
 // TestDeps turns the layering into a test: the backends (l2, bgp, bfd) and
 // the agent's own packages never import the agent, the lease and conns
-// import nothing of vipd's, and the agent reaches the backends only through the
+// import nothing of vipd's, the lifecycle nothing but the lease, and
+// the agent reaches the backends only through the
 // Announcer interface (cmd/vipd builds them; agent/config uses their
 // validation).
 func TestDeps(t *testing.T) {
@@ -21,6 +22,13 @@ func TestDeps(t *testing.T) {
 			deptest.DepChecker{Pkg: pkg, BadDeps: bad}.Check(t)
 		})
 	}
+	// The lifecycle decides; the agent executes: it stands on nothing of
+	// vipd's but the lease, so it can be read, tested and simulated alone.
+	t.Run("./lifecycle", func(t *testing.T) {
+		deptest.DepChecker{Pkg: "./lifecycle", BadDeps: map[string]string{
+			"github.com/vipd/vipd/...": "the lifecycle is pure: the agent gathers its inputs and executes its effects",
+		}, AllowDeps: []string{"github.com/vipd/vipd/agent/lease"}}.Check(t)
+	})
 	t.Run("agent", func(t *testing.T) {
 		deptest.DepChecker{BadImports: map[string]string{
 			"github.com/vipd/vipd/l2":  "the agent announces through Announcer; cmd/vipd builds the l2 announcers",

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
 // apply carries out decide's decision for one VIP through its announcer and
 // records what happened.
-func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
+func (a *Agent) apply(ctx context.Context, v *vipState, d lifecycle.Decision) {
 	v.eligibleSince, v.settling, v.settleStarted = d.EligibleSince, d.Settling, d.SettleStarted
 	v.contested, v.bootstrap = d.Contested, d.Bootstrap
 	v.handoffStarted, v.drainStarted = d.HandoffStarted, d.DrainStarted
@@ -18,24 +19,24 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 		a.log.Info("handing VIP off", "vip", v.cfg.Name, "to", orNone(v.owner))
 	}
 	switch d.Do {
-	case actClaim:
+	case lifecycle.Claim:
 		a.claim(ctx, v, d.Reason)
 		if v.held {
 			a.startTakeover(v)
 		}
-	case actKeep:
+	case lifecycle.Keep:
 		if v.silenced {
 			a.log.Info("handoff called off: advertising the VIP again", "vip", v.cfg.Name)
 			a.reannounce(ctx, v)
 		}
 		v.silenced = false
-	case actReassert:
+	case lifecycle.Reassert:
 		a.log.Info("re-announcing VIP after duplicate holder released it", "vip", v.cfg.Name)
 		a.reannounce(ctx, v)
 		v.silenced = false
-	case actHandoff:
+	case lifecycle.Handoff:
 		a.silence(ctx, v)
-	case actDrain:
+	case lifecycle.Drain:
 		a.silence(ctx, v)
 		if dr, ok := v.ann.(Drainer); ok {
 			actx, cancel := withTimeout(ctx)
@@ -44,9 +45,9 @@ func (a *Agent) apply(ctx context.Context, v *vipState, d decision) {
 				a.log.Warn("graceful shutdown announcement", "vip", v.cfg.Name, "err", err)
 			}
 		}
-	case actQuiesce:
+	case lifecycle.Quiesce:
 		a.startLinger(ctx, v, d.Reason)
-	case actRelease:
+	case lifecycle.Release:
 		if d.CloseClients {
 			// Before the address goes: the resets leave from it.
 			a.closeClients(v)

@@ -12,6 +12,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/nodewatch"
 	"github.com/vipd/vipd/nodewatch/nodewatchtest"
 )
@@ -347,7 +348,7 @@ mode = "bgp"
 	a := &Agent{now: time.Now, self: "a", st: loopState{cfg: cfg}}
 	v := &vipState{cfg: cfg.VIPs[0], ann: &fakeAnnouncer{w: newWire(), node: "a"}, held: true}
 	res := Result{Owner: "b", Eligible: []string{"b"}}
-	view := []Member{node("a", holds, cordoned), node("b")}
+	view := peersOf([]Member{node("a", holds, cordoned), node("b")}, "api", nil)
 	if in := a.decideInput(v, res, view, lease.Quorum{OK: true}); in.Planned {
 		t.Fatalf("planned without a withdraw: %+v", in)
 	}
@@ -356,7 +357,7 @@ mode = "bgp"
 	if !in.Planned || in.Drain != cfg.BGP.GracefulShutdownDuration() {
 		t.Fatalf("withdrawn by its Node: planned %v, drain %v; want planned with the graceful shutdown", in.Planned, in.Drain)
 	}
-	if d := decide(in); d.Do != actDrain {
+	if d := lifecycle.Decide(in); d.Do != lifecycle.Drain {
 		t.Errorf("decide: %v, want the graceful-shutdown announcement first", d.Do)
 	}
 }

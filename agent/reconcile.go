@@ -11,6 +11,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // reconcile is one pass of the loop: it reads the world (links, the
@@ -72,8 +73,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 			v.lastHolder = h
 		}
 		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
-		d := decide(a.decideInput(v, res, view, q))
-		if d.Do == actClaim {
+		peers := peersOf(view, name, addrs)
+		d := lifecycle.Decide(a.decideInput(v, res, peers, q))
+		if d.Do == lifecycle.Claim {
 			// Before the address and its gratuitous ARP: a client that
 			// moves to this node's MAC at once and writes on its
 			// connection to the previous holder must find its packets
@@ -129,17 +131,17 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.publishSnapshot(members, view, q)
 }
 
-// decideInput gathers decide's input for one VIP.
-func (a *Agent) decideInput(v *vipState, res Result, view []Member, q lease.Quorum) decideInput {
+// decideInput gathers the lifecycle's Decide input for one VIP: res is
+// the election's answer over the view, peers the view for v.
+func (a *Agent) decideInput(v *vipState, res Result, peers []lifecycle.Peer, q lease.Quorum) lifecycle.Input {
 	c := a.st.cfg
-	in := decideInput{
+	in := lifecycle.Input{
 		Now:         a.now(),
 		Self:        a.self,
-		VIP:         v.cfg.Name,
 		AnnounceAll: v.cfg.Announce == config.AnnounceAll,
 		L2:          v.cfg.Mode == config.ModeL2,
-		Election:    res,
-		View:        view,
+		Election:    electionOf(res),
+		View:        peers,
 		// VIPs taken over in a restart in place are kept, with or
 		// without quorum, until the previous process's deadline: the
 		// peers claim nothing before it.

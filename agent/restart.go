@@ -19,6 +19,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // Restarts in place (docs/design.md, "Restarting in place"). A process
@@ -493,7 +494,7 @@ func (a *Agent) dropAdopted(ctx context.Context, late bool) {
 // majority acked its heartbeats, or quorum is not required) and this pass
 // kept v: its address is made forever again, then read back at the next
 // pass as any held VIP's.
-func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d decision) {
+func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d lifecycle.Decision) {
 	if !v.adopted {
 		return
 	}
@@ -502,7 +503,7 @@ func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d decision) {
 		return
 	}
 	ls := a.st.lease
-	if d.Do != actKeep || !ls.CanHold() || ls.Adopting() || ls.Evidence().IsZero() {
+	if d.Do != lifecycle.Keep || !ls.CanHold() || ls.Adopting() || ls.Evidence().IsZero() {
 		return
 	}
 	if err := a.keepForever(ctx, v); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -292,7 +293,7 @@ func TestClusterRestartBindAddressLate(t *testing.T) {
 			c.waitMember(owner, n, StateAlive)
 		}
 	}
-	time.Sleep(claimSettle + time.Second)
+	time.Sleep(lifecycle.ClaimSettle + time.Second)
 	ss := samples()
 	two, first := 0, []string(nil)
 	for _, s := range ss {
@@ -399,7 +400,7 @@ func TestClusterRestartWhileLingering(t *testing.T) {
 	}
 	c.start(owner)
 	c.waitMember(owner, succ, StateAlive)
-	time.Sleep(claimSettle + time.Second)
+	time.Sleep(lifecycle.ClaimSettle + time.Second)
 	if got := c.w.claimsSince(claims0); !slices.Equal(got, []string{succ}) {
 		t.Errorf("claims since the withdraw %v, want [%s]: the VIP moved more than once", got, succ)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // silenceAnnouncer records the calls the loop makes; it is a Silencer, as
@@ -46,17 +47,17 @@ func TestHandoffSilencesAdvertisements(t *testing.T) {
 
 	for _, step := range []struct {
 		name string
-		do   action
+		do   lifecycle.Action
 		want []string
 	}{
-		{"handoff starts", actHandoff, []string{"silence"}},
-		{"handoff goes on", actHandoff, []string{"silence"}},
-		{"handoff called off", actKeep, []string{"silence", "announce"}},
-		{"kept", actKeep, []string{"silence", "announce"}},
-		{"handed off again, draining first", actDrain, []string{"silence", "announce", "silence"}},
-		{"handoff goes on after the drain", actHandoff, []string{"silence", "announce", "silence"}},
+		{"handoff starts", lifecycle.Handoff, []string{"silence"}},
+		{"handoff goes on", lifecycle.Handoff, []string{"silence"}},
+		{"handoff called off", lifecycle.Keep, []string{"silence", "announce"}},
+		{"kept", lifecycle.Keep, []string{"silence", "announce"}},
+		{"handed off again, draining first", lifecycle.Drain, []string{"silence", "announce", "silence"}},
+		{"handoff goes on after the drain", lifecycle.Handoff, []string{"silence", "announce", "silence"}},
 	} {
-		a.apply(ctx, v, decision{Do: step.do})
+		a.apply(ctx, v, lifecycle.Decision{Do: step.do})
 		if !slices.Equal(ann.calls, step.want) {
 			t.Fatalf("%s: calls %v, want %v", step.name, ann.calls, step.want)
 		}
@@ -69,8 +70,8 @@ func TestHandoffWithoutSilencer(t *testing.T) {
 	a := &Agent{log: slog.New(slog.DiscardHandler)}
 	ann := &fakeBGPOnly{}
 	v := &vipState{ann: ann, held: true}
-	a.apply(context.Background(), v, decision{Do: actHandoff})
-	a.apply(context.Background(), v, decision{Do: actKeep})
+	a.apply(context.Background(), v, lifecycle.Decision{Do: lifecycle.Handoff})
+	a.apply(context.Background(), v, lifecycle.Decision{Do: lifecycle.Keep})
 	if ann.calls != 0 || v.silenced {
 		t.Fatalf("%d calls, silenced %v; want none", ann.calls, v.silenced)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 const (
@@ -52,7 +53,7 @@ type simOptions struct {
 	Trace int
 	// Decide and Elect replace the real ones (a test of the checkers
 	// breaks them on purpose).
-	Decide func(decideInput) decision
+	Decide func(lifecycle.Input) lifecycle.Decision
 	Elect  func([]Member, ElectionVIP) Result
 	// NoPreempt: preempt off (else the seed chooses).
 	NoPreempt bool
@@ -77,7 +78,7 @@ func (o *simOptions) defaults() {
 		o.Trace = 60
 	}
 	if o.Decide == nil {
-		o.Decide = decide
+		o.Decide = lifecycle.Decide
 	}
 	if o.Elect == nil {
 		o.Elect = Elect
@@ -941,8 +942,9 @@ func (s *sim) reconcile(p *simProc, why string) {
 		p.lastHolder = lh
 	}
 	p.holdersSeen = noteHolders(p.holdersSeen, h.name, view, key, now)
-	in := decideInput{
-		Now: now, Self: h.name, VIP: simVIP, L2: true, Election: res, View: view, CanQuiesce: !s.o.NoChain,
+	peers := peersOf(view, simVIP, nil)
+	in := lifecycle.Input{
+		Now: now, Self: h.name, L2: true, Election: electionOf(res), View: peers, CanQuiesce: !s.o.NoChain,
 		Quorum: q.OK || (p.held && ls.Adopting()), Alive: q.Alive, Known: q.Known,
 		QuorumRegained: p.quorumRegained,
 		Planned:        h.withdrawn || p.shuttingDown,
@@ -962,13 +964,13 @@ func (s *sim) reconcile(p *simProc, why string) {
 	}
 	// Only while the lease lets it hold: a node that may not hold the VIP
 	// has no overlap to excuse.
-	p.givingAway = (d.Do == actHandoff || d.Do == actDrain || d.Do == actQuiesce || (d.Do == actRelease && d.CloseClients)) &&
+	p.givingAway = (d.Do == lifecycle.Handoff || d.Do == lifecycle.Drain || d.Do == lifecycle.Quiesce || (d.Do == lifecycle.Release && d.CloseClients)) &&
 		ls.CanHold()
 	p.eligibleSince, p.settling, p.settleStarted = d.EligibleSince, d.Settling, d.SettleStarted
 	p.contested, p.bootstrap = d.Contested, d.Bootstrap
 	p.handoffStarted, p.drainStarted = d.HandoffStarted, d.DrainStarted
 	p.lastEligible = res.Eligible
-	if d.Do != actNone && d.Do != actKeep {
+	if d.Do != lifecycle.None && d.Do != lifecycle.Keep {
 		s.logf(h, "pass (%s): quorum %d/%d, decide %s: %s", why, q.Alive, q.Known, d.Do, d.Reason)
 	}
 	if d.StartedHandoff {
@@ -985,7 +987,7 @@ func (s *sim) reconcile(p *simProc, why string) {
 		})
 	}
 	switch d.Do {
-	case actClaim:
+	case lifecycle.Claim:
 		claim := func(then func()) {
 			s.effect(p, func() {
 				// callOffLinger: its connections are its own again.
@@ -1005,7 +1007,7 @@ func (s *sim) reconcile(p *simProc, why string) {
 			s.startForward(p, view, func() { claim(rest) })
 		}
 		return
-	case actRelease:
+	case lifecycle.Release:
 		s.abandonLinger(p, "release: "+d.Reason, "the release cuts the linger short", func() {
 			s.effect(p, func() {
 				if d.CloseClients {
@@ -1024,15 +1026,15 @@ func (s *sim) reconcile(p *simProc, why string) {
 			})
 		})
 		return
-	case actQuiesce:
+	case lifecycle.Quiesce:
 		s.startLinger(p, d.Reason, rest)
 		return
-	case actKeep, actReassert:
-		if p.silenced || d.Do == actReassert {
+	case lifecycle.Keep, lifecycle.Reassert:
+		if p.silenced || d.Do == lifecycle.Reassert {
 			s.garp(h.idx) // reannounce
 		}
 		p.silenced = false
-	case actHandoff, actDrain:
+	case lifecycle.Handoff, lifecycle.Drain:
 		p.silenced = true
 	}
 	rest()
@@ -1070,10 +1072,10 @@ func (s *sim) effectR(p *simProc, rng *rand.Rand, kernel, then func()) {
 
 // tail is the end of reconcile: confirm an adoption, drive the lease,
 // track quorum, publish the metadata, and set the loop's timer.
-func (s *sim) tail(p *simProc, q lease.Quorum, d decision) {
+func (s *sim) tail(p *simProc, q lease.Quorum, d lifecycle.Decision) {
 	h := p.h
 	now := p.now()
-	if p.adopted && p.held && d.Do == actKeep && p.ls.CanHold() && !p.ls.Adopting() && !p.ls.Evidence().IsZero() {
+	if p.adopted && p.held && d.Do == lifecycle.Keep && p.ls.CanHold() && !p.ls.Adopting() && !p.ls.Evidence().IsZero() {
 		p.adopted = false
 		if s.hasAddrNow(h) {
 			h.addrUntil = 0

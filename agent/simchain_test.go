@@ -515,7 +515,7 @@ func (s *sim) stepForward(p *simProc, view []Member, then func()) {
 	}, then)
 }
 
-// startLinger is chain.go's startLinger (actQuiesce).
+// startLinger is chain.go's startLinger (lifecycle.Quiesce).
 func (s *sim) startLinger(p *simProc, reason string, then func()) {
 	s.effectR(p, s.crng, func() { s.linger(p, reason) }, func() {
 		// Only once the address has gone (a client whose ARP cache still

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // The nemesis and the checkers of the cluster simulator (sim_test.go).
@@ -399,7 +401,7 @@ func (s *sim) announcers() (ann, all []int) {
 // though the holder has just called it off.
 func (s *sim) handedOff(all []int) bool {
 	for _, i := range all {
-		if h := s.hosts[i]; h.gaveAway > 0 && s.now-h.gaveAway <= claimSettle {
+		if h := s.hosts[i]; h.gaveAway > 0 && s.now-h.gaveAway <= lifecycle.ClaimSettle {
 			return true
 		}
 	}

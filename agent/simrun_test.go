@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // TestSimSeeds runs the cluster simulator over many seeds: each a cluster
@@ -105,9 +107,9 @@ func TestSimSeeds(t *testing.T) {
 // without fresh majority evidence, holding while fenced) makes two
 // holders.
 func TestSimCatchesClaimWithoutLease(t *testing.T) {
-	o := simOptions{Decide: func(in decideInput) decision {
+	o := simOptions{Decide: func(in lifecycle.Input) lifecycle.Decision {
 		in.Fenced, in.AwaitFence = false, false
-		return decide(in)
+		return lifecycle.Decide(in)
 	}}
 	simWantCaught(t, o, "two holders", 1)
 }
@@ -134,10 +136,10 @@ func TestSimCatchesIgnoredHolder(t *testing.T) {
 // TestSimCatchesNoClaim: a decide that lets only n1 claim leaves the VIP
 // on no host while n1 is down.
 func TestSimCatchesNoClaim(t *testing.T) {
-	o := simOptions{Decide: func(in decideInput) decision {
-		d := decide(in)
-		if d.Do == actClaim && in.Self != "n1" {
-			d.Do = actNone
+	o := simOptions{Decide: func(in lifecycle.Input) lifecycle.Decision {
+		d := lifecycle.Decide(in)
+		if d.Do == lifecycle.Claim && in.Self != "n1" {
+			d.Do = lifecycle.None
 		}
 		return d
 	}}

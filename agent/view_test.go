@@ -6,6 +6,7 @@ import (
 
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // TestViewMemberStaleHeld: a member whose published holdings are stale
@@ -58,7 +59,7 @@ func TestViewMemberDeadByGossipButHeard(t *testing.T) {
 	if r := Elect(view, ElectionVIP{Name: "apiserver"}); r.Owner != "c" {
 		t.Errorf("dead by gossip, heard: elected %q (%s), want c, the holder", r.Owner, r.Reason)
 	}
-	if !heldElsewhere("a", "apiserver", view) {
+	if !lifecycle.HeldElsewhere("a", peersOf(view, "apiserver", nil)) {
 		t.Error("dead by gossip, heard: a sees no holder, want c")
 	}
 	if r := Elect([]Member{viewMember(m, lease.State{}), view[1], view[2]}, ElectionVIP{Name: "apiserver"}); r.Owner == "c" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // withdrawWaiter is a `vipctl withdraw --wait` caller waiting for its VIPs
@@ -123,7 +124,7 @@ func (a *Agent) checkWaiters(view []Member, now time.Time) {
 			if v == nil {
 				continue
 			}
-			if v.held || (v.cfg.Announce != config.AnnounceAll && !w.force && !heldElsewhere(a.self, name, view)) {
+			if v.held || (v.cfg.Announce != config.AnnounceAll && !w.force && !lifecycle.HeldElsewhere(a.self, peersOf(view, name, nil))) {
 				pending = append(pending, name)
 			}
 		}

@@ -1,81 +1,74 @@
-package agent
+package lifecycle
 
 import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/vipd/vipd/agent/config"
 )
 
-// claimSettle is how long a node that has just become eligible (start,
+// ClaimSettle is how long a node that has just become eligible (start,
 // restore, health recovered) waits before claiming a VIP by rank. Gossip
 // reaches every node within a few gossip intervals; waiting lets the node
 // see that another node already holds the VIP, so it does not take it away
 // (a second interruption) when preempt is off. Failover is not delayed:
 // the successor of a failed owner has been eligible all along.
-const claimSettle = time.Second
+const ClaimSettle = time.Second
 
-// staleHolderSettle replaces claimSettle, for a node that has just regained
+// StaleHolderSettle replaces ClaimSettle, for a node that has just regained
 // quorum, when a member it last saw holding the VIP is dead in its view:
 // after a partition heals, the returning side's view of the other side is
 // stale until the rejoin's state exchange and the refutations arrive, and
 // the "dead" holder may well be alive and serving.
-const staleHolderSettle = 3 * time.Second
+const StaleHolderSettle = 3 * time.Second
 
-// quiesceSlack is room for a lingering node's closing at idle moments to
-// report back after quiesceMax (handoffMax, chain.go).
-const quiesceSlack = 2 * time.Second
+// MaxSettle bounds how long restarts can stretch one settle period.
+const MaxSettle = 3 * ClaimSettle
 
-// maxSettle bounds how long restarts can stretch one settle period.
-const maxSettle = 3 * claimSettle
-
-// action is what the reconcile loop does next for one VIP.
-type action int
+// Action is what the agent does next for one VIP.
+type Action int
 
 const (
-	// actNone: nothing to do (not held and not wanted, or waiting).
-	actNone action = iota
-	// actClaim: announce the VIP (this node should hold it and does not).
-	actClaim
-	// actKeep: this node holds the VIP and should.
-	actKeep
-	// actReassert: keep, and announce again: a contest ended in this
+	// None: nothing to do (not held and not wanted, or waiting).
+	None Action = iota
+	// Claim: announce the VIP (this node should hold it and does not).
+	Claim
+	// Keep: this node holds the VIP and should.
+	Keep
+	// Reassert: keep, and announce again: a contest ended in this
 	// node's favour and the loser's advertisements may have moved clients.
-	actReassert
-	// actDrain: announce the BGP route with GRACEFUL_SHUTDOWN before the
+	Reassert
+	// Drain: announce the BGP route with GRACEFUL_SHUTDOWN before the
 	// handoff completes (planned departures only).
-	actDrain
-	// actHandoff: hand the VIP off make-before-break: keep it until the
+	Drain
+	// Handoff: hand the VIP off make-before-break: keep it until the
 	// successor holds it.
-	actHandoff
-	// actRelease: withdraw the VIP now.
-	actRelease
-	// actQuiesce: the successor holds the VIP and forwards this node's
+	Handoff
+	// Release: withdraw the VIP now.
+	Release
+	// Quiesce: the successor holds the VIP and forwards this node's
 	// connections to it: release the VIP by lingering on it (the address
 	// goes, the connections stay until they end: chain.go).
-	actQuiesce
+	Quiesce
 )
 
-func (a action) String() string {
+func (a Action) String() string {
 	return [...]string{"none", "claim", "keep", "reassert", "drain", "handoff", "release", "linger"}[a]
 }
 
-// decideInput is everything decide needs to know about one VIP on this node:
+// Input is everything Decide needs to know about one VIP on this node:
 // the election's result over the current view, cluster facts, and what this
 // node remembers of the VIP from its earlier passes.
-type decideInput struct {
+type Input struct {
 	Now  time.Time
 	Self string
-	// VIP is the VIP's name; AnnounceAll is announce = "all" (every
-	// eligible node announces).
-	VIP         string
+	// AnnounceAll is announce = "all" (every eligible node announces).
 	AnnounceAll bool
 	// L2: the VIP is announced by L2 (a contest won is re-announced).
 	L2 bool
-	// Election is Elect over View.
-	Election Result
-	View     []Member
+	// Election is the election's answer over the view; View is every
+	// member (self too) as this pass sees it, for this VIP.
+	Election Election
+	View     []Peer
 	// Quorum: this node sees a majority of the known members (or quorum is
 	// not required); Alive and Known are the counts behind it.
 	Quorum       bool
@@ -120,10 +113,10 @@ type decideInput struct {
 	SettleStarted time.Time
 }
 
-// decision is decide's answer: the action, why, and the memory the next
+// Decision is Decide's answer: the action, why, and the memory the next
 // pass needs.
-type decision struct {
-	Do     action
+type Decision struct {
+	Do     Action
 	Reason string
 	// StartedHandoff: this pass began a handoff (for logging).
 	StartedHandoff bool
@@ -145,8 +138,9 @@ type decision struct {
 	Bootstrap     bool
 }
 
-// decide answers "should this node hold this VIP now, and what does it do
-// about it": a pure function of its input, table-tested in decide_test.go.
+// Decide answers "should this node hold this VIP now, and what does it do
+// about it": a pure function of its input, table-tested over
+// the real election in the agent (agent/decide_test.go).
 //
 // The rules, in order:
 //   - a VIP on a dead interface is released at once (nobody can reach it
@@ -156,8 +150,8 @@ type decision struct {
 //   - without quorum a held VIP is released at once;
 //   - this node wants the VIP when it is the elected owner (or, with
 //     announce = "all", when it is eligible) and it has quorum;
-//   - a node that has just become eligible settles (claimSettle, or
-//     staleHolderSettle just after regaining quorum while a holder it saw is
+//   - a node that has just become eligible settles (ClaimSettle, or
+//     StaleHolderSettle just after regaining quorum while a holder it saw is
 //     dead in its view) before claiming, so gossip can show it who holds
 //     the VIP already;
 //   - a claim waits out the backoff after a failed announce;
@@ -165,22 +159,22 @@ type decision struct {
 //     kept until the successor reports holding it or handoff_timeout, with a
 //     BGP graceful-shutdown period first on planned departures, and released
 //     at once when there is no successor (or with announce = "all").
-func decide(in decideInput) decision {
+func Decide(in Input) Decision {
 	res := in.Election
-	d := decision{
+	d := Decision{
 		EligibleSince:  in.EligibleSince,
 		HandoffStarted: in.HandoffStarted,
 		DrainStarted:   in.DrainStarted,
 		Bootstrap:      res.Bootstrap,
 	}
-	othersHold := heldElsewhere(in.Self, in.VIP, in.View)
+	othersHold := HeldElsewhere(in.Self, in.View)
 	d.Contested = othersHold
 
 	fenced := in.Fenced && !in.AnnounceAll
 	eligible := slices.Contains(res.Eligible, in.Self) && !fenced
-	settle := claimSettle
-	if staleHolder(in.View, in.VIP) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < staleHolderSettle {
-		settle = staleHolderSettle
+	settle := ClaimSettle
+	if staleHolder(in.View) && !in.QuorumRegained.IsZero() && in.Now.Sub(in.QuorumRegained) < StaleHolderSettle {
+		settle = StaleHolderSettle
 	}
 	d.SettleStarted = in.SettleStarted
 	switch {
@@ -197,11 +191,11 @@ func decide(in decideInput) decision {
 		// reach this node first.
 		d.EligibleSince, d.SettleStarted = in.Now, in.Now
 	case in.Now.Sub(d.EligibleSince) < settle && !slices.Equal(in.LastEligible, res.Eligible) &&
-		in.Now.Sub(in.SettleStarted) < maxSettle:
+		in.Now.Sub(in.SettleStarted) < MaxSettle:
 		// Still settling and the field changed (another node became
 		// eligible or went): start the settle again, so the claim rests
 		// on a view that has been still for a settle period (bounded by
-		// maxSettle, so a flapping peer cannot hold a claim off forever).
+		// MaxSettle, so a flapping peer cannot hold a claim off forever).
 		d.EligibleSince = in.Now
 	}
 
@@ -252,13 +246,13 @@ func decide(in decideInput) decision {
 			return d // the lease's next answer makes it fresh
 		}
 		d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
-		d.Do, d.Reason = actClaim, res.Reason
+		d.Do, d.Reason = Claim, res.Reason
 		return d
 	case want && in.Held:
 		d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
-		d.Do = actKeep
+		d.Do = Keep
 		if in.Contested && !othersHold && in.L2 {
-			d.Do, d.Reason = actReassert, "duplicate holder released it"
+			d.Do, d.Reason = Reassert, "duplicate holder released it"
 		}
 		return d
 	case !in.Held:
@@ -269,14 +263,14 @@ func decide(in decideInput) decision {
 	return d.handoff(in)
 }
 
-func (d decision) release(reason string) decision {
-	d.Do, d.Reason = actRelease, reason
+func (d Decision) release(reason string) Decision {
+	d.Do, d.Reason = Release, reason
 	d.HandoffStarted, d.DrainStarted = time.Time{}, time.Time{}
 	return d
 }
 
 // handoff decides the next step of handing a held VIP off.
-func (d decision) handoff(in decideInput) decision {
+func (d Decision) handoff(in Input) Decision {
 	res := in.Election
 	if d.HandoffStarted.IsZero() {
 		d.HandoffStarted = in.Now
@@ -285,18 +279,18 @@ func (d decision) handoff(in decideInput) decision {
 	if in.Drain > 0 && in.Planned {
 		if d.DrainStarted.IsZero() {
 			d.DrainStarted = in.Now
-			d.Do, d.Reason = actDrain, "graceful shutdown before handoff"
+			d.Do, d.Reason = Drain, "graceful shutdown before handoff"
 			return d
 		}
 		if in.Now.Sub(d.DrainStarted) < in.Drain {
-			d.Do = actHandoff
+			d.Do = Handoff
 			return d
 		}
 	}
 	successorHolds, successorForwards := false, false
 	for _, m := range in.View {
-		if vm := m.Meta.VIP(config.VIPKey(in.VIP)); m.Name != in.Self && m.Name == res.Owner && vm.Held {
-			successorHolds, successorForwards = true, vm.Forwarding
+		if m.Name != in.Self && m.Name == res.Owner && m.Held {
+			successorHolds, successorForwards = true, m.Forwarding
 		}
 	}
 	switch {
@@ -309,7 +303,7 @@ func (d decision) handoff(in decideInput) decision {
 		// on to it, so they keep working after it released the VIP,
 		// until they end.
 		d = d.release("successor " + res.Owner + " holds it and forwards this node's connections")
-		d.Do = actQuiesce
+		d.Do = Quiesce
 		return d
 	case successorHolds:
 		d = d.release("successor " + res.Owner + " holds it")
@@ -318,16 +312,15 @@ func (d decision) handoff(in decideInput) decision {
 	case in.Now.Sub(d.HandoffStarted) >= in.HandoffTimeout:
 		return d.release("handoff timeout; successor " + orNone(res.Owner) + " did not confirm")
 	}
-	d.Do = actHandoff
+	d.Do = Handoff
 	return d
 }
 
-// heldElsewhere reports whether an alive (or suspect) member other than
-// self reports holding vip.
-func heldElsewhere(self, vip string, view []Member) bool {
-	k := config.VIPKey(vip)
+// HeldElsewhere reports whether an alive (or suspect) member other than
+// self reports holding the VIP.
+func HeldElsewhere(self string, view []Peer) bool {
 	for _, m := range view {
-		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held {
+		if m.Name != self && m.State.Up() && m.Held {
 			return true
 		}
 	}
@@ -335,10 +328,10 @@ func heldElsewhere(self, vip string, view []Member) bool {
 }
 
 // staleHolder reports whether a member that is dead in this view last
-// reported holding vip.
-func staleHolder(view []Member, vip string) bool {
+// reported holding the VIP.
+func staleHolder(view []Peer) bool {
 	for _, m := range view {
-		if m.State == StateDead && m.Meta.VIP(config.VIPKey(vip)).Held {
+		if m.State == Dead && m.Held {
 			return true
 		}
 	}
