@@ -50,6 +50,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/nodewatch"
 )
 
@@ -359,7 +360,7 @@ type vipState struct {
 	// previous holders' connections to them; linger while this node, a
 	// previous holder, serves its connections without the address
 	// (chain.go).
-	forward *forward
+	forward *lifecycle.Forward
 	linger  *linger
 	// silenced: this node, handing v off, stopped advertising it
 	// (Silencer); announcing it again ends that.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -51,7 +52,7 @@ import (
 //     within quiesceMax), then the rest, and stops lingering. Its clients
 //     reconnect to the holder.
 //  4. The holder stops passing packets on to a member once that member no
-//     longer holds nor lingers (forwardGrace later: its last packets), or
+//     longer holds nor lingers (ForwardGrace later: its last packets), or
 //     at once when it is gone, and then resets the clients that member
 //     had, as after an unplanned failover (takeovers, clients.go). A later
 //     handoff chains: its new holder forwards to the old holder and to
@@ -77,28 +78,14 @@ const (
 	quiesceQuiet = 40 * time.Millisecond
 	// lingerPoll is how often a lingering node counts its connections.
 	lingerPoll = time.Second
-	// forwardGrace is how long the holder keeps forwarding to a member
-	// after it stopped holding and lingering (its last packets, and its
-	// clients' answers to its resets, still on their way).
-	forwardGrace = 2 * time.Second
 	// quiesceSlack is room for a lingering node's closing at idle moments
 	// to report back after quiesceMax.
 	quiesceSlack = 2 * time.Second
 	// handoffMax bounds a restart in place's wait for a handoff under way
 	// (restart.go): the old holder's end of a linger and the new holder's
 	// forwarding grace, with room to spare.
-	handoffMax = quiesceMax + quiesceSlack + 2*forwardGrace + 5*time.Second
+	handoffMax = quiesceMax + quiesceSlack + 2*lifecycle.ForwardGrace + 5*time.Second
 )
-
-// forward is a VIP this node forwards other members' connections for.
-type forward struct {
-	since time.Time
-	// targets are the members forwarded to, with their membership
-	// addresses; gone is when each was first seen neither holding nor
-	// lingering (zero: it still does).
-	targets map[string]netip.Addr
-	gone    map[string]time.Time
-}
 
 // linger is a VIP this node lingers on (step 2 above): its connections are
 // counted, then closed at idle moments, in a goroutine.
@@ -197,37 +184,27 @@ func lingerOn(ctx context.Context, b ConnsBackend, f conns.Filter, hurry <-chan 
 	return b.DestroyIdle(ctx, f, idle)
 }
 
-// stepLinger moves v's lingering on at a pass: it ends it when its
-// goroutine is done, hurries it at a shutdown or a restart (this node's,
-// or the restart in place of the holder that forwards: VIPMeta.EndLinger),
-// and closes its connections at once when the VIP is unhealthy here.
-func (a *Agent) stepLinger(ctx context.Context, v *vipState, view []Member) {
+// stepLinger moves v's lingering on at a pass: what lifecycle.StepLinger
+// answers, done.
+func (a *Agent) stepLinger(ctx context.Context, v *vipState, peers []lifecycle.Peer) {
 	l := v.linger
 	if l == nil {
 		return
 	}
-	switch {
-	case l.finished():
-		a.endLinger(ctx, v, "its connections ended")
-	case !v.healthy || v.down:
-		a.abandonLinger(ctx, v, "the VIP is not healthy here: connections closed at once")
-	case (a.st.shuttingDown || a.st.finishing || holderEndsLinger(a.self, v.cfg.Name, view)) && !l.hurried:
-		l.hurried = true
-		close(l.hurry)
-		a.log.Info("lingering on the VIP: closing what is left at idle moments", "vip", v.cfg.Name)
-	}
-}
-
-// holderEndsLinger reports whether an alive member other than self holds
-// vip and asks the lingering members to end (VIPMeta.EndLinger).
-func holderEndsLinger(self, vip string, view []Member) bool {
-	k := config.VIPKey(vip)
-	for _, m := range view {
-		if m.Name != self && (m.State == StateAlive || m.State == StateSuspect) && m.Meta.VIP(k).Held && m.Meta.VIP(k).EndLinger {
-			return true
+	in := lifecycle.Linger{Self: a.self, View: peers, Finished: l.finished(), Hurried: l.hurried,
+		Healthy: v.healthy && !v.down, Ending: a.st.shuttingDown || a.st.finishing}
+	for _, e := range lifecycle.StepLinger(in) {
+		switch e.Kind {
+		case lifecycle.EndLinger:
+			a.endLinger(ctx, v, e.Reason)
+		case lifecycle.AbandonLinger:
+			a.abandonLinger(ctx, v, e.Reason)
+		case lifecycle.HurryLinger:
+			l.hurried = true
+			close(l.hurry)
+			a.log.Info("lingering on the VIP: closing what is left at idle moments", "vip", v.cfg.Name)
 		}
 	}
-	return false
 }
 
 // endLinger ends v's lingering (after its goroutine): the announcer stops
@@ -295,73 +272,28 @@ func (v *vipState) takeLinger() *linger {
 	return l
 }
 
-// dropForwardTarget is stepForward's rule for one member name it forwards
-// to (m, found in the view), with targets and gone as forward's: a member
-// that holds or lingers stays; one that is gone (dead, left, forgotten) is
-// dropped at once (lost); one that neither holds nor lingers is dropped
-// forwardGrace after it was first seen so. It reports whether name was
-// dropped: whatever it still listed is then to be reset.
-func dropForwardTarget[T any](targets map[string]T, gone map[string]time.Time, name string, now time.Time, m Member, found bool, k uint32) (dropped, lost bool) {
-	vm := m.Meta.VIP(k)
-	switch {
-	case !found || m.State == StateDead || m.State == StateLeft:
-		lost = true
-	case (m.State == StateAlive || m.State == StateSuspect) && (vm.Held || vm.Lingering):
-		delete(gone, name)
-		return false, false
-	case gone[name].IsZero():
-		gone[name] = now
-		return false, false
-	case now.Sub(gone[name]) < forwardGrace:
-		return false, false
-	}
-	delete(targets, name)
-	delete(gone, name)
-	return true, lost
+// canForward reports whether this node can forward the previous holders'
+// connections on v to them when it claims v.
+func (a *Agent) canForward(v *vipState) bool {
+	_, ok := v.ann.(Forwarder)
+	return ok && v.cfg.Mode == config.ModeL2 && v.cfg.Announce != config.AnnounceAll && a.st.cfg.Connections.Enabled()
 }
 
-// forwardTargets returns the members v's packets of unknown connections
-// go to: the previous holder while it holds v, and every member lingering
-// on v, with their membership addresses (those known).
-func (a *Agent) forwardTargets(v *vipState, view []Member, addrs map[string]netip.AddrPort) map[string]netip.Addr {
-	k := config.VIPKey(v.cfg.Name)
-	out := map[string]netip.Addr{}
-	for _, m := range view {
-		if m.Name == a.self || (m.State != StateAlive && m.State != StateSuspect) {
-			continue
-		}
-		vm := m.Meta.VIP(k)
-		if !(vm.Lingering || (vm.Held && m.Name == v.lastHolder)) {
-			continue
-		}
-		ap, ok := addrs[m.Name]
-		if !ok {
-			a.log.Info("not forwarding a member's connections: its address is not known", "vip", v.cfg.Name, "member", m.Name)
-			continue
-		}
-		out[m.Name] = ap.Addr().Unmap()
-	}
-	return out
+// chainInput is the chain's steps' input for v at this pass.
+func (a *Agent) chainInput(v *vipState, peers []lifecycle.Peer) lifecycle.Chain {
+	return lifecycle.Chain{Now: a.now(), Self: a.self, LastHolder: v.lastHolder, View: peers, Held: v.held, CanForward: a.canForward(v)}
 }
 
 // startForward makes this node, which is about to claim v, forward the
-// connections of the previous holder (alive and still holding v: a
-// planned handoff, make-before-break) and of the members lingering on v to
-// them: the previous holder then lingers instead of closing them at once.
-// addrs are the members' membership addresses (memberAddrs). Only members
-// chosen here are ever forwarded to (stepForward drops them as they end):
-// this node's own connections, accepted from now on, are all known to its
-// conntrack, which tells the connections it does not know.
-func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
-	if _, ok := v.ann.(Forwarder); !ok || v.cfg.Mode != config.ModeL2 || v.cfg.Announce == config.AnnounceAll || !a.st.cfg.Connections.Enabled() ||
-		v.forward != nil {
-		return
-	}
-	targets := a.forwardTargets(v, view, addrs)
+// connections of the previous holders to them (lifecycle.StartForward):
+// the previous holder then lingers instead of closing them at once.
+func (a *Agent) startForward(ctx context.Context, v *vipState, peers []lifecycle.Peer) {
+	targets, unknown := lifecycle.StartForward(v.forward, a.chainInput(v, peers))
+	a.logNoAddress(v, unknown)
 	if len(targets) == 0 {
 		return
 	}
-	f := &forward{since: a.now(), targets: targets, gone: map[string]time.Time{}}
+	f := &lifecycle.Forward{Since: a.now(), Targets: targets, Gone: map[string]time.Time{}}
 	if err := a.installForward(ctx, v, f); err != nil {
 		a.log.Info("not forwarding the previous holders' connections: they close them at once", "vip", v.cfg.Name, "to", slices.Sorted(maps.Keys(targets)), "err", err)
 		return
@@ -370,67 +302,53 @@ func (a *Agent) startForward(ctx context.Context, v *vipState, view []Member, ad
 	a.log.Info("forwarding the previous holders' connections to them while they serve them", "vip", v.cfg.Name, "to", slices.Sorted(maps.Keys(targets)))
 }
 
+// logNoAddress logs the members not forwarded to for want of an address.
+func (a *Agent) logNoAddress(v *vipState, unknown []lifecycle.Effect) {
+	for _, e := range unknown {
+		a.log.Info("not forwarding a member's connections: its address is not known", "vip", v.cfg.Name, "member", e.Member)
+	}
+}
+
 // installForward sets v's forwarding to f's targets.
-func (a *Agent) installForward(ctx context.Context, v *vipState, f *forward) error {
-	to := make([]netip.Addr, 0, len(f.targets))
-	for _, name := range slices.Sorted(maps.Keys(f.targets)) {
-		to = append(to, f.targets[name])
+func (a *Agent) installForward(ctx context.Context, v *vipState, f *lifecycle.Forward) error {
+	to := make([]netip.Addr, 0, len(f.Targets))
+	for _, name := range slices.Sorted(maps.Keys(f.Targets)) {
+		to = append(to, f.Targets[name])
 	}
 	actx, cancel := withTimeout(ctx)
 	defer cancel()
 	return v.ann.(Forwarder).Forward(actx, v.cfg.Addr(), a.st.cfg.Connections.PortList(), to...)
 }
 
-// stepForward drops the members this node no longer forwards v's
-// connections to: one that is gone at once (its clients are then reset,
-// as after an unplanned failover), one that neither holds nor lingers
-// forwardGrace after it stopped (whatever it still listed is reset too);
-// it adds a member that lingers on v and is not forwarded to yet (its
-// metadata arrived after this node's claim); and it ends the forwarding
-// when no member is left, or when this node no longer holds v. Adding
-// one is safe only while the forwarding has run since the claim: every
-// connection of this node's is known to its conntrack since then.
-func (a *Agent) stepForward(ctx context.Context, v *vipState, view []Member, addrs map[string]netip.AddrPort) {
+// stepForward moves v's forwarding on at a pass (lifecycle.Forward.Step)
+// and does what it answers: a member dropped has its clients reset (a
+// takeover of whatever it still listed), the forwarding is installed
+// again when its targets changed, and removed when none is left or this
+// node no longer holds v.
+func (a *Agent) stepForward(ctx context.Context, v *vipState, peers []lifecycle.Peer) {
 	f := v.forward
 	if f == nil {
 		return
 	}
-	if !v.held {
-		a.stopForward(ctx, v, "this node no longer holds the VIP")
-		return
-	}
-	now := a.now()
-	k := config.VIPKey(v.cfg.Name)
-	changed := false
-	for name := range f.targets {
-		m, found := memberOf(view, name)
-		dropped, lost := dropForwardTarget(f.targets, f.gone, name, now, m, found, k)
-		if !dropped {
-			continue
-		}
-		changed = true
-		if lost {
-			a.log.Info("stopped forwarding a member's connections: it is gone; resetting its clients", "vip", v.cfg.Name, "member", name)
-		}
-		// Whatever it still had on its list (a member that ended well has
-		// none left) is reset, as after an unplanned failover.
-		a.takeOverFrom(v, name)
-	}
-	for name, to := range a.forwardTargets(v, view, addrs) {
-		m, _ := memberOf(view, name)
-		if _, ok := f.targets[name]; !ok && m.Meta.VIP(k).Lingering {
-			f.targets[name] = to
-			changed = true
-			a.log.Info("forwarding the connections of a member that lingers on the VIP", "vip", v.cfg.Name, "member", name)
-		}
-	}
-	if len(f.targets) == 0 {
-		a.stopForward(ctx, v, "no member holds or lingers on the VIP any more")
-		return
-	}
-	if changed {
-		if err := a.installForward(ctx, v, f); err != nil {
-			a.log.Warn("forward to the members still lingering", "vip", v.cfg.Name, "err", err)
+	for _, e := range f.Step(a.chainInput(v, peers)) {
+		switch e.Kind {
+		case lifecycle.DropTarget:
+			if e.Lost {
+				a.log.Info("stopped forwarding a member's connections: it is gone; resetting its clients", "vip", v.cfg.Name, "member", e.Member)
+			}
+			// Whatever it still had on its list (a member that ended well
+			// has none left) is reset, as after an unplanned failover.
+			a.takeOverFrom(v, e.Member)
+		case lifecycle.NoAddress:
+			a.logNoAddress(v, []lifecycle.Effect{e})
+		case lifecycle.AddTarget:
+			a.log.Info("forwarding the connections of a member that lingers on the VIP", "vip", v.cfg.Name, "member", e.Member)
+		case lifecycle.StopForward:
+			a.stopForward(ctx, v, e.Reason)
+		case lifecycle.InstallForward:
+			if err := a.installForward(ctx, v, f); err != nil {
+				a.log.Warn("forward to the members still lingering", "vip", v.cfg.Name, "err", err)
+			}
 		}
 	}
 }
@@ -440,7 +358,7 @@ func (a *Agent) stopForward(ctx context.Context, v *vipState, why string) {
 	if v.forward == nil {
 		return
 	}
-	to := slices.Sorted(maps.Keys(v.forward.targets))
+	to := slices.Sorted(maps.Keys(v.forward.Targets))
 	v.forward = nil
 	actx, cancel := withTimeout(ctx)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -295,7 +296,7 @@ func (c *testCluster) waitPublished(node, publisher string, n int) {
 // lingering on it (the address goes, its connections stay), and closes
 // nothing: when its connections have ended by themselves (the apiserver's
 // GOAWAY, the client), it stops lingering, and the successor stops
-// forwarding forwardGrace later.
+// forwarding ForwardGrace later.
 func TestClusterDaisyChainHandoff(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	c.chain = true
@@ -326,7 +327,7 @@ func TestClusterDaisyChainHandoff(t *testing.T) {
 	}
 	// They end by themselves.
 	c.nodes[owner].conns.set()
-	deadline := time.Now().Add(lingerPoll + forwardGrace + 5*time.Second)
+	deadline := time.Now().Add(lingerPoll + lifecycle.ForwardGrace + 5*time.Second)
 	var got []string
 	for {
 		got = nil

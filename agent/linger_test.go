@@ -15,6 +15,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -272,7 +273,7 @@ func lingers(m *Member) { setVIP(m, func(v *VIPMeta) { v.Lingering = true }) }
 
 // TestStepForwardTargets: the holder forwards to each lingering member
 // until it is gone (then at once, and its clients are to be reset: a
-// takeover) or has stopped lingering (forwardGrace later, with a
+// takeover) or has stopped lingering (ForwardGrace later, with a
 // takeover of whatever it still listed); it adds a member that starts
 // lingering while it forwards; it stops when none is left.
 func TestStepForwardTargets(t *testing.T) {
@@ -287,7 +288,7 @@ func TestStepForwardTargets(t *testing.T) {
 	fw := &forwardRecorder{}
 	b, c, d := netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.13"), netip.MustParseAddr("192.0.2.14")
 	v := &vipState{cfg: cfg.VIPs[0], ann: fw, held: true,
-		forward: &forward{since: now, targets: map[string]netip.Addr{"b": b, "c": c}, gone: map[string]time.Time{}}}
+		forward: &lifecycle.Forward{Since: now, Targets: map[string]netip.Addr{"b": b, "c": c}, Gone: map[string]time.Time{}}}
 	addrs := map[string]netip.AddrPort{"b": netip.AddrPortFrom(b, 7946), "c": netip.AddrPortFrom(c, 7946), "d": netip.AddrPortFrom(d, 7946)}
 	from := func() []string {
 		var out []string
@@ -306,33 +307,33 @@ func TestStepForwardTargets(t *testing.T) {
 	}
 
 	// b is gone: dropped at once, its clients to be reset.
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("b", lingers, dead), node("c", lingers)}, addrs)
-	if got := slices.Collect(maps.Keys(v.forward.targets)); !slices.Equal(got, []string{"c"}) {
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("b", lingers, dead), node("c", lingers)}, "api", addrs))
+	if got := slices.Collect(maps.Keys(v.forward.Targets)); !slices.Equal(got, []string{"c"}) {
 		t.Fatalf("targets %v after b died, want [c]", got)
 	}
 	if !slices.Equal(last(), []netip.Addr{c}) || !slices.Equal(from(), []string{"b"}) {
 		t.Fatalf("forwarding to %v, takeovers from %v; want [%s], [b]", last(), from(), c)
 	}
 	// d starts lingering (it held the VIP after this node): added.
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("c", lingers), node("d", lingers)}, addrs)
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("c", lingers), node("d", lingers)}, "api", addrs))
 	if !slices.Equal(last(), []netip.Addr{c, d}) {
 		t.Fatalf("forwarding to %v, want [%s %s]", last(), c, d)
 	}
-	// c stops lingering: kept forwardGrace, then dropped.
+	// c stops lingering: kept ForwardGrace, then dropped.
 	n := len(fw.to)
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("c"), node("d", lingers)}, addrs)
-	now = now.Add(forwardGrace - time.Millisecond)
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("c"), node("d", lingers)}, addrs)
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("c"), node("d", lingers)}, "api", addrs))
+	now = now.Add(lifecycle.ForwardGrace - time.Millisecond)
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("c"), node("d", lingers)}, "api", addrs))
 	if len(fw.to) != n {
-		t.Fatalf("forwarding changed to %v before forwardGrace", last())
+		t.Fatalf("forwarding changed to %v before ForwardGrace", last())
 	}
 	now = now.Add(time.Millisecond)
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("c"), node("d", lingers)}, addrs)
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("c"), node("d", lingers)}, "api", addrs))
 	if !slices.Equal(last(), []netip.Addr{d}) || !slices.Equal(from(), []string{"b", "c"}) {
 		t.Fatalf("forwarding to %v, takeovers from %v; want [%s], [b c]", last(), from(), d)
 	}
 	// d left: nothing left to forward to.
-	a.stepForward(context.Background(), v, []Member{node("a", holds), node("c"), node("d", lingers, left)}, addrs)
+	a.stepForward(context.Background(), v, peersOf([]Member{node("a", holds), node("c"), node("d", lingers, left)}, "api", addrs))
 	if v.forward != nil || fw.stopped != 1 {
 		t.Fatalf("forward %v, StopForward called %d times; want stopped once", v.forward, fw.stopped)
 	}
@@ -499,7 +500,7 @@ func TestReleaseStopsForwardingAfterTheAddress(t *testing.T) {
 				metrics: newMetrics(nil), clients: &clients{mirrors: map[string]*conns.Mirror{}}}
 			ann := &orderRecorder{withdrawFail: tc.fail}
 			v := &vipState{cfg: cfg.VIPs[0], ann: ann, held: true,
-				forward: &forward{since: now, targets: map[string]netip.Addr{"b": netip.MustParseAddr("192.0.2.12")}, gone: map[string]time.Time{}}}
+				forward: &lifecycle.Forward{Since: now, Targets: map[string]netip.Addr{"b": netip.MustParseAddr("192.0.2.12")}, Gone: map[string]time.Time{}}}
 			a.release(context.Background(), v, "successor b holds it")
 			if !slices.Equal(ann.calls, tc.want) {
 				t.Errorf("calls %q, want %q: the forwarding must outlive the address", ann.calls, tc.want)

@@ -81,12 +81,12 @@ func (a *Agent) reconcile(ctx context.Context) {
 			// connection to the previous holder must find its packets
 			// passed on, not reset. A claim that fails stops it below
 			// (stepForward: this node does not hold the VIP).
-			a.startForward(ctx, v, view, addrs)
+			a.startForward(ctx, v, peers)
 		}
 		a.apply(ctx, v, d)
 		a.confirmAdopted(ctx, v, d)
-		a.stepForward(ctx, v, view, addrs)
-		a.stepLinger(ctx, v, view)
+		a.stepForward(ctx, v, peers)
+		a.stepLinger(ctx, v, peers)
 		a.stepTakeover(ctx, v, view)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {

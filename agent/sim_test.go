@@ -296,7 +296,7 @@ type simProc struct {
 	tickGen     int
 
 	// the daisy chain and the client reset (simchain_test.go)
-	fwd         *simForward
+	fwd         *lifecycle.Forward
 	linger      *simLinger
 	lastHolder  string
 	holdersSeen map[string]time.Time
@@ -942,7 +942,7 @@ func (s *sim) reconcile(p *simProc, why string) {
 		p.lastHolder = lh
 	}
 	p.holdersSeen = noteHolders(p.holdersSeen, h.name, view, key, now)
-	peers := peersOf(view, simVIP, nil)
+	peers := peersOf(view, simVIP, addrs)
 	in := lifecycle.Input{
 		Now: now, Self: h.name, L2: true, Election: electionOf(res), View: peers, CanQuiesce: !s.o.NoChain,
 		Quorum: q.OK || (p.held && ls.Adopting()), Alive: q.Alive, Known: q.Known,
@@ -979,8 +979,8 @@ func (s *sim) reconcile(p *simProc, why string) {
 	// apply, then the chain's steps (reconcile.go's order), each
 	// announcer call taking its time; then the pass's tail.
 	rest := func() {
-		s.stepForward(p, view, func() {
-			s.stepLinger(p, view, func() {
+		s.stepForward(p, peers, func() {
+			s.stepLinger(p, peers, func() {
 				s.stepTakeover(p, view)
 				s.tail(p, q, d)
 			})
@@ -1002,9 +1002,9 @@ func (s *sim) reconcile(p *simProc, why string) {
 			}, then)
 		}
 		if s.o.Bug == simBugAnnounceFirst {
-			claim(func() { s.startForward(p, view, rest) })
+			claim(func() { s.startForward(p, peers, rest) })
 		} else {
-			s.startForward(p, view, func() { claim(rest) })
+			s.startForward(p, peers, func() { claim(rest) })
 		}
 		return
 	case lifecycle.Release:

@@ -3,16 +3,18 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/lifecycle"
 )
 
 // The cluster simulator's second slice (docs/design.md, "The cluster
 // simulator"): simulated TCP clients of the VIP, the daisy chain's
-// forwarding (chain.go startForward, stepForward, forwardTargets),
+// forwarding (chain.go startForward, stepForward on agent/lifecycle),
 // lingering (startLinger, lingerOn, stepLinger, endLinger, callOffLinger,
 // abandonLinger), the client reset after an unplanned failover
 // (clients.go: the takeovers, their pokes, closeClients) and a restart in
@@ -83,12 +85,6 @@ type simConn struct {
 	waiting   bool
 	waitSince time.Duration
 	rto       time.Duration
-}
-
-// simForward is a holder's forwarding (chain.go's forward).
-type simForward struct {
-	targets map[string]bool
-	gone    map[string]time.Time
 }
 
 // simLinger is a lingering (chain.go's linger), its goroutine modelled
@@ -410,23 +406,12 @@ func (s *sim) schedPublish(p *simProc) {
 // each takes then, run once its announcer calls (which take time) are
 // done.
 
-// forwardTargets is chain.go's forwardTargets.
-func (s *sim) forwardTargets(p *simProc, view []Member) map[string]bool {
-	k := config.VIPKey(simVIP)
-	out := map[string]bool{}
-	for _, m := range view {
-		if m.Name == p.h.name || (m.State != StateAlive && m.State != StateSuspect) {
-			continue
-		}
-		vm := m.Meta.VIP(k)
-		if vm.Lingering || (vm.Held && m.Name == p.lastHolder) {
-			out[m.Name] = true
-		}
-	}
-	return out
+// chain is the lifecycle's chain input for p at this moment.
+func (s *sim) chain(p *simProc, peers []lifecycle.Peer) lifecycle.Chain {
+	return lifecycle.Chain{Now: p.now(), Self: p.h.name, LastHolder: p.lastHolder, View: peers, Held: p.held, CanForward: !s.o.NoChain}
 }
 
-func (s *sim) setForward(p *simProc, targets map[string]bool) {
+func (s *sim) setForward(p *simProc, targets map[string]netip.Addr) {
 	var to []int
 	for _, n := range slices.Sorted(maps.Keys(targets)) {
 		to = append(to, s.byName(n).idx)
@@ -435,18 +420,14 @@ func (s *sim) setForward(p *simProc, targets map[string]bool) {
 }
 
 // startForward is chain.go's startForward (before a claim's announce).
-func (s *sim) startForward(p *simProc, view []Member, then func()) {
-	if p.fwd != nil || s.o.NoChain {
-		then()
-		return
-	}
-	targets := s.forwardTargets(p, view)
+func (s *sim) startForward(p *simProc, peers []lifecycle.Peer, then func()) {
+	targets, _ := lifecycle.StartForward(p.fwd, s.chain(p, peers))
 	if len(targets) == 0 {
 		then()
 		return
 	}
 	s.effectR(p, s.crng, func() {
-		f := &simForward{targets: targets, gone: map[string]time.Time{}}
+		f := &lifecycle.Forward{Since: p.now(), Targets: targets, Gone: map[string]time.Time{}}
 		s.setForward(p, targets)
 		p.fwd = f
 		s.logf(p.h, "EFFECT forwards unknown connections to %s", strings.Join(slices.Sorted(maps.Keys(targets)), ", "))
@@ -466,53 +447,36 @@ func (s *sim) stopForward(p *simProc, why string, then func()) {
 	}, then)
 }
 
-// stepForward is chain.go's stepForward.
-func (s *sim) stepForward(p *simProc, view []Member, then func()) {
+// stepForward is chain.go's stepForward: lifecycle.Forward.Step's
+// effects, done in order.
+func (s *sim) stepForward(p *simProc, peers []lifecycle.Peer, then func()) {
 	f := p.fwd
 	if f == nil {
 		then()
 		return
 	}
-	if !p.held {
-		s.stopForward(p, "this node no longer holds the VIP", then)
-		return
-	}
-	now := p.now()
-	k := config.VIPKey(simVIP)
-	changed := false
-	for _, name := range slices.Sorted(maps.Keys(f.targets)) {
-		m, found := memberOf(view, name)
-		dropped, lost := dropForwardTarget(f.targets, f.gone, name, now, m, found, k)
-		if !dropped {
-			continue
-		}
-		changed = true
-		if lost {
-			s.logf(p.h, "stops forwarding to %s: it is gone; resets its clients", name)
-		}
-		s.takeOverFrom(p, name)
-	}
-	for name := range s.forwardTargets(p, view) {
-		m, _ := memberOf(view, name)
-		if !f.targets[name] && m.Meta.VIP(k).Lingering {
-			f.targets[name] = true
-			changed = true
-			s.logf(p.h, "forwards to %s too: it lingers", name)
+	for _, e := range f.Step(s.chain(p, peers)) {
+		switch e.Kind {
+		case lifecycle.DropTarget:
+			if e.Lost {
+				s.logf(p.h, "stops forwarding to %s: it is gone; resets its clients", e.Member)
+			}
+			s.takeOverFrom(p, e.Member)
+		case lifecycle.AddTarget:
+			s.logf(p.h, "forwards to %s too: it lingers", e.Member)
+		case lifecycle.StopForward:
+			s.stopForward(p, e.Reason, then)
+			return
+		case lifecycle.InstallForward:
+			targets := maps.Clone(f.Targets)
+			s.effectR(p, s.crng, func() {
+				s.setForward(p, targets)
+				s.logf(p.h, "EFFECT forwards to %s", strings.Join(slices.Sorted(maps.Keys(targets)), ", "))
+			}, then)
+			return
 		}
 	}
-	if len(f.targets) == 0 {
-		s.stopForward(p, "no member holds or lingers on the VIP any more", then)
-		return
-	}
-	if !changed {
-		then()
-		return
-	}
-	targets := maps.Clone(f.targets)
-	s.effectR(p, s.crng, func() {
-		s.setForward(p, targets)
-		s.logf(p.h, "EFFECT forwards to %s", strings.Join(slices.Sorted(maps.Keys(targets)), ", "))
-	}, then)
+	then()
 }
 
 // startLinger is chain.go's startLinger (lifecycle.Quiesce).
@@ -650,22 +614,29 @@ func (s *sim) abandonLinger(p *simProc, why, excused string, then func()) {
 	s.endLinger(p, why, then)
 }
 
-// stepLinger is chain.go's stepLinger.
-func (s *sim) stepLinger(p *simProc, view []Member, then func()) {
+// stepLinger is chain.go's stepLinger: lifecycle.StepLinger's answer,
+// done.
+func (s *sim) stepLinger(p *simProc, peers []lifecycle.Peer, then func()) {
 	l := p.linger
-	switch {
-	case l == nil:
+	if l == nil {
 		then()
-	case l.done:
-		s.endLinger(p, "its connections ended", then)
-	case !p.healthy:
-		s.abandonLinger(p, "the VIP is not healthy here", "its apiserver is unhealthy", then)
-	case (p.shuttingDown || p.finishing || holderEndsLinger(p.h.name, simVIP, view)) && !l.hurried:
-		s.hurryLinger(p, l)
-		then()
-	default:
-		then()
+		return
 	}
+	in := lifecycle.Linger{Self: p.h.name, View: peers, Finished: l.done, Hurried: l.hurried,
+		Healthy: p.healthy, Ending: p.shuttingDown || p.finishing}
+	for _, e := range lifecycle.StepLinger(in) {
+		switch e.Kind {
+		case lifecycle.EndLinger:
+			s.endLinger(p, e.Reason, then)
+			return
+		case lifecycle.AbandonLinger:
+			s.abandonLinger(p, e.Reason, "its apiserver is unhealthy", then)
+			return
+		case lifecycle.HurryLinger:
+			s.hurryLinger(p, l)
+		}
+	}
+	then()
 }
 
 // startTakeover is clients.go's startTakeover, at a claim.
