@@ -350,8 +350,8 @@ type vipState struct {
 	// lastHolder is the other member last seen holding the VIP (an alive
 	// one first), whose connections a claim forwards to it (chain.go);
 	// holdersSeen is every other member seen holding it in the last
-	// takeoverHorizon, and when last; takeovers are set when this node
-	// claimed it, one per such member (clients.go).
+	// lifecycle.TakeoverHorizon, and when last; takeovers are set when this
+	// node claimed it, one per such member (clients.go).
 	lastHolder  string
 	holdersSeen map[string]time.Time
 	takeovers   []*takeover

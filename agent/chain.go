@@ -281,7 +281,8 @@ func (a *Agent) canForward(v *vipState) bool {
 
 // chainInput is the chain's steps' input for v at this pass.
 func (a *Agent) chainInput(v *vipState, peers []lifecycle.Peer) lifecycle.Chain {
-	return lifecycle.Chain{Now: a.now(), Self: a.self, LastHolder: v.lastHolder, View: peers, Held: v.held, CanForward: a.canForward(v)}
+	return lifecycle.Chain{Now: a.now(), Self: a.self, LastHolder: v.lastHolder, View: peers, Held: v.held,
+		CanForward: a.canForward(v), CanReset: a.canReset(v)}
 }
 
 // startForward makes this node, which is about to claim v, forward the
@@ -336,8 +337,7 @@ func (a *Agent) stepForward(ctx context.Context, v *vipState, peers []lifecycle.
 			if e.Lost {
 				a.log.Info("stopped forwarding a member's connections: it is gone; resetting its clients", "vip", v.cfg.Name, "member", e.Member)
 			}
-			// Whatever it still had on its list (a member that ended well
-			// has none left) is reset, as after an unplanned failover.
+		case lifecycle.TakeOver:
 			a.takeOverFrom(v, e.Member)
 		case lifecycle.NoAddress:
 			a.logNoAddress(v, []lifecycle.Effect{e})
@@ -367,14 +367,4 @@ func (a *Agent) stopForward(ctx context.Context, v *vipState, why string) {
 		return
 	}
 	a.log.Info("stopped forwarding the previous holders' connections", "vip", v.cfg.Name, "to", to, "reason", why)
-}
-
-// memberOf returns the member named name in view.
-func memberOf(view []Member, name string) (Member, bool) {
-	for _, m := range view {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return Member{}, false
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -31,10 +31,10 @@ import (
 //     names;
 //   - a node that claims a VIP other members held takes each one's list
 //     for the VIP (every member seen holding it in the last
-//     takeoverHorizon: an old holder still releasing and a successor that
-//     died mid-handoff both had clients), waits until that member no
-//     longer holds it (it released it, or it is gone: dead for the lease,
-//     left), then resets every connection on the list that it does not
+//     lifecycle.TakeoverHorizon: an old holder still releasing and a
+//     successor that died mid-handoff both had clients), waits until that
+//     member no longer holds it (it released it, or it is gone: dead for
+//     the lease, left), then resets every connection on the list that it does not
 //     have itself (conns.Pokable, conns.Poker), paced, in a goroutine,
 //     and over the next seconds the ports just below each client's first
 //     new connection to this node (conns.Unlisted): the connections the
@@ -91,10 +91,6 @@ const (
 	publishEvery = time.Second
 	// fullEvery is how often the whole list goes out even without a gap.
 	fullEvery = time.Minute
-	// takeoverHorizon bounds how long a new holder waits for the previous
-	// one to release before it gives its clients up: later, they have
-	// found out by themselves.
-	takeoverHorizon = 30 * time.Second
 	// reconnectWindow is how long after a reset a client seen connected
 	// to this node again counts as reconnected.
 	reconnectWindow = time.Minute
@@ -429,136 +425,60 @@ type takeover struct {
 	conns conns.Set
 }
 
-// takeoverAction is what a new holder does about the previous holder's
-// clients at a pass.
-type takeoverAction int
-
-const (
-	takeoverWait   takeoverAction = iota // the previous holder may still hold the VIP
-	takeoverPoke                         // reset its clients now
-	takeoverForget                       // too late, or this node lost the VIP
-)
-
-// takeoverStep decides a takeover at a pass: a pure function, table-tested
-// in clients_test.go. prev is the previous holder as this pass's view has
-// it (lease verdicts applied: dead once its fence expired, holding
-// nothing once what it said is stale); found is false when it is not in
-// the view.
-//
-// Clients are reset only while this node holds the VIP, and only once
-// the previous holder does not hold it any more: it said it released it,
-// or it is dead or left. A holder cut off from the others but still
-// serving its clients is never disturbed: until its fence expires it is
-// alive and holding for the view.
-func takeoverStep(now time.Time, t *takeover, held bool, vipKey uint32, prev Member, found bool) takeoverAction {
-	switch {
-	case !held || now.Sub(t.since) > takeoverHorizon:
-		return takeoverForget
-	case found && (prev.State == StateAlive || prev.State == StateSuspect) && (prev.Meta.VIP(vipKey).Held || prev.Meta.VIP(vipKey).Lingering):
-		// Holding, or lingering on its connections (chain.go): they
-		// still work.
-		return takeoverWait
-	}
-	return takeoverPoke
-}
-
-// lastHolder returns another member that reports holding the VIP in view
-// (an alive one first), or "".
-func lastHolder(self string, view []Member, vipKey uint32) string {
-	holder := ""
-	for _, m := range view {
-		if m.Name == self || !m.Meta.VIP(vipKey).Held {
-			continue
-		}
-		if m.State == StateAlive || m.State == StateSuspect {
-			return m.Name
-		}
-		holder = m.Name
-	}
-	return holder
-}
-
-// noteHolders returns seen (member name to when it was last seen holding
-// the VIP) with every other member that view reports holding it seen at
-// now, and without those not seen for takeoverHorizon.
-func noteHolders(seen map[string]time.Time, self string, view []Member, vipKey uint32, now time.Time) map[string]time.Time {
-	for _, m := range view {
-		if m.Name != self && m.Meta.VIP(vipKey).Held {
-			if seen == nil {
-				seen = map[string]time.Time{}
-			}
-			seen[m.Name] = now
-		}
-	}
-	for name, at := range seen {
-		if now.Sub(at) > takeoverHorizon {
-			delete(seen, name)
-		}
-	}
-	return seen
+// canReset reports whether this node can reset the clients of v's lost
+// holders ([connections] reset on, a VIP not announced by all: with
+// announce = "all" every eligible node holds it, no holder's clients are
+// lost).
+func (a *Agent) canReset(v *vipState) bool {
+	return a.clients != nil && a.st.cfg.Connections.Enabled() && v.cfg.Announce != config.AnnounceAll
 }
 
 // startTakeover records, when this node has just claimed v, whose clients
-// it may have to reset: every other member seen holding v lately. One is
-// not enough: in a planned handoff whose successor died, the old holder
-// (alive, releasing) and the dead successor both had clients.
+// it may have to reset (lifecycle.StartTakeovers), with their lists as
+// they are now.
 func (a *Agent) startTakeover(v *vipState) {
 	v.takeovers = nil
-	// With announce = "all" every eligible node holds the VIP: there is no
-	// previous holder whose clients are lost.
-	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll {
-		return
-	}
-	for _, name := range slices.Sorted(maps.Keys(v.holdersSeen)) {
-		if name != a.self {
-			v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
-		}
+	for _, name := range lifecycle.StartTakeovers(a.self, v.holdersSeen, a.canReset(v)) {
+		v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 	}
 }
 
 // takeOverFrom adds a takeover of name's clients on v, which this node
-// holds: name lingered on v and is gone (chain.go), its connections with
-// it.
+// holds: name lingered on v and is gone or done (chain.go), its
+// connections with it.
 func (a *Agent) takeOverFrom(v *vipState, name string) {
-	if a.clients == nil || !a.st.cfg.Connections.Enabled() || v.cfg.Announce == config.AnnounceAll {
-		return
-	}
 	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool { return t.from == name })
 	v.takeovers = append(v.takeovers, &takeover{from: name, since: a.now(), conns: a.clients.published(name, v.cfg.Addr())})
 }
 
-// stepTakeover moves v's takeovers on at a pass; resets run under ctx.
-func (a *Agent) stepTakeover(ctx context.Context, v *vipState, view []Member) {
-	if !a.st.cfg.Connections.Enabled() {
-		v.takeovers = nil // turned off by a reload
-		return
-	}
-	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool { return a.stepOneTakeover(ctx, v, view, t) })
+// stepTakeover moves v's takeovers on at a pass (lifecycle.TakeoverStep)
+// and does what it answers; resets run under ctx.
+func (a *Agent) stepTakeover(ctx context.Context, v *vipState, peers []lifecycle.Peer) {
+	canReset := a.canReset(v)
+	v.takeovers = slices.DeleteFunc(v.takeovers, func(t *takeover) bool {
+		effects := lifecycle.TakeoverStep(a.now(), t.from, t.since, v.held, canReset, peers)
+		for _, e := range effects {
+			switch e.Kind {
+			case lifecycle.ForgetClients:
+				a.log.Info("not resetting the previous holder's clients", "vip", v.cfg.Name, "from", t.from, "reason", e.Reason)
+			case lifecycle.ResetClients:
+				a.resetClients(ctx, v, t, e.Lost)
+			}
+		}
+		return len(effects) > 0
+	})
 }
 
-// stepOneTakeover moves one of v's takeovers on; it reports whether the
-// takeover is done.
-func (a *Agent) stepOneTakeover(ctx context.Context, v *vipState, view []Member, t *takeover) bool {
-	prev, found := memberOf(view, t.from)
-	switch takeoverStep(a.now(), t, v.held, config.VIPKey(v.cfg.Name), prev, found) {
-	case takeoverWait:
-		return false
-	case takeoverForget:
-		a.log.Info("not resetting the previous holder's clients", "vip", v.cfg.Name, "from", t.from, "reason", "no longer holding the VIP, or it did not release it in time")
-	case takeoverPoke:
-		// Its list as it is now, with what it had at the claim (it may
-		// have closed those itself, and published that, meanwhile).
-		published := t.conns.Apply(conns.Delta{Added: a.clients.published(t.from, v.cfg.Addr())})
-		cc := a.st.cfg.Connections
-		cfg := conns.PokeConfig{Rate: cc.PokeRate, Timeout: cc.PokeTimeoutDuration()}
-		name, addr, from := v.cfg.Name, v.cfg.Addr(), t.from
-		// Lost, not handed over: a holder that handed the VIP over on
-		// purpose (withdrawn, leaving) closed its connections itself,
-		// those opened after its list included.
-		lost := !found || !(prev.Meta.Withdrawn || prev.Meta.Leaving || prev.Meta.NodeWithdrawn)
-		a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg, lost) })
-	}
-	return true
+// resetClients resets the clients of t's previous holder's connections
+// to v, in a goroutine: its list as it is now, with what it had at the
+// claim (it may have closed those itself, and published that,
+// meanwhile).
+func (a *Agent) resetClients(ctx context.Context, v *vipState, t *takeover, lost bool) {
+	published := t.conns.Apply(conns.Delta{Added: a.clients.published(t.from, v.cfg.Addr())})
+	cc := a.st.cfg.Connections
+	cfg := conns.PokeConfig{Rate: cc.PokeRate, Timeout: cc.PokeTimeoutDuration()}
+	name, addr, from := v.cfg.Name, v.cfg.Addr(), t.from
+	a.goroutines.Go(func() { a.clients.poke(ctx, name, addr, from, published, cfg, lost) })
 }
 
 // poke resets the clients of from's connections to vip that this node

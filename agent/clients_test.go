@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,61 +9,9 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
-	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
 )
-
-func TestTakeoverStep(t *testing.T) {
-	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	const vip = "api"
-	k := config.VIPKey(vip)
-	tk := &takeover{from: "b", since: t0}
-	cases := []struct {
-		name  string
-		now   time.Time
-		held  bool
-		prev  Member
-		found bool
-		want  takeoverAction
-	}{
-		{"previous holder still holds (handoff overlap)", t0, true, node("b", holds), true, takeoverWait},
-		{"previous holder cut off, fence not expired: alive and holding for the view", t0, true, node("b", holds, suspect), true, takeoverWait},
-		{"previous holder released", t0, true, node("b"), true, takeoverPoke},
-		{"previous holder withdrawn and released", t0, true, node("b", withdrawn), true, takeoverPoke},
-		{"previous holder's fence expired: dead for the view", t0, true, node("b", holds, dead), true, takeoverPoke},
-		{"previous holder left", t0, true, node("b", holds, left), true, takeoverPoke},
-		{"previous holder forgotten", t0, true, Member{}, false, takeoverPoke},
-		{"this node lost the VIP meanwhile", t0, false, node("b"), true, takeoverForget},
-		{"previous holder held on past the horizon", t0.Add(takeoverHorizon + time.Second), true, node("b", holds), true, takeoverForget},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := takeoverStep(tc.now, tk, tc.held, k, tc.prev, tc.found); got != tc.want {
-				t.Fatalf("takeoverStep = %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestLastHolder(t *testing.T) {
-	k := config.VIPKey("api")
-	cases := []struct {
-		name string
-		view []Member
-		want string
-	}{
-		{"nobody else holds", []Member{node("a", holds), node("b")}, ""},
-		{"an alive holder", []Member{node("a"), node("b", holds)}, "b"},
-		{"a dead holder", []Member{node("a"), node("b", holds, dead)}, "b"},
-		{"an alive holder before a dead one", []Member{node("a"), node("b", holds, dead), node("c", holds)}, "c"},
-	}
-	for _, tc := range cases {
-		if got := lastHolder("a", tc.view, k); got != tc.want {
-			t.Errorf("%s: lastHolder = %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
 
 func TestClientsMessage(t *testing.T) {
 	b := clientsMessage(clientsFeed, "cp-1", []byte{1, 2, 3})
@@ -445,25 +392,6 @@ func TestClusterResetsDeadSuccessorsClients(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.nodes[succ].agent.members.setAllowed(nil)
-}
-
-func TestNoteHolders(t *testing.T) {
-	k := config.VIPKey("api")
-	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	seen := noteHolders(nil, "a", []Member{node("a", holds), node("b", holds), node("c", holds, dead), node("d")}, k, t0)
-	if want := map[string]time.Time{"b": t0, "c": t0}; !maps.Equal(seen, want) {
-		t.Fatalf("an alive holder and a dead one: seen %v, want %v", seen, want)
-	}
-	// c is no longer reported holding: it is kept for takeoverHorizon.
-	t1 := t0.Add(takeoverHorizon)
-	seen = noteHolders(seen, "a", []Member{node("b", holds)}, k, t1)
-	if want := map[string]time.Time{"b": t1, "c": t0}; !maps.Equal(seen, want) {
-		t.Fatalf("within the horizon: seen %v, want %v", seen, want)
-	}
-	seen = noteHolders(seen, "a", []Member{node("b", holds)}, k, t1.Add(time.Second))
-	if want := map[string]time.Time{"b": t1.Add(time.Second)}; !maps.Equal(seen, want) {
-		t.Fatalf("past the horizon: seen %v, want %v", seen, want)
-	}
 }
 
 // TestClusterCalledOffLingerClosesNothing: an owner lingering after a

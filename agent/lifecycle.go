@@ -19,7 +19,8 @@ func peersOf(view []Member, vip string, addrs map[string]netip.AddrPort) []lifec
 	for _, m := range view {
 		vm := m.Meta.VIP(k)
 		p := lifecycle.Peer{Name: m.Name, State: peerState(m.State),
-			Held: vm.Held, Forwarding: vm.Forwarding, Lingering: vm.Lingering, EndLinger: vm.EndLinger}
+			Held: vm.Held, Forwarding: vm.Forwarding, Lingering: vm.Lingering, EndLinger: vm.EndLinger,
+			Departing: m.Meta.Withdrawn || m.Meta.Leaving || m.Meta.NodeWithdrawn}
 		if ap, ok := addrs[m.Name]; ok {
 			p.Addr = ap.Addr().Unmap()
 		}

@@ -69,11 +69,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 			v.owner = res.Owner
 		}
 		v.reason = res.Reason
-		if h := lastHolder(a.self, view, config.VIPKey(name)); h != "" {
+		peers := peersOf(view, name, addrs)
+		if h := lifecycle.LastHolder(a.self, peers); h != "" {
 			v.lastHolder = h
 		}
-		v.holdersSeen = noteHolders(v.holdersSeen, a.self, view, config.VIPKey(name), a.now())
-		peers := peersOf(view, name, addrs)
+		v.holdersSeen = lifecycle.NoteHolders(v.holdersSeen, a.self, peers, a.now())
 		d := lifecycle.Decide(a.decideInput(v, res, peers, q))
 		if d.Do == lifecycle.Claim {
 			// Before the address and its gratuitous ARP: a client that
@@ -87,7 +87,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		a.confirmAdopted(ctx, v, d)
 		a.stepForward(ctx, v, peers)
 		a.stepLinger(ctx, v, peers)
-		a.stepTakeover(ctx, v, view)
+		a.stepTakeover(ctx, v, peers)
 		v.lastEligible = res.Eligible
 		if d.WantsFence {
 			wantDrive = true

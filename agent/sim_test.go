@@ -937,12 +937,11 @@ func (s *sim) reconcile(p *simProc, why string) {
 		s.logf(h, "elects %s (was %s): %s", orNone(res.Owner), orNone(p.owner), res.Reason)
 		p.owner = res.Owner
 	}
-	key := config.VIPKey(simVIP)
-	if lh := lastHolder(h.name, view, key); lh != "" {
+	peers := peersOf(view, simVIP, addrs)
+	if lh := lifecycle.LastHolder(h.name, peers); lh != "" {
 		p.lastHolder = lh
 	}
-	p.holdersSeen = noteHolders(p.holdersSeen, h.name, view, key, now)
-	peers := peersOf(view, simVIP, addrs)
+	p.holdersSeen = lifecycle.NoteHolders(p.holdersSeen, h.name, peers, now)
 	in := lifecycle.Input{
 		Now: now, Self: h.name, L2: true, Election: electionOf(res), View: peers, CanQuiesce: !s.o.NoChain,
 		Quorum: q.OK || (p.held && ls.Adopting()), Alive: q.Alive, Known: q.Known,
@@ -981,7 +980,7 @@ func (s *sim) reconcile(p *simProc, why string) {
 	rest := func() {
 		s.stepForward(p, peers, func() {
 			s.stepLinger(p, peers, func() {
-				s.stepTakeover(p, view)
+				s.stepTakeover(p, peers)
 				s.tail(p, q, d)
 			})
 		})

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lifecycle"
 )
 
@@ -408,7 +407,8 @@ func (s *sim) schedPublish(p *simProc) {
 
 // chain is the lifecycle's chain input for p at this moment.
 func (s *sim) chain(p *simProc, peers []lifecycle.Peer) lifecycle.Chain {
-	return lifecycle.Chain{Now: p.now(), Self: p.h.name, LastHolder: p.lastHolder, View: peers, Held: p.held, CanForward: !s.o.NoChain}
+	return lifecycle.Chain{Now: p.now(), Self: p.h.name, LastHolder: p.lastHolder, View: peers, Held: p.held,
+		CanForward: !s.o.NoChain, CanReset: !s.o.NoChain}
 }
 
 func (s *sim) setForward(p *simProc, targets map[string]netip.Addr) {
@@ -461,6 +461,7 @@ func (s *sim) stepForward(p *simProc, peers []lifecycle.Peer, then func()) {
 			if e.Lost {
 				s.logf(p.h, "stops forwarding to %s: it is gone; resets its clients", e.Member)
 			}
+		case lifecycle.TakeOver:
 			s.takeOverFrom(p, e.Member)
 		case lifecycle.AddTarget:
 			s.logf(p.h, "forwards to %s too: it lingers", e.Member)
@@ -642,10 +643,10 @@ func (s *sim) stepLinger(p *simProc, peers []lifecycle.Peer, then func()) {
 // startTakeover is clients.go's startTakeover, at a claim.
 func (s *sim) startTakeover(p *simProc) {
 	p.takeovers = nil
+	names := lifecycle.StartTakeovers(p.h.name, p.holdersSeen, !s.o.NoChain)
 	if s.o.NoChain {
 		return
 	}
-	names := slices.Sorted(maps.Keys(p.holdersSeen))
 	p.claimAt, p.claimLists = s.now, map[string]map[int]bool{}
 	for name := range p.holdersSeen {
 		p.claimLists[name] = s.published(name)
@@ -657,9 +658,7 @@ func (s *sim) startTakeover(p *simProc) {
 		}
 	}
 	for _, name := range names {
-		if name != p.h.name {
-			p.takeovers = append(p.takeovers, &simTakeover{t: takeover{from: name, since: p.now()}, conns: s.published(name)})
-		}
+		p.takeovers = append(p.takeovers, &simTakeover{t: takeover{from: name, since: p.now()}, conns: s.published(name)})
 	}
 }
 
@@ -677,16 +676,16 @@ func (s *sim) takeOverFrom(p *simProc, name string) {
 
 // stepTakeover is clients.go's stepTakeover; the pokes go out a few
 // milliseconds later (a goroutine, paced).
-func (s *sim) stepTakeover(p *simProc, view []Member) {
-	k := config.VIPKey(simVIP)
+func (s *sim) stepTakeover(p *simProc, peers []lifecycle.Peer) {
 	p.takeovers = slices.DeleteFunc(p.takeovers, func(t *simTakeover) bool {
-		prev, found := memberOf(view, t.t.from)
-		switch takeoverStep(p.now(), &t.t, p.held, k, prev, found) {
-		case takeoverWait:
+		effects := lifecycle.TakeoverStep(p.now(), t.t.from, t.t.since, p.held, !s.o.NoChain, peers)
+		if len(effects) == 0 {
 			return false
-		case takeoverForget:
+		}
+		switch e := effects[0]; e.Kind {
+		case lifecycle.ForgetClients:
 			s.logf(p.h, "forgets %s's clients", t.t.from)
-		case takeoverPoke:
+		case lifecycle.ResetClients:
 			ids := maps.Clone(t.conns)
 			maps.Copy(ids, s.published(t.t.from))
 			s.logf(p.h, "resets %s's clients (%d listed)", t.t.from, len(ids))

@@ -41,45 +41,10 @@ type Chain struct {
 	// ([connections] reset on, an L2 VIP not announced by all, an
 	// announcer that forwards); decided once by the agent.
 	CanForward bool
-}
-
-// Kind is what an effect does.
-type Kind int
-
-const (
-	// InstallForward: forward to the current targets (they changed).
-	InstallForward Kind = iota + 1
-	// StopForward: stop forwarding (Reason).
-	StopForward
-	// DropTarget: Member is no longer forwarded to; whatever it still
-	// listed is reset, as after an unplanned failover. Lost: it is gone
-	// (dead, left, forgotten), not ended well.
-	DropTarget
-	// AddTarget: Member lingers on the VIP: forwarded to from now on.
-	AddTarget
-	// NoAddress: Member would be forwarded to, but its address is not
-	// known: it is not.
-	NoAddress
-	// EndLinger: the linger is over (its goroutine ended): stop taking the
-	// VIP's packets (Reason).
-	EndLinger
-	// AbandonLinger: close what is left at once, then end (Reason).
-	AbandonLinger
-	// HurryLinger: close what is left at idle moments now.
-	HurryLinger
-)
-
-func (k Kind) String() string {
-	return [...]string{"none", "install forward", "stop forward", "drop target", "add target", "no address",
-		"end linger", "abandon linger", "hurry linger"}[k]
-}
-
-// Effect is one thing the agent does for a VIP, in the order given.
-type Effect struct {
-	Kind   Kind
-	Member string
-	Lost   bool
-	Reason string
+	// CanReset: this node can reset a lost holder's clients
+	// ([connections] reset on, a VIP not announced by all, the connections
+	// backend there); decided once by the agent.
+	CanReset bool
 }
 
 // ForwardTargets returns the members the VIP's packets of unknown
@@ -124,9 +89,9 @@ func StartForward(f *Forward, in Chain) (targets map[string]netip.Addr, unknown 
 }
 
 // Step moves f on at a pass and returns what the agent does about it: a
-// member that is gone is dropped at once (its clients are then reset), one
-// that neither holds nor lingers ForwardGrace after it stopped (whatever
-// it still listed is reset too); a member that lingers and is not
+// member that is gone is dropped at once (its clients are then taken
+// over), one that neither holds nor lingers ForwardGrace after it stopped
+// (whatever it still listed is taken over too); a member that lingers and is not
 // forwarded to yet is added (its metadata arrived after the claim); and
 // the forwarding ends when no member is left, or when this node no longer
 // holds the VIP (the agent then drops f). Adding one is safe only while
@@ -146,6 +111,11 @@ func (f *Forward) Step(in Chain) []Effect {
 		}
 		changed = true
 		out = append(out, Effect{Kind: DropTarget, Member: name, Lost: lost})
+		if in.CanReset {
+			// Whatever it still had on its list (a member that ended well
+			// has none left) is reset, as after an unplanned failover.
+			out = append(out, Effect{Kind: TakeOver, Member: name})
+		}
 	}
 	targets, unknown := ForwardTargets(in)
 	out = append(out, unknown...)

@@ -18,13 +18,14 @@ var (
 // is gone (then at once, lost: its clients are reset) or has stopped
 // lingering (ForwardGrace later, its clients reset too); it adds a member
 // that starts lingering while it forwards; it stops when none is left,
-// and at once when it no longer holds the VIP.
+// and at once when it no longer holds the VIP. A dropped target's clients
+// are taken over when this node can reset them.
 func TestForwardStep(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	f := &Forward{Since: now, Targets: map[string]netip.Addr{"b": addrB, "c": addrC}, Gone: map[string]time.Time{}}
 	self := Peer{Name: "a", Held: true}
 	in := func(view ...Peer) Chain {
-		return Chain{Now: now, Self: "a", View: append([]Peer{self}, view...), Held: true, CanForward: true}
+		return Chain{Now: now, Self: "a", View: append([]Peer{self}, view...), Held: true, CanForward: true, CanReset: true}
 	}
 	step := func(in Chain) []Effect {
 		t.Helper()
@@ -45,7 +46,7 @@ func TestForwardStep(t *testing.T) {
 
 	// b is gone: dropped at once, lost.
 	want(step(in(Peer{Name: "b", State: Dead, Lingering: true, Addr: addrB}, Peer{Name: "c", Lingering: true, Addr: addrC})),
-		Effect{Kind: DropTarget, Member: "b", Lost: true}, Effect{Kind: InstallForward})
+		Effect{Kind: DropTarget, Member: "b", Lost: true}, Effect{Kind: TakeOver, Member: "b"}, Effect{Kind: InstallForward})
 	targets("c")
 	// d starts lingering: added; one whose address is unknown is not.
 	want(step(in(Peer{Name: "c", Lingering: true, Addr: addrC}, Peer{Name: "d", Lingering: true, Addr: addrD}, Peer{Name: "e", Lingering: true})),
@@ -57,7 +58,7 @@ func TestForwardStep(t *testing.T) {
 	want(step(in(Peer{Name: "c", Addr: addrC}, Peer{Name: "d", Lingering: true, Addr: addrD})))
 	now = now.Add(time.Millisecond)
 	want(step(in(Peer{Name: "c", Addr: addrC}, Peer{Name: "d", Lingering: true, Addr: addrD})),
-		Effect{Kind: DropTarget, Member: "c"}, Effect{Kind: InstallForward})
+		Effect{Kind: DropTarget, Member: "c"}, Effect{Kind: TakeOver, Member: "c"}, Effect{Kind: InstallForward})
 	targets("d")
 	// d lingers again within the grace: its clock starts over.
 	want(step(in(Peer{Name: "d", Addr: addrD})))
@@ -67,13 +68,20 @@ func TestForwardStep(t *testing.T) {
 	}
 	// d left: nothing left to forward to.
 	want(step(in(Peer{Name: "d", State: Left, Lingering: true, Addr: addrD})),
-		Effect{Kind: DropTarget, Member: "d", Lost: true}, Effect{Kind: StopForward, Reason: "no member holds or lingers on the VIP any more"})
+		Effect{Kind: DropTarget, Member: "d", Lost: true}, Effect{Kind: TakeOver, Member: "d"}, Effect{Kind: StopForward, Reason: "no member holds or lingers on the VIP any more"})
 
 	// Not holding any more: stop, whatever the targets.
 	f = &Forward{Targets: map[string]netip.Addr{"b": addrB}, Gone: map[string]time.Time{}}
 	c := in(Peer{Name: "b", Lingering: true, Addr: addrB})
 	c.Held = false
 	want(step(c), Effect{Kind: StopForward, Reason: "this node no longer holds the VIP"})
+
+	// A node that cannot reset clients drops a target without a takeover.
+	f = &Forward{Targets: map[string]netip.Addr{"b": addrB}, Gone: map[string]time.Time{}}
+	c = in(Peer{Name: "b", State: Dead, Lingering: true, Addr: addrB})
+	c.CanReset = false
+	want(step(c), Effect{Kind: DropTarget, Member: "b", Lost: true},
+		Effect{Kind: StopForward, Reason: "no member holds or lingers on the VIP any more"})
 }
 
 // TestStartForward: a node about to claim forwards to the last holder

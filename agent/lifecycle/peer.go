@@ -29,6 +29,9 @@ type Peer struct {
 	// forwarding; EndLinger: it holds the VIP and asks the lingering
 	// members to end (it is about to restart in place).
 	Held, Forwarding, Lingering, EndLinger bool
+	// Departing: it hands its VIPs over on purpose (withdrawn by the
+	// operator or its Node, or leaving): it closes its connections itself.
+	Departing bool
 	// Addr is its membership address (not valid: not known).
 	Addr netip.Addr
 }
