@@ -339,8 +339,9 @@ type vipState struct {
 	failing      bool
 	lastReassert time.Time
 	// readySince is when this node last became able to carry the VIP
-	// (preemptReady; zero while it cannot); waiting is set while its
-	// preempt delay runs from then (preemptWaiting), and published.
+	// (lifecycle.PreemptReady; zero while it cannot); waiting is set while
+	// its preempt delay runs from then (lifecycle.PreemptWaiting), and
+	// published.
 	readySince time.Time
 	waiting    bool
 

@@ -83,17 +83,10 @@ func (a *Agent) silence(ctx context.Context, v *vipState) {
 	v.silenced = true
 }
 
-// Announce retries back off from announceRetryMin, doubling up to
-// announceRetryMax.
-const (
-	announceRetryMin = time.Second
-	announceRetryMax = 30 * time.Second
-)
-
 // fail marks v as failing after an announce that failed: until its retry,
 // this node tells the others it cannot carry the VIP, so a peer takes over.
 func (v *vipState) fail(now time.Time) {
-	v.backoff = min(max(2*v.backoff, announceRetryMin), announceRetryMax)
+	v.backoff = lifecycle.NextBackoff(v.backoff)
 	v.retryAt, v.failing = now.Add(v.backoff), true
 }
 

@@ -244,34 +244,6 @@ func TestElectWithoutPrioritiesAsBefore(t *testing.T) {
 	}
 }
 
-// TestPreemptWaiting: the preempt delay runs from the moment the node can
-// carry the VIP, on the injected clock; it restarts when the node could
-// not carry it for a moment; a holder and a node without a delay never
-// wait.
-func TestPreemptWaiting(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	delay := 30 * time.Second
-	var since time.Time
-	step := func(ready bool, at time.Duration, held bool, want bool) {
-		t.Helper()
-		now := t0.Add(at)
-		since = preemptReady(since, ready, now)
-		if got := preemptWaiting(since, now, delay, held); got != want {
-			t.Errorf("at %s (ready %v, held %v): waiting %v, want %v", at, ready, held, got, want)
-		}
-	}
-	step(false, 0, false, false)              // cannot carry it: not eligible, nothing to wait for
-	step(true, time.Second, false, true)      // became ready: the delay starts
-	step(true, 30*time.Second, false, true)   // 29s in
-	step(true, 31*time.Second, false, false)  // over
-	step(false, 32*time.Second, false, false) // unhealthy a moment
-	step(true, 33*time.Second, false, true)   // starts again
-	step(true, 40*time.Second, true, false)   // a holder does not wait
-	if preemptWaiting(t0, t0, 0, false) {
-		t.Error("waiting without a delay")
-	}
-}
-
 // TestMetaPriority: a priority other than the default is written as
 // version 3 (6-byte entries) and read back; the previous release's reader
 // (version 2 and later: the first 5 bytes of each entry) reads the rest

@@ -182,15 +182,15 @@ func (a *Agent) electionVIP(v *vipState) ElectionVIP {
 }
 
 // notePreemptDelays moves each VIP's preempt delay: it runs from the
-// moment this node can carry the VIP (preemptReady), and while it runs
+// moment this node can carry the VIP (lifecycle.PreemptReady), and while it runs
 // the node publishes that it waits (VIPMeta.Waiting), so no node elects
 // it over a holder.
 func (a *Agent) notePreemptDelays(now time.Time) {
 	nodeReady := !a.st.fence.Fenced() && !a.st.withdrawn && !a.st.shuttingDown && !a.st.node.withdrawn()
 	for _, v := range a.st.vips {
 		ready := nodeReady && v.healthy && !v.down && !v.failing
-		v.readySince = preemptReady(v.readySince, ready, now)
-		w := preemptWaiting(v.readySince, now, v.cfg.PreemptDelayDuration(), v.held)
+		v.readySince = lifecycle.PreemptReady(v.readySince, ready, now)
+		w := lifecycle.PreemptWaiting(v.readySince, now, v.cfg.PreemptDelayDuration(), v.held)
 		if w != v.waiting {
 			if w {
 				a.log.Info("waiting out the preempt delay before taking the VIP from a lower-ranked holder", "vip", v.cfg.Name, "delay", v.cfg.PreemptDelayDuration())
@@ -200,27 +200,6 @@ func (a *Agent) notePreemptDelays(now time.Time) {
 			v.waiting = w
 		}
 	}
-}
-
-// preemptReady is when a node that can carry a VIP now (ready) became
-// able to, given since, the last answer (zero: it could not).
-func preemptReady(since time.Time, ready bool, now time.Time) time.Time {
-	switch {
-	case !ready:
-		return time.Time{}
-	case since.IsZero():
-		return now
-	}
-	return since
-}
-
-// preemptWaiting reports whether a node that became able to carry a VIP
-// at since (zero: it cannot) still waits out the preempt delay before it
-// may take the VIP from a holder. A holder does not wait, nor does a node
-// that cannot carry the VIP (it is not eligible anyway), nor any without
-// a delay.
-func preemptWaiting(since, now time.Time, delay time.Duration, held bool) bool {
-	return delay > 0 && !held && !since.IsZero() && now.Sub(since) < delay
 }
 
 // vipNames returns the configured VIP names, sorted.

@@ -324,7 +324,7 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 func (a *Agent) handoffUnderway() string {
 	for _, name := range a.vipNames() {
 		v := a.st.vips[name]
-		if v.linger != nil || v.forward != nil || (v.held && (!v.handoffStarted.IsZero() || !v.drainStarted.IsZero())) {
+		if lifecycle.HandoffUnderway(v.held, v.linger != nil, v.forward != nil, v.handoffStarted, v.drainStarted) {
 			return name
 		}
 	}
@@ -502,8 +502,7 @@ func (a *Agent) confirmAdopted(ctx context.Context, v *vipState, d lifecycle.Dec
 		v.adopted = false
 		return
 	}
-	ls := a.st.lease
-	if d.Do != lifecycle.Keep || !ls.CanHold() || ls.Adopting() || ls.Evidence().IsZero() {
+	if ls := a.st.lease; !lifecycle.ConfirmAdoption(d.Do, ls.CanHold(), ls.Adopting(), ls.Evidence()) {
 		return
 	}
 	if err := a.keepForever(ctx, v); err != nil {

@@ -1074,7 +1074,7 @@ func (s *sim) effectR(p *simProc, rng *rand.Rand, kernel, then func()) {
 func (s *sim) tail(p *simProc, q lease.Quorum, d lifecycle.Decision) {
 	h := p.h
 	now := p.now()
-	if p.adopted && p.held && d.Do == lifecycle.Keep && p.ls.CanHold() && !p.ls.Adopting() && !p.ls.Evidence().IsZero() {
+	if p.adopted && p.held && lifecycle.ConfirmAdoption(d.Do, p.ls.CanHold(), p.ls.Adopting(), p.ls.Evidence()) {
 		p.adopted = false
 		if s.hasAddrNow(h) {
 			h.addrUntil = 0

@@ -706,7 +706,7 @@ func (s *sim) stepTakeover(p *simProc, peers []lifecycle.Peer) {
 
 // handoffUnderway is restart.go's handoffUnderway.
 func (p *simProc) handoffUnderway() bool {
-	return p.linger != nil || p.fwd != nil || (p.held && (!p.handoffStarted.IsZero() || !p.drainStarted.IsZero()))
+	return lifecycle.HandoffUnderway(p.held, p.linger != nil, p.fwd != nil, p.handoffStarted, p.drainStarted)
 }
 
 // finishHandoffs is restart.go's finishHandoffs: passes until no handoff
