@@ -2,29 +2,42 @@
 // health checks, state files, the local API and the reconcile loop that
 // drives the network towards what the election decides.
 //
-// The data flow, file by file (docs/design.md has the long form):
+// The data flow, file by file (docs/design.md has the long form; every
+// file of the package is listed here, TestFileMap keeps it so):
 //
+//	agent.go      the Agent, its options, the announcer interfaces, per-VIP state
 //	preflight.go  what start-up refuses short of binding, for vipd --check too
 //	run.go        Run: start-up wiring, then the loop, then shutdown
 //	loop.go       the one goroutine that owns the agent's state
+//	membership.go memberlist: the members, admission, their metadata
+//	transport.go  memberlist's UDP and TCP transport, lease heartbeats inline
+//	keyring.go    the cluster key file
+//	meta.go       what a node tells the others (NodeMeta, VIPMeta)
 //	observe.go    read the world: links, addresses, routes
-//	reconcile.go  one pass: observe, elect (election.go), decide, apply;
+//	reconcile.go  one pass: observe, elect, the lifecycle's steps, execute;
 //	              the lease's evidence (fence, quorum, the view)
+//	election.go   the owner of a VIP, a pure function of the view
 //	lifecycle.go  the lifecycle's inputs from the view (peersOf, electionOf)
-//	handoff.go    apply a decision: claim, keep, hand off, release
-//	health.go     health checks and their verdicts
-//	reload.go     SIGHUP
-//	rejoin.go     the peer cache and the rejoin loop
-//	conflicts.go  another host answering for a held VIP
+//	handoff.go    execute a decision: claim, keep, hand off, release
+//	chain.go      execute the daisy chain: forward, linger, their ends
 //	clients.go    the VIPs' client connections: publish them, reset the
 //	              previous holder's after a takeover, close this node's on
 //	              a planned handoff (package conns does the work)
+//	restart.go    restart in place: record, adopt, confirm, finish handoffs
+//	health.go     health checks and their verdicts
+//	node.go       this host's Kubernetes Node and the withdraw it makes
+//	reload.go     SIGHUP
+//	rejoin.go     the peer cache and the rejoin loop
+//	state.go      state files in state_dir
+//	conflicts.go  another host answering for a held VIP
 //	withdraw.go   withdraw, restore, forget
 //	status.go     the status snapshot the API serves
+//	events.go     the event broker the API streams from
 //	api.go        the gRPC server on the unix socket
 //	notify.go     systemd READY/STATUS/WATCHDOG
 //	hooks.go      [hooks]: a command run at each change of a VIP's state
 //	metrics.go    Prometheus
+//	cleanup.go    what vipd cleanup removes
 //
 // Three parts with their own invariants are packages of their own: the
 // configuration (agent/config: the file's keys, defaults, positions and
