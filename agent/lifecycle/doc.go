@@ -17,7 +17,15 @@
 //     longer forwarded to (and whose clients are then reset), which ones
 //     are forwarded to too, and when the forwarding ends;
 //   - StepLinger: when a lingering node ends its linger, hurries it, or
-//     abandons it.
+//     abandons it;
+//   - at a claim, StartTakeovers (over the holders NoteHolders remembers),
+//     and at each pass TakeoverStep: whose clients a new holder resets,
+//     and when (takeover.go);
+//   - ConfirmAdoption: when a VIP adopted in a restart in place is this
+//     process's own (hold.go, with the backoff after a failed announce,
+//     the preempt delay and whether a planned handoff is under way).
+//
+// Effects (effect.go) are done in the order a step returns them.
 //
 // A VIP's states, as the agent keeps them: not held; settling (eligible,
 // waiting out the settle); held; handing off (held, drain and handoff
