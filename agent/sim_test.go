@@ -12,7 +12,6 @@ package agent
 // follows from the seed: a failing seed prints a story of its last events.
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -111,21 +110,53 @@ type simEvent struct {
 	f   func()
 }
 
-type simQueue []*simEvent
+// simQueue is the events by time, then by the order they were scheduled
+// in: a binary heap of values (no allocation per event, no interface
+// calls), popped in the same order as any heap over that total order.
+type simQueue []simEvent
 
-func (q simQueue) Len() int { return len(q) }
-func (q simQueue) Less(i, j int) bool {
+func (q simQueue) less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)   { *q = append(*q, x.(*simEvent)) }
-func (q *simQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
+
+func (q *simQueue) push(e simEvent) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (q *simQueue) pop() simEvent {
+	h := *q
+	e := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = simEvent{} // let the closure go
+	h = h[:last]
+	for i := 0; ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h.less(l, m) {
+			m = l
+		}
+		if r < len(h) && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
 	return e
 }
 
@@ -340,7 +371,7 @@ func (s *sim) at(d time.Duration, f func()) {
 		d = s.now
 	}
 	s.seq++
-	heap.Push(&s.q, &simEvent{at: d, seq: s.seq, f: f})
+	s.q.push(simEvent{at: d, seq: s.seq, f: f})
 }
 
 func (s *sim) after(d time.Duration, f func()) { s.at(s.now+d, f) }
@@ -396,7 +427,7 @@ func (s *sim) run() []string {
 			s.violate("livelock: more than %d events", simMaxEvents)
 			break
 		}
-		e := heap.Pop(&s.q).(*simEvent)
+		e := s.q.pop()
 		if e.at > end {
 			break
 		}
