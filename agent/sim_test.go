@@ -196,8 +196,11 @@ type sim struct {
 	maxNoHolder time.Duration
 	ended       bool
 	overlap     time.Duration // since when a planned overlap runs (-1: none)
-	stableKey   string        // stableMajority's last input and answer
+	stableKey   []byte        // stableMajority's last input and answer
 	stableWas   bool
+	stableValid bool   // stableKey and stableWas are set
+	stableBuf   []byte // stableMajority's scratch: the next key
+	stableOK    []int  // and the hosts it counts
 
 	// the VIP's clients (simchain_test.go)
 	clients []*simClient

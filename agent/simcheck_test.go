@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -544,26 +545,42 @@ func (s *sim) stableMajority() bool {
 		return false
 	}
 	n := len(s.hosts)
-	var ok []int
+	ok := s.stableOK[:0]
 	for i, h := range s.hosts {
 		if p := h.proc; h.up && p != nil && !p.dead && !p.shuttingDown && s.now >= h.pausedUntil {
 			ok = append(ok, i)
 		}
 	}
+	s.stableOK = ok
 	need := n/2 + 1
 	if len(ok) < need {
 		return false
 	}
-	key := fmt.Sprint(ok, s.blocked)
+	// The key is all largestClique reads: which hosts, which of them
+	// are withdrawn, which paths are cut.
+	key := s.stableBuf[:0]
 	for _, i := range ok {
-		key += fmt.Sprint(s.hosts[i].withdrawn)
+		key = append(key, byte(i), simBool(s.hosts[i].withdrawn))
 	}
-	if key == s.stableKey {
+	for i := range n {
+		for j := range n {
+			key = append(key, simBool(s.blocked[i][j] > 0))
+		}
+	}
+	if s.stableValid && bytes.Equal(key, s.stableKey) {
+		s.stableBuf = key
 		return s.stableWas
 	}
-	s.stableKey = key
+	s.stableBuf, s.stableKey, s.stableValid = s.stableKey, key, true
 	s.stableWas = s.largestClique(ok, need)
 	return s.stableWas
+}
+
+func simBool(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // largestClique reports whether at least need of the hosts ok reach one
