@@ -217,6 +217,7 @@ type simHost struct {
 	idx  int
 	name string
 	ap   netip.AddrPort
+	addr string    // ap as membership's Address
 	ppm  int64     // clock rate error, parts per million (within 1%)
 	base time.Time // its monotonic clock at real time 0
 	up   bool      // the host runs (a power-off takes its address too)
@@ -364,6 +365,7 @@ func newSim(o simOptions) *sim {
 			ap:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), 7946),
 			ppm:  int64(s.rng.IntN(20001)) - 10000,
 			base: time.Unix(1_000_000*int64(i+1), 0), leftSince: -1, emptySince: -1}
+		h.addr = h.ap.String()
 		s.hosts = append(s.hosts, h)
 	}
 	return s
@@ -722,10 +724,16 @@ type simEntry struct {
 	age   time.Duration
 }
 
-// table is what p tells others: itself and every member it knows.
-func (s *sim) table(p *simProc) []simEntry {
+// table is what p tells others: itself and, when full, every member it
+// knows. The receivers only read it: one table can go to several.
+func (s *sim) table(p *simProc, full bool) []simEntry {
+	self := simEntry{name: p.h.name, ver: p.h.metaVer, meta: p.meta, state: StateAlive}
+	if !full {
+		return []simEntry{self}
+	}
 	now := p.now()
-	out := []simEntry{{name: p.h.name, ver: p.h.metaVer, meta: p.meta, state: StateAlive}}
+	out := make([]simEntry, 1, 1+len(p.members))
+	out[0] = self
 	for _, h := range s.hosts {
 		if m := p.members[h.name]; m != nil {
 			out = append(out, simEntry{name: h.name, ver: m.ver, meta: m.meta, state: m.state, age: now.Sub(m.heard)})
@@ -737,10 +745,11 @@ func (s *sim) table(p *simProc) []simEntry {
 // sendTable sends p's table (or only its own entry) to host o; join asks
 // o to answer with its own (a push-pull).
 func (s *sim) sendTable(p *simProc, o *simHost, full, join bool) {
-	t := s.table(p)
-	if !full {
-		t = t[:1]
-	}
+	s.sendEntries(p, o, s.table(p, full), join)
+}
+
+// sendEntries sends t, a table of p's, to host o.
+func (s *sim) sendEntries(p *simProc, o *simHost, t []simEntry, join bool) {
 	from := p.h.name
 	s.send(p.h.idx, o.idx, func() {
 		s.toProc(o.idx, func(q *simProc) { s.merge(q, from, t, join) })
@@ -750,9 +759,10 @@ func (s *sim) sendTable(p *simProc, o *simHost, full, join bool) {
 // broadcast sends p's own entry to every host (memberlist's broadcast of
 // a metadata update, or of a join).
 func (s *sim) broadcast(p *simProc, join bool) {
+	t := s.table(p, false)
 	for _, o := range s.hosts {
 		if o != p.h {
-			s.sendTable(p, o, false, join)
+			s.sendEntries(p, o, t, join)
 		}
 	}
 }
@@ -765,9 +775,13 @@ func (s *sim) schedGossip(p *simProc) {
 			return
 		}
 		if s.now >= p.h.pausedUntil {
+			var t []simEntry
 			for range 3 {
 				if o := s.hosts[s.rng.IntN(len(s.hosts))]; o != p.h {
-					s.sendTable(p, o, true, false)
+					if t == nil {
+						t = s.table(p, true)
+					}
+					s.sendEntries(p, o, t, false)
 				}
 			}
 			s.detect(p)
@@ -866,10 +880,10 @@ func (s *sim) leave(p *simProc) {
 
 // snapshot is membership's table as reconcile reads it (memberInfo).
 func (p *simProc) snapshot() []memberInfo {
-	var out []memberInfo
+	out := make([]memberInfo, 0, len(p.members))
 	for _, h := range p.h.s.hosts {
 		if m := p.members[h.name]; m != nil {
-			out = append(out, memberInfo{Name: h.name, Address: h.ap.String(), State: m.state, Meta: m.meta,
+			out = append(out, memberInfo{Name: h.name, Address: h.addr, State: m.state, Meta: m.meta,
 				Since: m.since, MetaSince: m.metaSince})
 		}
 	}
