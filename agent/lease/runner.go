@@ -233,13 +233,17 @@ func (r *Runner) State() State {
 }
 
 func (r *Runner) stateLocked(now time.Time) State {
-	st := State{timers: r.tr.cfg, required: r.required, expired: map[string]time.Time{}, lastGone: map[string]time.Time{}, heard: map[string]bool{},
-		restarting: map[string]bool{}, drivers: map[string]bool{}}
-	for _, n := range r.tr.heardWithin(r.tr.cfg.Claim, now) {
-		st.heard[n] = true
-	}
-	for _, n := range r.tr.restartingPeers(now) {
-		st.restarting[n] = true
+	// The maps are made when they get an entry (a nil map reads as
+	// empty): the state is built at every heartbeat received, and most
+	// of them stay empty.
+	st := State{timers: r.tr.cfg, required: r.required}
+	for n, p := range r.tr.peers {
+		if !p.heard.IsZero() && now.Sub(p.heard) < r.tr.cfg.Claim {
+			put(&st.heard, n, true)
+		}
+		if p.restarting(now) {
+			put(&st.restarting, n, true)
+		}
 	}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
 	if !st.canHold && now.Before(r.holdUntil) {
@@ -259,16 +263,24 @@ func (r *Runner) stateLocked(now time.Time) State {
 	}
 	for _, n := range r.base {
 		if n != r.tr.self && r.tr.expired(n, r.base, r.required, now) {
-			st.expired[n] = r.tr.peers[n].goneAt
+			put(&st.expired, n, r.tr.peers[n].goneAt)
 		}
 		if p := r.tr.peers[n]; n != r.tr.self && p != nil && !p.goneAt.IsZero() {
-			st.lastGone[n] = p.goneAt
+			put(&st.lastGone, n, p.goneAt)
 		}
 		if p := r.tr.peers[n]; n != r.tr.self && p != nil && p.driver && !p.gone {
-			st.drivers[n] = true
+			put(&st.drivers, n, true)
 		}
 	}
 	return st
+}
+
+// put sets (*m)[k] = v, making the map first if it is nil.
+func put[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
 }
 
 // publishLocked records the state and reports whether the loop should

@@ -422,7 +422,8 @@ func (l *tracker) fence(base []string, required bool, now time.Time) (ok bool, e
 	if need <= 0 {
 		return true, now
 	}
-	var acks []time.Time
+	var buf [16]time.Time // on the stack for clusters up to 17 members
+	acks := buf[:0]
 	for _, n := range base {
 		if n == l.self {
 			continue
