@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/internal/ifname"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -71,11 +72,8 @@ type Config struct {
 // RefreshInterval ValidRefreshInterval refuses. New
 // refuses what Validate refuses.
 func (c Config) Validate() error {
-	if c.Interface == "" {
-		return errors.New("interface is required")
-	}
-	if !validIfName(c.Interface) {
-		return fmt.Errorf("invalid interface name %q (at most 15 bytes, no '/', ':' or white space)", c.Interface)
+	if err := ifname.Check(c.Interface); err != nil {
+		return err
 	}
 	if c.GARPCount < 0 {
 		return fmt.Errorf("GARPCount must not be negative, got %d", c.GARPCount)
@@ -97,13 +95,6 @@ func ValidRefreshInterval(d time.Duration) error {
 		return fmt.Errorf("must be 0 (off) or at least %s, got %s", MinRefreshInterval, d)
 	}
 	return nil
-}
-
-// validIfName is the kernel's rule for interface names (dev_valid_name):
-// shorter than IFNAMSIZ (16, with the terminating NUL), not "." or "..",
-// and no '/', ':' or white space.
-func validIfName(s string) bool {
-	return s != "" && len(s) < unix.IFNAMSIZ && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n\v\f\r")
 }
 
 // withDefaults validates c and returns a copy with defaults applied.
