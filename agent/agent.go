@@ -198,6 +198,11 @@ type Options struct {
 	// NodeWatch, when set, adjusts the configuration of the Kubernetes
 	// Node watch before it starts (tests shorten its timers). [none]
 	NodeWatch func(nodewatch.Config) nodewatch.Config
+	// ConfigRules are the backends' rules a reload checks the file with,
+	// as vipd --check and the start do (cmd/vipd passes
+	// backendconfig.Rules). [none: the configuration's own rules; a
+	// backend refuses what it refuses when it is reconfigured]
+	ConfigRules config.BackendRules
 }
 
 // Agent is one vipd node. Create it with New and run it with Run.

@@ -497,6 +497,8 @@ type testCluster struct {
 	vip   netip.Addr
 	// beforeRun, when set, is called with each agent before it runs.
 	beforeRun func(name string, a *Agent)
+	// rules are the nodes' Options.ConfigRules.
+	rules config.BackendRules
 	// vipExtra is appended to the VIP's table (a [vip.health] section).
 	vipExtra string
 	// tail, per node, is appended to its file (a [kubernetes] section).
@@ -607,7 +609,8 @@ func (c *testCluster) start(name string) {
 			}
 			return StopHandoff
 		},
-		NextAdopts: func() bool { return n.restart.Load() },
+		NextAdopts:  func() bool { return n.restart.Load() },
+		ConfigRules: c.rules,
 	})
 	if err != nil {
 		c.t.Fatal(err)

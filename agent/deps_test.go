@@ -10,14 +10,28 @@ import (
 // the agent's own packages never import the agent, the lease and conns
 // import nothing of vipd's, the lifecycle nothing but the lease, and
 // the agent reaches the backends only through the
-// Announcer interface (cmd/vipd builds them; agent/config uses their
-// validation).
+// Announcer interface (cmd/vipd builds them, and brings their rules to
+// agent/config, which links none of them, directly or through another
+// package).
 func TestDeps(t *testing.T) {
 	backend := map[string]string{"github.com/vipd/vipd/agent/...": "a backend knows nothing of the agent: the agent calls it through Announcer"}
 	part := map[string]string{"github.com/vipd/vipd/agent": "a part of the agent with its own API: the agent uses it, not the other way round"}
+	// The configuration is a leaf: it reads the file and places problems,
+	// and cmd/vipd brings the backends' rules (config.BackendRules), so
+	// reading a file links no announcer (nor GoBGP, netlink, nftables).
+	cfg := map[string]string{
+		"github.com/vipd/vipd/agent":       part["github.com/vipd/vipd/agent"],
+		"github.com/vipd/vipd/bgp/...":     "the configuration is a leaf: cmd/vipd converts the [bgp] section for the speaker and brings its rules (config.BackendRules)",
+		"github.com/vipd/vipd/l2/...":      "the configuration is a leaf: cmd/vipd converts a VIP for its announcer and brings the l2 rules (config.BackendRules)",
+		"github.com/vipd/vipd/bfd/...":     "the configuration is a leaf: BFD comes with the BGP speaker",
+		"github.com/osrg/gobgp/...":        "the configuration is a leaf: GoBGP comes with the BGP speaker",
+		"github.com/vipd/vipd/agent/apipb": "the configuration is a leaf: the API's gRPC code is the agent's and vipctl's (apipb.DefaultSocket is written again, and tested equal)",
+		"google.golang.org/grpc/...":       "the configuration is a leaf: gRPC is the API's",
+		"github.com/vipd/vipd/conns":       "the configuration is a leaf: conns' sockets are the agent's (its defaults are written again, and tested equal)",
+	}
 	bottom := map[string]string{"github.com/vipd/vipd/...": "the lease is the safety argument: it stands on nothing else of vipd's, so it can be read alone"}
 	leaf := map[string]string{"github.com/vipd/vipd/...": "conns (the clients' connections) is a leaf: the agent uses it, and it is tested alone"}
-	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "../conns": leaf, "./config": part, "./lease": bottom} {
+	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "../conns": leaf, "./config": cfg, "./lease": bottom} {
 		t.Run(pkg, func(t *testing.T) {
 			deptest.DepChecker{Pkg: pkg, BadDeps: bad}.Check(t)
 		})

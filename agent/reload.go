@@ -14,7 +14,7 @@ import (
 // their verdicts: reloading never moves a VIP by itself.
 func (a *Agent) reload(ctx context.Context) {
 	old := a.st.cfg
-	c, err := config.Load(old.Path)
+	c, err := a.opts.ConfigRules.Load(old.Path)
 	if err != nil {
 		var ce *config.ConfigError
 		if errors.As(err, &ce) {

@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/internal/backendconfig"
 )
 
 // TestReload: SIGHUP with a valid file applies it (a new VIP is elected and
 // held; a removed one is released); an invalid file is refused, every
-// problem logged at its place, and the running configuration stays.
+// problem logged at its place, and the running configuration stays; so is
+// a file only a backend's rule refuses (Options.ConfigRules), as vipd
+// --check refuses it.
 func TestReload(t *testing.T) {
 	c := newTestCluster(t, "solo")
+	c.rules = backendconfig.Rules()
 	c.start("solo")
 	c.waitHolders(10*time.Second, exactlyOne, "initial")
 	path := c.nodes["solo"].cfg.Path
@@ -46,6 +50,16 @@ func TestReload(t *testing.T) {
 	if len(st.Vips) != 2 || len(c.w.holdersOf(second)) != 1 {
 		t.Fatalf("invalid reload changed the running configuration: %v, holders %v", st.Vips, c.w.holdersOf(second))
 	}
+
+	// A refresh the l2 announcers refuse, which the configuration's own
+	// rules let through: refused at its key all the same.
+	if err := os.WriteFile(path, []byte(added+"[l2]\nrefresh_interval = \"500ms\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes["solo"].agent.Reload()
+	waitFor(t, 5*time.Second, "refresh the announcers refuse refused", func() bool {
+		return c.log.count("reload refused, keeping running configuration", path+":", "refresh_interval must be 0 (off) or at least 1s") > 0
+	})
 
 	// Removing the VIP from the file releases it.
 	if err := os.WriteFile(path, orig, 0o644); err != nil {

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,12 +15,12 @@ import (
 // speaker's default (hold_time / 3 in whole seconds, as FRR and GoBGP
 // do), not 3.333s, which the speaker refuses.
 func TestHoldTimeOnly(t *testing.T) {
-	c, err := Parse("hold.toml", []byte("[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\nhold_time = \"10s\"\n"+
+	c, err := rules.Parse("hold.toml", []byte("[cluster]\nbind_address = \"192.0.2.11\"\n[bgp]\nasn = 64513\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\nhold_time = \"10s\"\n"+
 		"[[vip]]\nname = \"a\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n"))
 	if err != nil {
 		t.Fatalf("refused: %v", err)
 	}
-	sc := c.Speaker()
+	sc := toSpeaker(c.Speaker())
 	if errs := sc.Validate(); len(errs) > 0 {
 		t.Fatalf("accepted, and the speaker refuses it: %v", errs)
 	}
@@ -32,7 +33,7 @@ func TestHoldTimeOnly(t *testing.T) {
 // out reach it as zero, for the speaker's own defaults; only bgp VIPs are
 // exportable.
 func TestSpeaker(t *testing.T) {
-	c, err := Parse("test.toml", []byte(`
+	c, err := rules.Parse("test.toml", []byte(`
 node_name = "n1"
 state_dir = "/tmp/vipd-test-unused"
 [cluster]
@@ -65,7 +66,7 @@ asn = 64512
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := c.Speaker()
+	bc := toSpeaker(c.Speaker())
 	if len(bc.Peers) != 2 {
 		t.Fatalf("peers %+v", bc.Peers)
 	}
@@ -103,16 +104,57 @@ func TestSpeakerGracefulRestart(t *testing.T) {
 		{"zero is off", "restart_grace = \"0s\"", "graceful_restart_time = \"0s\"\nlong_lived_stale_time = \"0\"", bgp.GracefulRestart{}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse("gr.toml", []byte(fmt.Sprintf(base, tt.cluster, tt.bgpKeys)))
+			c, err := rules.Parse("gr.toml", []byte(fmt.Sprintf(base, tt.cluster, tt.bgpKeys)))
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
-			if got := c.Speaker().GracefulRestart; got != tt.want {
+			if got := toSpeaker(c.Speaker()).GracefulRestart; got != tt.want {
 				t.Errorf("speaker graceful restart %+v, want %+v", got, tt.want)
 			}
 			if got := c.Cluster.RestartGraceDuration(); got != tt.grace {
 				t.Errorf("restart_grace %s, want %s", got, tt.grace)
 			}
 		})
+	}
+}
+
+// TestSpeakerLimits: the limits the conversion of a [[bgp.peer]] checks
+// and the listen_port default are the speaker's own (this package cannot
+// import it, so they are written twice and must stay equal).
+func TestSpeakerLimits(t *testing.T) {
+	if maxPrefixesLimit != bgp.MaxPrefixesLimit {
+		t.Errorf("maxPrefixesLimit %d, the speaker's MaxPrefixesLimit %d", maxPrefixesLimit, bgp.MaxPrefixesLimit)
+	}
+	if maxTTLSecurityHops != bgp.MaxTTLSecurityHops {
+		t.Errorf("maxTTLSecurityHops %d, the speaker's MaxTTLSecurityHops %d", maxTTLSecurityHops, bgp.MaxTTLSecurityHops)
+	}
+	if DefaultBGPListenPort != bgp.DefaultListenPort {
+		t.Errorf("DefaultBGPListenPort %d, the speaker's DefaultListenPort %d", DefaultBGPListenPort, bgp.DefaultListenPort)
+	}
+}
+
+// TestParseWithoutBackendRules: Parse alone checks what is the
+// configuration's own (a value that does not parse), and leaves the
+// backends' rules (a hold time the speaker refuses, a refresh the
+// announcers refuse) to BackendRules; with them both are refused at
+// their keys.
+func TestParseWithoutBackendRules(t *testing.T) {
+	file := "[cluster]\nbind_address = \"192.0.2.11\"\n[l2]\nrefresh_interval = \"500ms\"\n[bgp]\nasn = 64513\n[[bgp.peer]]\naddress = \"192.0.2.1\"\nasn = 64512\nhold_time = \"1s\"\n" +
+		"[[vip]]\nname = \"a\"\naddress = \"203.0.113.10\"\nmode = \"bgp\"\n"
+	c, err := Parse("own.toml", []byte(file))
+	if err != nil {
+		t.Fatalf("Parse refused what only the backends refuse: %v", err)
+	}
+	if got := c.Speaker().Peers[0].HoldTime; got != time.Second {
+		t.Errorf("hold time %s, want the 1s written", got)
+	}
+	_, err = rules.Parse("own.toml", []byte(file))
+	for _, want := range []string{"own.toml:4:1: refresh_interval must be 0 (off) or at least 1s, got 500ms", "own.toml:10:1: bgp: peer 192.0.2.1: hold_time 1s: must be at least 3s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("with the backends' rules: %v, want %q", err, want)
+		}
+	}
+	if _, err := Parse("own.toml", []byte(strings.Replace(file, `"1s"`, `"soon"`, 1))); err == nil || !strings.Contains(err.Error(), `own.toml:10:1: invalid duration "soon"`) {
+		t.Errorf("Parse = %v, want the configuration's own problem", err)
 	}
 }

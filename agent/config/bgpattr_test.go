@@ -13,7 +13,7 @@ import (
 // local_pref of a bgp [[vip]], reach the speaker's configuration; keys left
 // out reach it as zero (off, none).
 func TestSpeakerHopsAndAttrs(t *testing.T) {
-	c, err := Parse("attrs.toml", []byte(`
+	c, err := rules.Parse("attrs.toml", []byte(`
 [cluster]
 bind_address = "192.0.2.11"
 [bgp]
@@ -47,7 +47,7 @@ mode = "bgp"
 	if err != nil {
 		t.Fatalf("refused: %v", err)
 	}
-	sc := c.Speaker()
+	sc := toSpeaker(c.Speaker())
 	if errs := sc.Validate(); len(errs) > 0 {
 		t.Fatalf("accepted, and the speaker refuses it: %v", errs)
 	}
@@ -133,7 +133,7 @@ func TestBadHopsAndAttrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(tt.toml))
+			_, err := rules.Parse("bad.toml", []byte(tt.toml))
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("Parse error = %v, want *ConfigError", err)
@@ -155,7 +155,7 @@ func TestBadHopsAndAttrs(t *testing.T) {
 // a warning of `vipd --check` (the session cannot start from it: the
 // kernel refuses to bind it), at its key; one on lo is not.
 func TestLocalAddressHostCheck(t *testing.T) {
-	c, err := Parse("host.toml", []byte(`
+	c, err := rules.Parse("host.toml", []byte(`
 [cluster]
 bind_address = "192.0.2.11"
 peers = ["192.0.2.12"]

@@ -3,8 +3,6 @@ package config
 import (
 	"fmt"
 	"net/netip"
-
-	"github.com/vipd/vipd/bgp"
 )
 
 // readPeerHops reads how the router of [[bgp.peer]] p (at path, such as
@@ -12,7 +10,7 @@ import (
 // ttl_security_hops) and the path attributes sent to it (med,
 // local_pref) into peer. The bgp package checks the rest (multihop only
 // for eBGP, not with TTL security, LOCAL_PREF only to iBGP peers).
-func (v *validator) readPeerHops(path string, pr *BGPPeerConfig, peer *bgp.Peer) {
+func (v *validator) readPeerHops(path string, pr *BGPPeerConfig, peer *BGPPeer) {
 	if pr.LocalAddress != "" {
 		if a, err := netip.ParseAddr(pr.LocalAddress); err != nil {
 			v.at(path+".local_address", "invalid local_address %q: this node's address the session starts from", pr.LocalAddress)
@@ -29,13 +27,13 @@ func (v *validator) readPeerHops(path string, pr *BGPPeerConfig, peer *bgp.Peer)
 		}
 	}
 	if pr.TTLSecurityHops != nil {
-		if n := *pr.TTLSecurityHops; n < 1 || n > bgp.MaxTTLSecurityHops {
-			v.at(path+".ttl_security_hops", "ttl_security_hops must be 1-%d, got %d", bgp.MaxTTLSecurityHops, n)
+		if n := *pr.TTLSecurityHops; n < 1 || n > maxTTLSecurityHops {
+			v.at(path+".ttl_security_hops", "ttl_security_hops must be 1-%d, got %d", maxTTLSecurityHops, n)
 		} else {
 			peer.TTLSecurityHops = uint8(n)
 		}
 	}
-	peer.Attrs = bgp.Attrs{MED: pr.MED, LocalPref: pr.LocalPref}
+	peer.Attrs = BGPAttrs{MED: pr.MED, LocalPref: pr.LocalPref}
 }
 
 // checkVIPAttrs refuses med and local_pref on a VIP that is not announced
@@ -59,15 +57,15 @@ func (v *validator) checkVIPAttrs(c *Config) {
 
 // vipAttrs returns the path attributes of the bgp VIPs that set any, by
 // address (nil when none does).
-func vipAttrs(vips []VIPConfig) map[netip.Addr]bgp.Attrs {
-	var m map[netip.Addr]bgp.Attrs
+func vipAttrs(vips []VIPConfig) map[netip.Addr]BGPAttrs {
+	var m map[netip.Addr]BGPAttrs
 	for _, vip := range vips {
-		a := bgp.Attrs{MED: vip.MED, LocalPref: vip.LocalPref}
+		a := BGPAttrs{MED: vip.MED, LocalPref: vip.LocalPref}
 		if vip.Mode != ModeBGP || !vip.addr.IsValid() || a.IsZero() {
 			continue
 		}
 		if m == nil {
-			m = map[netip.Addr]bgp.Attrs{}
+			m = map[netip.Addr]BGPAttrs{}
 		}
 		m[vip.addr] = a
 	}
@@ -77,7 +75,7 @@ func vipAttrs(vips []VIPConfig) map[netip.Addr]bgp.Attrs {
 // checkLocalAddresses warns about a peer's local_address that is not an
 // address of this host (owned: the host's addresses): the kernel refuses
 // to bind it, and the session cannot start until it is added.
-func (v *validator) checkLocalAddresses(peers []bgp.Peer, owned map[netip.Addr]string) {
+func (v *validator) checkLocalAddresses(peers []BGPPeer, owned map[netip.Addr]string) {
 	for i, p := range peers {
 		if a := p.LocalAddress; a.IsValid() {
 			if _, ok := owned[a]; !ok {

@@ -23,10 +23,11 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/vipd/vipd/internal/childcaps"
-	"github.com/vipd/vipd/l2"
+	"github.com/vipd/vipd/internal/ifname"
 )
 
 type validator struct {
+	rules    BackendRules
 	path     string
 	keys     *keyIndex
 	problems []Problem
@@ -426,10 +427,8 @@ func peerAddress(s string, defPort int) (string, error) {
 }
 
 // ValidInterface reports whether name can name a network interface, by the
-// rule of l2.Config.Validate (the announcers are built with it).
-func ValidInterface(name string) bool {
-	return l2.Config{Interface: name}.Validate() == nil
-}
+// kernel's rule (package ifname), which the l2 announcers check too.
+func ValidInterface(name string) bool { return ifname.Valid(name) }
 
 // VIPKey is the 32-bit key a VIP is known by in the metadata the members
 // exchange: FNV-32a of its name. Two names with one key could not be told
@@ -560,9 +559,9 @@ func (v *validator) checkVIPs(c *Config) {
 			v.at(p+".mode", "mode must be %q or %q, got %q", ModeL2, ModeBGP, vip.Mode)
 		}
 		if vip.Mode == ModeL2 || vip.Mode == ModeBGP {
-			// The interface's rules are the l2 package's: the daemon's
-			// announcer for this VIP (quiet for bgp) is built from it.
-			if err := vip.L2().Validate(); err != nil {
+			// The interface's rule is the kernel's, which the daemon's
+			// announcer for this VIP (quiet for bgp) checks too.
+			if err := ifname.Check(vip.Interface); err != nil {
 				at := p + ".interface"
 				if vip.Interface == "" {
 					at = p
@@ -669,12 +668,11 @@ func (c *Config) Groups() map[string][]string {
 	return out
 }
 
-// L2 returns the configuration of the l2 announcer that carries the VIP
-// (l2.Config.Validate accepts it; Logger is left for the caller): on its
-// interface, advertised (and refreshed every l2.refresh_interval) for mode
-// "l2", bound quietly for mode "bgp".
-func (v VIPConfig) L2() l2.Config {
-	return l2.Config{Interface: v.Interface, Quiet: v.Mode == ModeBGP, RefreshInterval: v.refresh}
+// L2 returns what the l2 announcer that carries the VIP is built with: on
+// its interface, advertised (and refreshed every l2.refresh_interval) for
+// mode "l2", bound quietly for mode "bgp".
+func (v VIPConfig) L2() L2Announcer {
+	return L2Announcer{Interface: v.Interface, Quiet: v.Mode == ModeBGP, RefreshInterval: v.refresh}
 }
 
 func (v *validator) checkHealth(p string, h *HealthConfig) {

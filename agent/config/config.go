@@ -17,10 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/lease"
-	"github.com/vipd/vipd/bgp"
-	"github.com/vipd/vipd/conns"
 	"github.com/vipd/vipd/nodewatch"
 )
 
@@ -33,9 +30,12 @@ import (
 // peer's timers and prefix limit are the bgp package's defaults (a zero
 // value reaches the speaker).
 const (
-	DefaultConfigPath       = "/etc/vipd/vipd.toml"
-	DefaultStateDir         = "/var/lib/vipd"
-	DefaultSocket           = apipb.DefaultSocket
+	DefaultConfigPath = "/etc/vipd/vipd.toml"
+	DefaultStateDir   = "/var/lib/vipd"
+	// DefaultSocket is api.socket: the socket vipctl dials when told
+	// none (apipb.DefaultSocket, which TestDefaultsAreTheirOwners checks it
+	// equals; the configuration does not link the API's gRPC code).
+	DefaultSocket           = "/run/vipd/vipd.sock"
 	DefaultLogLevel         = "info"
 	DefaultBindPort         = 7946
 	DefaultRejoinInterval   = 30 * time.Second
@@ -55,9 +55,16 @@ const (
 	DefaultHealthRise       = 2
 	DefaultHealthFall       = 3
 	DefaultGracefulShutdown = 5 * time.Second
-	DefaultBGPListenPort    = bgp.DefaultListenPort
-	DefaultPokeRate         = conns.DefaultPokeRate
-	DefaultPokeTimeout      = conns.DefaultPokeTimeout
+	// DefaultBGPListenPort is bgp.listen_port: the speaker does not
+	// listen, it initiates every session (the bgp package's
+	// DefaultListenPort, which TestSpeakerLimits checks it equals).
+	DefaultBGPListenPort = -1
+	// DefaultPokeRate and DefaultPokeTimeout are
+	// connections.poke_rate and poke_timeout: conns.DefaultPokeRate and
+	// conns.DefaultPokeTimeout, which TestDefaultsAreTheirOwners checks
+	// they equal.
+	DefaultPokeRate    = 10000
+	DefaultPokeTimeout = 5 * time.Second
 	// DefaultL2RefreshInterval is l2.refresh_interval: kube-vip's period,
 	// shorter than the 5s a Linux neighbour waits (delay_first_probe_time)
 	// before it probes a stale entry, for 40 frames per IPv4 VIP a minute
@@ -478,9 +485,9 @@ type BGPConfig struct {
 	Peers []BGPPeerConfig `toml:"peer"`
 
 	gracefulShutdown time.Duration
-	// speaker is the section as the bgp package takes it, without the
-	// VIPs (Config.Speaker adds them).
-	speaker bgp.Config
+	// speaker is the section as typed values, without the VIPs
+	// (Config.Speaker adds them).
+	speaker BGPSpeaker
 }
 
 // BGPPeerConfig is one router.
@@ -596,8 +603,32 @@ func (e *ConfigError) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Load reads and validates the configuration at path.
-func Load(path string) (*Config, error) {
+// BackendRules are the backends' own rules for what they take from the
+// configuration, which Parse places at the keys they are about, so that a
+// file vipd --check accepts is one the backends start with. The
+// configuration imports no backend: cmd/vipd brings their rules
+// (backendconfig.Rules). A nil rule is not checked: Load and Parse check
+// only what is the configuration's own.
+type BackendRules struct {
+	// L2RefreshInterval reports what is wrong with l2.refresh_interval
+	// (not 0: off) as the l2 announcers take it, or nil.
+	L2RefreshInterval func(d time.Duration) error
+	// BGP reports every problem the BGP speaker finds in s: the [bgp]
+	// section, with the addresses of the VIPs with mode "bgp".
+	BGP func(s BGPSpeaker) []FieldError
+}
+
+// Load reads and validates the configuration at path with the
+// configuration's own rules, not the backends' (BackendRules.Load).
+func Load(path string) (*Config, error) { return BackendRules{}.Load(path) }
+
+// Parse validates a configuration read from path with the configuration's
+// own rules, not the backends' (BackendRules.Parse).
+func Parse(path string, data []byte) (*Config, error) { return BackendRules{}.Parse(path, data) }
+
+// Load reads and validates the configuration at path, with the backends'
+// rules r: what the daemon (at start and on SIGHUP) and vipd --check do.
+func (r BackendRules) Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, syscall.EISDIR) {
 		return nil, fmt.Errorf("read config: %s is a directory: --config takes the configuration file (such as %s)", path, DefaultConfigPath)
@@ -605,19 +636,20 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(path, data)
+	return r.Parse(path, data)
 }
 
-// Parse validates a configuration read from path. On failure the error is a
-// *ConfigError listing every problem with its position.
+// Parse validates a configuration read from path, with the backends' rules
+// r. On failure the error is a *ConfigError listing every problem with its
+// position.
 //
 // Three steps, so that no message depends on the TOML library's wording: the
 // file is decoded generically (syntax errors come with the library's own
 // position, toml.ParseError), the values are checked against the types of
 // Config's fields (type errors are vipd's, placed at the key), and only
 // then decoded into Config, whose unknown keys MetaData reports.
-func Parse(path string, data []byte) (*Config, error) {
-	v := &validator{path: path, keys: indexKeys(data)}
+func (r BackendRules) Parse(path string, data []byte) (*Config, error) {
+	v := &validator{path: path, keys: indexKeys(data), rules: r}
 	if p, ok := encodingProblem(data); ok {
 		p.Path = path
 		v.problems = append(v.problems, p)
@@ -768,13 +800,13 @@ func (c *Config) KeepRestartSettings(old *Config) (changed bool) {
 	return changed
 }
 
-// Speaker returns the configuration of the embedded BGP speaker: the [bgp]
-// section with its peers, and the addresses of the VIPs with mode "bgp"
-// (bgp.Config.Validate accepts it; Logger is left for the caller). It is
-// the zero bgp.Config without a [bgp] section.
-func (c *Config) Speaker() bgp.Config {
+// Speaker returns what the embedded BGP speaker is built from: the [bgp]
+// section with its peers, and the addresses and path attributes of the
+// VIPs with mode "bgp" (BackendRules.BGP accepts it). It is the zero
+// BGPSpeaker without a [bgp] section.
+func (c *Config) Speaker() BGPSpeaker {
 	if c.BGP == nil {
-		return bgp.Config{}
+		return BGPSpeaker{}
 	}
 	sc := c.BGP.speaker
 	sc.Peers = slices.Clone(sc.Peers)

@@ -37,7 +37,7 @@ interface = "eth0"
 `
 
 func TestParseGoodConfigAppliesDefaults(t *testing.T) {
-	c, err := Parse("good.toml", []byte(goodConfig))
+	c, err := rules.Parse("good.toml", []byte(goodConfig))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -74,7 +74,7 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 	if !cc.Enabled() || len(cc.PortList()) != 0 || cc.PokeRate != DefaultPokeRate || cc.PokeTimeoutDuration() != DefaultPokeTimeout {
 		t.Errorf("connections = reset %v ports %v poke_rate %d poke_timeout %s, want the defaults", cc.Enabled(), cc.PortList(), cc.PokeRate, cc.PokeTimeoutDuration())
 	}
-	off, err := Parse("off.toml", []byte(goodConfig+"[connections]\nreset = false\nports = [6443, 443]\n"))
+	off, err := rules.Parse("off.toml", []byte(goodConfig+"[connections]\nreset = false\nports = [6443, 443]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +89,14 @@ func TestParseGoodConfigAppliesDefaults(t *testing.T) {
 // kubeadm, RKE2, k3s and Talos put it, and falls back to node_name for the
 // Node's name; the section's keys reach the watch.
 func TestKubernetesDefaults(t *testing.T) {
-	c, err := Parse("good.toml", []byte(goodConfig))
+	c, err := rules.Parse("good.toml", []byte(goodConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Kubernetes.On() || c.Kubernetes.Explicit() {
 		t.Errorf("no [kubernetes] section: on %v, explicit %v; want off", c.Kubernetes.On(), c.Kubernetes.Explicit())
 	}
-	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\n"))
+	c, err = rules.Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +105,11 @@ func TestKubernetesDefaults(t *testing.T) {
 	if !k.On() || !k.Explicit() || len(w.Kubeconfigs) != len(nodewatch.DefaultKubeconfigs()) || w.Kubeconfigs[0] != "/etc/kubernetes/kubelet.conf" || w.FallbackNodeName != "cp-1" || w.NodeName != "" || w.Rules.FollowExclusionLabel {
 		t.Errorf("defaults: on %v explicit %v, watch %+v", k.On(), k.Explicit(), w)
 	}
-	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
+	c, err = rules.Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = false\n"))
 	if err != nil || c.Kubernetes.On() {
 		t.Errorf("enabled = false: %v, on %v", err, c != nil && c.Kubernetes.On())
 	}
-	c, err = Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\nfollow_exclusion_label = true\n"))
+	c, err = rules.Parse("k.toml", []byte(goodConfig+"[kubernetes]\nenabled = true\nkubeconfig = \"/etc/vipd/kubeconfig\"\nnode_name = \"node-1\"\nserver = \"https://127.0.0.1:6443\"\ntls_server_name = \"kubernetes\"\nfollow_exclusion_label = true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestKubernetesHostCheck(t *testing.T) {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := Load(path)
+		c, err := rules.Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func TestKubernetesOffButConfigured(t *testing.T) {
 		{"[kubernetes]\nenabled = false\nkubeconfig = \"/etc/vipd/kubeconfig\"\n", false},
 		{"", false},
 	} {
-		c, err := Parse("k.toml", []byte(goodConfig+tc.section))
+		c, err := rules.Parse("k.toml", []byte(goodConfig+tc.section))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,11 +208,11 @@ func TestParseExampleConfig(t *testing.T) {
 	if text == string(b) {
 		t.Fatal("the example no longer sets key_file = \"/etc/vipd/cluster.key\"")
 	}
-	if _, err := Parse("vipd.toml.example", []byte(text)); err != nil {
+	if _, err := rules.Parse("vipd.toml.example", []byte(text)); err != nil {
 		t.Fatalf("vipd.toml.example does not validate: %v", err)
 	}
 	missing := strings.Replace(text, key, filepath.Join(t.TempDir(), "cluster.key"), 1)
-	_, err = Parse("vipd.toml.example", []byte(missing))
+	_, err = rules.Parse("vipd.toml.example", []byte(missing))
 	if err == nil || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64") {
 		t.Errorf("missing key file: %v; want how to generate one", err)
 	}
@@ -366,7 +366,7 @@ func TestParseBadConfigs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(tt.toml))
+			_, err := rules.Parse("bad.toml", []byte(tt.toml))
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("Parse error = %v, want *ConfigError", err)
@@ -476,7 +476,7 @@ func BenchmarkParseConfig(b *testing.B) {
 	data := []byte(goodConfig)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, err := Parse("bench.toml", data); err != nil {
+		if _, err := rules.Parse("bench.toml", data); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -499,7 +499,7 @@ func TestKubeconfigAccessHostCheck(t *testing.T) {
 	if err := os.WriteFile(path, []byte(goodConfig+fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\n", kubeconfig)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(path)
+	c, err := rules.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

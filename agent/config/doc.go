@@ -8,11 +8,16 @@
 // it is about (a Problem; all of them in a *ConfigError), never by the
 // TOML library's wording alone.
 //
-// Rules that belong to a backend are the backend's: a [bgp] section is
-// converted into the bgp.Config the daemon's speaker is built from
-// (Config.Speaker) and checked with bgp.Config.Validate, and a VIP's
-// interface with l2.Config.Validate (VIPConfig.L2), so a file `vipd --check` accepts is
-// one the daemon starts with. What only a running host can tell (an
+// Rules that belong to a backend are the backend's, and the package imports
+// no backend: the daemon and `vipd --check` load the file with the
+// backends' rules (BackendRules, which cmd/vipd takes from package
+// backendconfig), and Parse places what they find at the key it is about.
+// A [bgp] section is read into the typed BGPSpeaker the daemon's speaker is
+// built from (Config.Speaker) and checked with the bgp package's
+// Config.Validate; l2.refresh_interval with the l2 package's rule; a VIP's
+// interface with the kernel's rule for names (package ifname, the one the
+// l2 announcers check), so a file `vipd --check` accepts is one the daemon
+// starts with. What only a running host can tell (an
 // interface that does not exist, a secret file the service user cannot
 // read, a VIP that is one of the host's addresses) is CheckHost's, which
 // agent.Preflight runs for the start and for `vipd --check` alike. Its

@@ -23,18 +23,18 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[bgp]\nasn = 0\n[[bgp.peer]]\naddress = \"x\"\nhold_time = \"1s\"\n"))
 	f.Add([]byte("a = \"\"\"\n[[x]]\n\"\"\"\nb = [\n1,\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse("fuzz.toml", data)
+		c, err := rules.Parse("fuzz.toml", data)
 		if err == nil {
 			if c == nil || len(c.VIPs) == 0 {
 				t.Fatalf("Parse accepted a config without VIPs")
 			}
 			if c.BGP != nil {
-				if errs := c.Speaker().Validate(); len(errs) > 0 {
+				if errs := toSpeaker(c.Speaker()).Validate(); len(errs) > 0 {
 					t.Fatalf("accepted, and the BGP speaker refuses it: %v", errs)
 				}
 			}
 			for _, v := range c.VIPs {
-				if err := v.L2().Validate(); err != nil {
+				if err := toL2(v.L2()).Validate(); err != nil {
 					t.Fatalf("accepted, and vip %s's l2 announcer refuses it: %v", v.Name, err)
 				}
 			}

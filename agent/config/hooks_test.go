@@ -13,14 +13,14 @@ const hooksBase = "[cluster]\nbind_address = \"192.0.2.11\"\n[[vip]]\nname=\"a\"
 // TestHooksDefaults: without [hooks] no command runs; with one, the
 // timeout defaults to 10s and no capability is kept.
 func TestHooksDefaults(t *testing.T) {
-	c, err := Parse("h.toml", []byte(hooksBase))
+	c, err := rules.Parse("h.toml", []byte(hooksBase))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Hooks.On() {
 		t.Errorf("hooks on without [hooks]: %+v", c.Hooks)
 	}
-	c, err = Parse("h.toml", []byte(hooksBase+"[hooks]\ncommand = [\"/usr/local/bin/vip-notify\", \"--all\"]\n"))
+	c, err = rules.Parse("h.toml", []byte(hooksBase+"[hooks]\ncommand = [\"/usr/local/bin/vip-notify\", \"--all\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestHooksDefaults(t *testing.T) {
 	if _, _, ok := c.Hooks.Credential(); ok {
 		t.Error("a credential without hooks.user")
 	}
-	c, err = Parse("h.toml", []byte(hooksBase+"[hooks]\ncommand = [\"/bin/true\"]\ntimeout = \"2s\"\nuser = \"root\"\ncapabilities = [\"CAP_NET_ADMIN\", \"CAP_NET_RAW\"]\n"))
+	c, err = rules.Parse("h.toml", []byte(hooksBase+"[hooks]\ncommand = [\"/bin/true\"]\ntimeout = \"2s\"\nuser = \"root\"\ncapabilities = [\"CAP_NET_ADMIN\", \"CAP_NET_RAW\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestHooksBadConfigs(t *testing.T) {
 		{"user without a command", "user = \"root\"\n", []string{`7:1: hooks.user and hooks.capabilities need hooks.command`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(hooksBase+"[hooks]\n"+tc.hooks))
+			_, err := rules.Parse("bad.toml", []byte(hooksBase+"[hooks]\n"+tc.hooks))
 			if err == nil {
 				t.Fatal("accepted")
 			}

@@ -2,8 +2,6 @@ package config
 
 import (
 	"time"
-
-	"github.com/vipd/vipd/l2"
 )
 
 // L2Config configures the advertisement of the VIPs with mode "l2", on
@@ -26,8 +24,9 @@ type L2Config struct {
 // RefreshIntervalDuration returns the parsed refresh_interval (0: off).
 func (c L2Config) RefreshIntervalDuration() time.Duration { return c.refreshInterval }
 
-// checkL2 reads the [l2] section and checks it with the l2 package's rule
-// (l2.ValidRefreshInterval), placed at its key.
+// checkL2 reads the [l2] section and checks it with the l2 announcers'
+// rule (v.rules.L2RefreshInterval: l2.ValidRefreshInterval), placed at its
+// key.
 func (v *validator) checkL2(c *L2Config) {
 	c.refreshInterval = 0
 	if c.RefreshInterval == "0s" || c.RefreshInterval == "0" {
@@ -37,9 +36,11 @@ func (v *validator) checkL2(c *L2Config) {
 	if !ok {
 		return
 	}
-	if err := l2.ValidRefreshInterval(d); err != nil {
-		v.at("l2.refresh_interval", "refresh_interval %v", err)
-		return
+	if r := v.rules.L2RefreshInterval; r != nil {
+		if err := r(d); err != nil {
+			v.at("l2.refresh_interval", "refresh_interval %v", err)
+			return
+		}
 	}
 	c.refreshInterval = d
 }
@@ -53,4 +54,17 @@ func (c L2Config) setVIPs(vips []VIPConfig) {
 			vips[i].refresh = c.refreshInterval
 		}
 	}
+}
+
+// L2Announcer is what the l2 announcer that carries a VIP is built with
+// (VIPConfig.L2; backendconfig.L2 copies it into the l2 package's Config).
+type L2Announcer struct {
+	// Interface carries the address.
+	Interface string
+	// Quiet binds the address without advertising it: the VIPs with mode
+	// "bgp", whose route the speaker announces.
+	Quiet bool
+	// RefreshInterval is l2.refresh_interval for mode "l2" (0: off, and
+	// always for "bgp").
+	RefreshInterval time.Duration
 }

@@ -40,21 +40,21 @@ func TestL2RefreshInterval(t *testing.T) {
 		{"off, bare 0", "[l2]\nrefresh_interval = \"0\"", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", tt.section, 1)))
+			c, err := rules.Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", tt.section, 1)))
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
 			if got := c.L2.RefreshIntervalDuration(); got != tt.want {
 				t.Errorf("refresh_interval = %s, want %s", got, tt.want)
 			}
-			lc := c.VIPs[0].L2()
+			lc := toL2(c.VIPs[0].L2())
 			if lc.RefreshInterval != tt.want {
 				t.Errorf("the L2 VIP's announcer gets a refresh of %s, want %s", lc.RefreshInterval, tt.want)
 			}
 			if err := lc.Validate(); err != nil {
 				t.Errorf("the l2 package refuses it: %v", err)
 			}
-			if got := c.VIPs[1].L2(); !got.Quiet || got.RefreshInterval != 0 {
+			if got := toL2(c.VIPs[1].L2()); !got.Quiet || got.RefreshInterval != 0 {
 				t.Errorf("the BGP VIP's announcer: quiet %v refresh %s, want quiet and no refresh", got.Quiet, got.RefreshInterval)
 			}
 		})
@@ -74,7 +74,7 @@ func TestL2RefreshIntervalRefused(t *testing.T) {
 		{`3`, `5:1: l2.refresh_interval`},
 	} {
 		t.Run(tt.value, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(strings.Replace(l2Config, "%s", "\n[l2]\nrefresh_interval = "+tt.value, 1)))
+			_, err := rules.Parse("bad.toml", []byte(strings.Replace(l2Config, "%s", "\n[l2]\nrefresh_interval = "+tt.value, 1)))
 			if err == nil || !strings.Contains(err.Error(), "bad.toml:"+tt.want) {
 				t.Fatalf("Parse = %v, want a problem %q", err, tt.want)
 			}
@@ -86,11 +86,11 @@ func TestL2RefreshIntervalRefused(t *testing.T) {
 // interface, so a reload keeps the running refresh_interval (with the
 // VIPs' copies) and says it takes a restart.
 func TestL2RefreshIntervalKeptOnReload(t *testing.T) {
-	old, err := Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "", 1)))
+	old, err := rules.Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "[l2]\nrefresh_interval = \"0s\"", 1)))
+	c, err := rules.Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "[l2]\nrefresh_interval = \"0s\"", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +100,10 @@ func TestL2RefreshIntervalKeptOnReload(t *testing.T) {
 	if got := c.L2.RefreshIntervalDuration(); got != DefaultL2RefreshInterval {
 		t.Errorf("refresh_interval after the reload = %s, want the running %s", got, DefaultL2RefreshInterval)
 	}
-	if got := c.VIPs[0].L2().RefreshInterval; got != DefaultL2RefreshInterval {
+	if got := toL2(c.VIPs[0].L2()).RefreshInterval; got != DefaultL2RefreshInterval {
 		t.Errorf("the L2 VIP's announcer after the reload gets %s, want the running %s", got, DefaultL2RefreshInterval)
 	}
-	same, err := Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "[l2]\nrefresh_interval = \"3s\"", 1)))
+	same, err := rules.Parse("l2.toml", []byte(strings.Replace(l2Config, "%s", "[l2]\nrefresh_interval = \"3s\"", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

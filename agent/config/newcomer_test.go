@@ -109,7 +109,7 @@ func TestParseNewcomerMistakes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(tt.toml))
+			_, err := rules.Parse("bad.toml", []byte(tt.toml))
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("Parse error = %v, want *ConfigError", err)
@@ -133,7 +133,7 @@ func TestParseErrorsAreCapped(t *testing.T) {
 	for i := range 5000 {
 		fmt.Fprintf(&b, "junk_%d = 1\n", i)
 	}
-	_, err := Parse("bad.toml", []byte(b.String()))
+	_, err := rules.Parse("bad.toml", []byte(b.String()))
 	if err == nil {
 		t.Fatal("Parse accepted 5000 unknown keys")
 	}
@@ -150,9 +150,9 @@ func TestParseErrorsAreCapped(t *testing.T) {
 // takes.
 func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
-	_, err := Load(dir)
+	_, err := rules.Load(dir)
 	if err == nil || !strings.Contains(err.Error(), dir+" is a directory: --config takes the configuration file (such as "+DefaultConfigPath+")") {
-		t.Errorf("Load(dir) = %v, want it to say the path is a directory and what to give", err)
+		t.Errorf("rules.Load(dir) = %v, want it to say the path is a directory and what to give", err)
 	}
 }
 
@@ -247,7 +247,7 @@ func TestCheckHostNewcomerMistakes(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.toml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := Load(path)
+			c, err := rules.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,7 +306,7 @@ func TestCheckHostRealAddresses(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(path)
+	c, err := rules.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,14 +13,14 @@ const prioBase = "[cluster]\nbind_address = \"192.0.2.11\"\n"
 // TestPriorityDefaults: a VIP without priority keys has the default
 // priority, no preempt delay and no group.
 func TestPriorityDefaults(t *testing.T) {
-	c, err := Parse("p.toml", []byte(prioBase+"[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n"))
+	c, err := rules.Parse("p.toml", []byte(prioBase+"[[vip]]\nname=\"a\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v := c.VIPs[0]; v.Priority != DefaultPriority || v.PreemptDelayDuration() != 0 || v.Group != "" {
 		t.Errorf("defaults: priority %d preempt_delay %s group %q", v.Priority, v.PreemptDelayDuration(), v.Group)
 	}
-	c, err = Parse("p.toml", []byte(prioBase+"[[vip]]\nname=\"a4\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\npriority=150\npreempt=true\npreempt_delay=\"30s\"\ngroup=\"api\"\n"+
+	c, err = rules.Parse("p.toml", []byte(prioBase+"[[vip]]\nname=\"a4\"\naddress=\"192.0.2.10\"\ninterface=\"eth0\"\npriority=150\npreempt=true\npreempt_delay=\"30s\"\ngroup=\"api\"\n"+
 		"[[vip]]\nname=\"a6\"\naddress=\"2001:db8::10\"\ninterface=\"eth0\"\npriority=150\npreempt=true\npreempt_delay=\"30s\"\ngroup=\"api\"\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestPriorityProblems(t *testing.T) {
 		"too many VIPs with a priority": {many, `a VIP has a priority other than 100: at most 84 VIPs fit the metadata then, got 85`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse("bad.toml", []byte(prioBase+tt.toml))
+			_, err := rules.Parse("bad.toml", []byte(prioBase+tt.toml))
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("Parse error = %v, want *ConfigError", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/internal/backendconfig"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -52,9 +53,10 @@ func newBackends(ctx context.Context, c *config.Config, lg *slog.Logger, resume 
 }
 
 // speakerConfig is the speaker's configuration: the one the
-// configuration checked (config.Config.Speaker), with a logger.
+// configuration checked (config.Config.Speaker, with backendconfig.Rules),
+// with a logger.
 func speakerConfig(c *config.Config, lg *slog.Logger) bgp.Config {
-	bc := c.Speaker()
+	bc := backendconfig.Speaker(c.Speaker())
 	bc.Logger = lg.With("component", "bgp")
 	return bc
 }
@@ -85,12 +87,12 @@ func (b *realBackends) l2For(lc l2.Config) (*l2.Announcer, error) {
 func (b *realBackends) Announcer(v config.VIPConfig) (agent.Announcer, error) {
 	switch v.Mode {
 	case config.ModeL2:
-		return b.l2For(v.L2())
+		return b.l2For(backendconfig.L2(v.L2()))
 	case config.ModeBGP:
 		if b.speaker == nil {
 			return nil, errors.New("mode bgp needs a [bgp] section")
 		}
-		bind, err := b.l2For(v.L2())
+		bind, err := b.l2For(backendconfig.L2(v.L2()))
 		if err != nil {
 			return nil, err
 		}

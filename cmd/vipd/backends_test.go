@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/internal/backendconfig"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -90,7 +90,7 @@ func TestRoutedVIPVerify(t *testing.T) {
 }
 
 // TestCheckedConfigsBuildBackends: every configuration `vipd --check`
-// accepts (config.Parse: the fuzz corpus of agent/config and the
+// accepts (config.Parse with backendconfig.Rules: the fuzz corpus of agent/config and the
 // configurations documented in vipd.toml.example, the README and docs/)
 // builds every backend the daemon builds for it at start: the BGP speaker
 // and each VIP's l2 announcer. A documented configuration that is complete
@@ -99,7 +99,7 @@ func TestCheckedConfigsBuildBackends(t *testing.T) {
 	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
 	accepted := 0
 	for name, text := range checkedConfigs(t) {
-		c, err := config.Parse(name, text)
+		c, err := backendconfig.Rules().Parse(name, text)
 		if err != nil {
 			if strings.Contains(name, ".md") && bytes.Contains(text, []byte("[cluster]")) && bytes.Contains(text, []byte("[[vip]]")) {
 				t.Errorf("documented configuration refused:\n%v", err)
@@ -114,7 +114,7 @@ func TestCheckedConfigsBuildBackends(t *testing.T) {
 			}
 		}
 		for _, v := range c.VIPs {
-			a, err := l2.New(v.L2())
+			a, err := l2.New(backendconfig.L2(v.L2()))
 			if err != nil {
 				t.Errorf("%s: vip %s accepted, then its l2 announcer refuses it: %v", name, v.Name, err)
 				continue

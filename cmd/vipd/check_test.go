@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/backendconfig"
 )
 
 // TestCheckRefusesWhatStartRefuses: every configuration the daemon refuses
@@ -91,7 +91,7 @@ func TestConvertKeepalived(t *testing.T) {
 	if code := run([]string{"convert-keepalived", "../../internal/keepalived/testdata/kubeadm-ha-guide-unicast.conf"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, want 0\n%s", code, stderr.String())
 	}
-	if _, err := config.Parse("converted.toml", stdout.Bytes()); err != nil {
+	if _, err := backendconfig.Rules().Parse("converted.toml", stdout.Bytes()); err != nil {
 		t.Errorf("vipd refuses the converted file: %v\n%s", err, stdout.String())
 	}
 	if !strings.Contains(stderr.String(), "vipd convert-keepalived: not carried over: line 18: priority 100") {

@@ -11,6 +11,7 @@ import (
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/internal/backendconfig"
 	"github.com/vipd/vipd/l2"
 )
 
@@ -78,14 +79,14 @@ func cleanup(lg *slog.Logger, path string) error {
 // BGP one: then there is nothing to flush, and a failed start of an L2
 // node logs only its own error.
 func flushStaleRoutes(lg *slog.Logger, path string) {
-	c, err := config.Load(path)
+	c, err := backendconfig.Rules().Load(path)
 	if err != nil {
 		if mayAnnounceBGP(path) {
 			lg.Warn("cleanup: stale BGP routes left to the routers' restart time: configuration not loaded", "err", err)
 		}
 		return
 	}
-	sc := c.Speaker()
+	sc := backendconfig.Speaker(c.Speaker())
 	if c.BGP == nil || !sc.GracefulRestart.Enabled() {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vipd/vipd/agent"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/backendconfig"
 	"github.com/vipd/vipd/internal/keepalived"
 	"github.com/vipd/vipd/l2"
 )
@@ -117,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg, err := config.Load(*configPath)
+	cfg, err := backendconfig.Rules().Load(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -191,6 +192,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Backends: newBackends, RemoveAddresses: removeAddresses(lg),
 		LinkUp: l2.LinkUp, LinkEvents: watchInterfaces,
 		StopKind: kinds.kind, NextAdopts: nextAdopts(lg),
+		ConfigRules: backendconfig.Rules(),
 	})
 	if err != nil {
 		lg.Error("vipd", "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/backendconfig"
 )
 
 func convertFile(t *testing.T, path string) (string, []string) {
@@ -47,7 +48,7 @@ func hasNote(notes []string, words ...string) bool {
 // what vipd has no equivalent for is listed, each with what to do instead.
 func TestConvertGuideUnicast(t *testing.T) {
 	out, notes := convertFile(t, "testdata/kubeadm-ha-guide-unicast.conf")
-	c, err := config.Parse("converted.toml", []byte(out))
+	c, err := backendconfig.Rules().Parse("converted.toml", []byte(out))
 	if err != nil {
 		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
 	}
@@ -97,7 +98,7 @@ func TestConvertGuide(t *testing.T) {
 	if !hasNote(notes, "cluster.bind_address") || !hasNote(notes, "cluster.peers") || !hasNote(notes, "priority", "101") || !hasNote(notes, "state", "MASTER") {
 		t.Errorf("notes do not ask for bind_address and peers or miss priority/state:\n%s", strings.Join(notes, "\n"))
 	}
-	if _, err := config.Parse("converted.toml", []byte(out)); err == nil || !strings.Contains(err.Error(), "cluster.bind_address is required") {
+	if _, err := backendconfig.Rules().Parse("converted.toml", []byte(out)); err == nil || !strings.Contains(err.Error(), "cluster.bind_address is required") {
 		t.Errorf("vipd on the converted file: %v, want only the missing bind_address", err)
 	}
 }
@@ -147,7 +148,7 @@ func runHook(t *testing.T, argv []string, scripts []string, vipName, state strin
 // notify_stop is noted as not carried over.
 func TestConvertNotifyToHooks(t *testing.T) {
 	out, _ := convertFile(t, "testdata/kubeadm-ha-guide-unicast.conf")
-	c, err := config.Parse("converted.toml", []byte(out))
+	c, err := backendconfig.Rules().Parse("converted.toml", []byte(out))
 	if err != nil {
 		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
 	}
@@ -179,7 +180,7 @@ func TestConvertNotifyToHooks(t *testing.T) {
 	}
 	out, notes := Convert(conf)
 	out = strings.Replace(out, "# bind_address = \"\"", "bind_address = \"192.0.2.11\"", 1)
-	c, err = config.Parse("converted.toml", []byte(out))
+	c, err = backendconfig.Rules().Parse("converted.toml", []byte(out))
 	if err != nil {
 		t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
 	}
@@ -221,7 +222,7 @@ func TestConvertPriorities(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, notes := Convert(conf)
-			c, err := config.Parse("converted.toml", []byte(out))
+			c, err := backendconfig.Rules().Parse("converted.toml", []byte(out))
 			if err != nil {
 				t.Fatalf("vipd refuses the converted file: %v\n%s", err, out)
 			}
