@@ -9,9 +9,7 @@
 //	preflight.go  what start-up refuses short of binding, for vipd --check too
 //	run.go        Run: start-up wiring, then the loop, then shutdown
 //	loop.go       the one goroutine that owns the agent's state
-//	membership.go memberlist: the members, admission, their metadata
-//	transport.go  memberlist's UDP and TCP transport, lease heartbeats inline
-//	keyring.go    the cluster key file
+//	members.go    the members' table entry, and the codec of their metadata
 //	meta.go       what a node tells the others (NodeMeta, VIPMeta)
 //	observe.go    read the world: links, addresses, routes
 //	reconcile.go  one pass: observe, elect, the lifecycle's steps, execute;
@@ -39,13 +37,15 @@
 //	metrics.go    Prometheus
 //	cleanup.go    what vipd cleanup removes
 //
-// Three parts with their own invariants are packages of their own: the
+// Four parts with their own invariants are packages of their own: the
 // configuration (agent/config: the file's keys, defaults, positions and
 // checks, and the host checks of vipd --check), the lease (agent/lease:
-// fast failure detection and fencing, the safety argument in its doc.go)
-// and the lifecycle (agent/lifecycle: what this node does with one VIP at
-// a pass, a pure step over its inputs; the agent executes its answers).
-// The agent uses only their APIs.
+// fast failure detection and fencing, the safety argument in its doc.go),
+// the lifecycle (agent/lifecycle: what this node does with one VIP at a
+// pass, a pure step over its inputs; the agent executes its answers) and
+// membership (agent/membership: memberlist and its transport behind
+// members, metadata, messages and heartbeats). The agent uses only their
+// APIs.
 package agent
 
 import (
@@ -64,6 +64,7 @@ import (
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
 	"github.com/vipd/vipd/agent/lifecycle"
+	"github.com/vipd/vipd/agent/membership"
 	"github.com/vipd/vipd/nodewatch"
 )
 
@@ -235,7 +236,7 @@ type Agent struct {
 
 	// Set by Run before the loop and the other goroutines start; read-only
 	// afterwards.
-	members  *membership
+	members  *membership.Membership[NodeMeta]
 	backends Backends
 	keyring  *memberlist.Keyring // nil without encryption
 	lease    *lease.Runner
@@ -440,7 +441,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		self:       cfg.NodeName,
 		events:     newBroker(),
 		encodeMeta: NodeMeta.Encode,
-		probeBind:  probeBind,
+		probeBind:  membership.ProbeBind,
 		reqs:       make(chan *loopRequest),
 		reloadCh:   make(chan struct{}, 1),
 		health:     make(chan healthResult, 16),

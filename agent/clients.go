@@ -26,7 +26,7 @@ import (
 //     a full set now and then (conns.Feed), each on a TCP stream of its
 //     own to the peer's membership port, from the publisher's bind
 //     address, sealed under the cluster key like the rest of membership
-//     (transport.go); each peer keeps a copy per publisher
+//     (membership/transport.go); each peer keeps a copy per publisher
 //     (conns.Mirror), taking a list only from the address of the member it
 //     names;
 //   - a node that claims a VIP other members held takes each one's list
@@ -176,7 +176,7 @@ type clients struct {
 func newClients(a *Agent, backend ConnsBackend) *clients {
 	return &clients{
 		backend: backend, self: a.self, log: a.log, metrics: a.metrics, events: a.events, now: a.now, grid: a.grid,
-		members: a.members.snapshot, send: a.members.sendReliable,
+		members: a.members.Members, send: a.members.SendList,
 		wantFull: make(chan string, 64), askFull: make(chan string, 64),
 		mirrors: map[string]*conns.Mirror{}, asked: map[string]time.Time{}, poked: map[netip.Addr]map[netip.Addr]time.Time{},
 	}

@@ -127,7 +127,7 @@ func TestClusterResetsAfterFence(t *testing.T) {
 			}
 		}
 	}
-	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	c.nodes[owner].agent.members.SetAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
 	succ := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")[0]
 	deadline := time.Now().Add(5 * time.Second)
 	for !slices.Equal(c.nodes[succ].conns.poked(), []conns.Conn{a1}) {
@@ -136,7 +136,7 @@ func TestClusterResetsAfterFence(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.nodes[owner].agent.members.setAllowed(nil)
+	c.nodes[owner].agent.members.SetAllowed(nil)
 }
 
 // TestClusterResetsUnlistedClients: the owner's client opened connections
@@ -159,7 +159,7 @@ func TestClusterResetsUnlistedClients(t *testing.T) {
 			n.conns.set(conn(40006)) // the client back, on this node
 		}
 	}
-	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	c.nodes[owner].agent.members.SetAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
 	succ := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")[0]
 	want := []conns.Conn{conn(40000), conn(40001), conn(40002), conn(40003), conn(40004), conn(40005)}
 	deadline := time.Now().Add(8 * time.Second)
@@ -169,7 +169,7 @@ func TestClusterResetsUnlistedClients(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.nodes[owner].agent.members.setAllowed(nil)
+	c.nodes[owner].agent.members.SetAllowed(nil)
 }
 
 // TestClusterHandoffResetsNoUnlistedPorts: on a planned handoff the owner
@@ -375,7 +375,7 @@ func TestClusterResetsDeadSuccessorsClients(t *testing.T) {
 	}
 
 	// The successor dies; the third node takes the VIP beside the owner.
-	c.nodes[succ].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	c.nodes[succ].agent.members.SetAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
 	c.waitHolders(15*time.Second, func(h []string) bool { return slices.Equal(h, slices.Sorted(slices.Values([]string{owner, third}))) },
 		"the third node holding beside the stuck owner, the successor gone")
 	c.w.setStuck(owner, false)
@@ -391,7 +391,7 @@ func TestClusterResetsDeadSuccessorsClients(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.nodes[succ].agent.members.setAllowed(nil)
+	c.nodes[succ].agent.members.SetAllowed(nil)
 }
 
 // TestClusterCalledOffLingerClosesNothing: an owner lingering after a

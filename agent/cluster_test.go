@@ -1156,7 +1156,7 @@ func TestClusterDeafOwnerHandsOver(t *testing.T) {
 		return c.w.overlap
 	}
 	before := overlap()
-	c.nodes[owner].agent.members.setAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
+	c.nodes[owner].agent.members.SetAllowed([]netip.Prefix{netip.MustParsePrefix("192.0.2.99/32")})
 	got := c.waitHolders(10*time.Second, func(h []string) bool { return len(h) == 1 && h[0] != owner }, "the deaf owner's VIP on another node")
 	// Stays there for a while: the deaf node does not take it back.
 	deadline := time.Now().Add(3 * time.Second)
@@ -1166,7 +1166,7 @@ func TestClusterDeafOwnerHandsOver(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.nodes[owner].agent.members.setAllowed(nil)
+	c.nodes[owner].agent.members.SetAllowed(nil)
 	c.waitMember(owner, got[0], StateAlive)
 	deadline = time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {

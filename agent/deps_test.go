@@ -31,7 +31,7 @@ func TestDeps(t *testing.T) {
 	}
 	bottom := map[string]string{"github.com/vipd/vipd/...": "the lease is the safety argument: it stands on nothing else of vipd's, so it can be read alone"}
 	leaf := map[string]string{"github.com/vipd/vipd/...": "conns (the clients' connections) is a leaf: the agent uses it, and it is tested alone"}
-	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "../conns": leaf, "./config": cfg, "./lease": bottom} {
+	for pkg, bad := range map[string]map[string]string{"../l2": backend, "../bgp": backend, "../bfd": backend, "../conns": leaf, "./config": cfg, "./membership": part, "./lease": bottom} {
 		t.Run(pkg, func(t *testing.T) {
 			deptest.DepChecker{Pkg: pkg, BadDeps: bad}.Check(t)
 		})

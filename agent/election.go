@@ -5,32 +5,19 @@ import (
 	"sort"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/membership"
 )
 
 // MemberState is a member's liveness as membership sees it.
-type MemberState int
+type MemberState = membership.State
 
 // Member states.
 const (
-	StateAlive MemberState = iota
-	StateSuspect
-	StateDead
-	StateLeft
+	StateAlive   = membership.Alive
+	StateSuspect = membership.Suspect
+	StateDead    = membership.Dead
+	StateLeft    = membership.Left
 )
-
-func (s MemberState) String() string {
-	switch s {
-	case StateAlive:
-		return "alive"
-	case StateSuspect:
-		return "suspect"
-	case StateDead:
-		return "dead"
-	case StateLeft:
-		return "left"
-	}
-	return "unknown"
-}
 
 // Member is one node as the election sees it: its liveness and what it
 // announces about itself in its metadata.
@@ -238,7 +225,7 @@ func Elect(members []Member, vip ElectionVIP) Result {
 func restartingHolder(members []Member, keys []uint32) string {
 	found := ""
 	for _, m := range members {
-		if !m.State.usable() || !m.Meta.Valid || !holdsAny(m, keys) {
+		if !m.State.Usable() || !m.Meta.Valid || !holdsAny(m, keys) {
 			continue
 		}
 		if found != "" || m.Meta.RestartGrace <= 0 {
@@ -265,16 +252,12 @@ func preemptor(eligible []Member, keys []uint32, aware bool) string {
 // metadata decoded elects by priority.
 func priorityAware(members []Member) bool {
 	for _, m := range members {
-		if m.State.usable() && m.Meta.Valid && !m.Meta.PriorityAware {
+		if m.State.Usable() && m.Meta.Valid && !m.Meta.PriorityAware {
 			return false
 		}
 	}
 	return true
 }
-
-// usable reports whether a member in state s may take part in the
-// election: alive, or suspect (not yet declared dead).
-func (s MemberState) usable() bool { return s == StateAlive || s == StateSuspect }
 
 // priority is m's priority for the VIPs keys: its first one's.
 func priority(m Member, keys []uint32) int { return m.Meta.VIP(keys[0]).priority() }

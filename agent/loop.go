@@ -22,7 +22,7 @@ func (a *Agent) loop(ctx, work context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.members.changed:
+		case <-a.members.Changed():
 		case <-t.C:
 		case r := <-a.health:
 			a.onHealth(r)

@@ -21,7 +21,7 @@ func (a *Agent) markReady() {
 		a.st.ready = true
 		// Logged before READY=1, so that the journal shows it before
 		// systemd's "Started" (systemd-test step 1e reads that order).
-		a.log.Info("vipd ready", "members", len(a.members.snapshot()))
+		a.log.Info("vipd ready", "members", len(a.members.Members()))
 		a.opts.Notify("READY=1")
 	}
 }

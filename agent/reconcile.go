@@ -22,7 +22,7 @@ import (
 func (a *Agent) reconcile(ctx context.Context) {
 	now := a.now()
 	c := a.st.cfg
-	members := a.forgetRemoved(a.members.snapshot())
+	members := a.forgetRemoved(a.members.Members())
 	for _, m := range members {
 		if m.Name != a.self && m.Meta.RestartGrace > 0 {
 			a.lease.MarkRestarting(m.Name, m.Meta.RestartGrace)
@@ -119,7 +119,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 
 	if b, err := a.encodeMeta(a.localMeta()); err == nil {
-		a.members.setMeta(b)
+		a.members.SetMeta(b)
 	} else {
 		a.log.Error("encode metadata", "err", err)
 	}
@@ -357,7 +357,7 @@ func (a *Agent) observeLease(ls lease.State, now time.Time) {
 func (a *Agent) refreshAddrs() []string {
 	heard := a.lease.RecentlyHeard()
 	var out []string
-	for _, m := range a.members.snapshot() {
+	for _, m := range a.members.Members() {
 		if len(out) < refreshPeers && m.Name != a.self && m.Address != "" && slices.Contains(heard, m.Name) {
 			out = append(out, m.Address)
 		}

@@ -53,7 +53,7 @@ func (a *Agent) joinAll(addrs []string) int {
 	joined := 0
 	for _, addr := range addrs {
 		wg.Go(func() {
-			n, err := a.members.join([]string{addr})
+			n, err := a.members.Join([]string{addr})
 			if err != nil {
 				a.log.Debug("join", "peer", addr, "err", err)
 			}
@@ -96,19 +96,19 @@ func (a *Agent) rejoinLoop(ctx context.Context) {
 		case <-t.C:
 		case <-a.rejoinKick:
 		case <-mt.C:
-			if misplaced = a.members.misplaced.Swap(false); !misplaced {
+			if misplaced = a.members.TakeMisplaced(); !misplaced {
 				continue
 			}
 		}
 		// Read without a request to the loop: a rejoin tick that finds
 		// every peer alive must not wake it.
-		members := a.members.snapshot()
+		members := a.members.Members()
 		if a.rejoinEvery.Swap(false) || misplaced {
 			members = nil // every known peer, alive ones included
 		}
 		if misplaced && !logged {
 			logged = true
-			a.log.Info("a peer knows this node at another address (it came back under a new one): joining the peers again until they take it", "address", a.members.advertised)
+			a.log.Info("a peer knows this node at another address (it came back under a new one): joining the peers again until they take it", "address", a.members.Advertised())
 		}
 		targets := rejoinTargets(a.self, a.cache.get(), *a.peers.Load(), members)
 		if also := a.rejoinAlso.Swap(nil); also != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/agent/membership"
 )
 
 // reload re-reads the configuration file (SIGHUP). An invalid file keeps
@@ -27,7 +28,7 @@ func (a *Agent) reload(ctx context.Context) {
 		return
 	}
 	if a.keyring != nil && c.Cluster.KeyFile == old.Cluster.KeyFile {
-		changed, err := rotateKeyring(a.keyring, c.Cluster.KeyFile)
+		changed, err := membership.RotateKeyring(a.keyring, c.Cluster.KeyFile)
 		if err != nil {
 			a.log.Error("reload refused: cluster key_file", "err", err)
 			return
@@ -48,7 +49,7 @@ func (a *Agent) reload(ctx context.Context) {
 	a.st.cfg = c
 	peers := c.Cluster.PeerAddrs()
 	a.peers.Store(&peers)
-	a.members.setAllowed(admissionNetworks(c))
+	a.members.SetAllowed(membership.AdmissionNetworks(c))
 	if a.opts.LogLevel != nil {
 		a.opts.LogLevel.Set(c.Level())
 	}

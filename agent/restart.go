@@ -196,7 +196,7 @@ func (a *Agent) restartBlocked(ctx context.Context) string {
 	case a.opts.NextAdopts == nil || !a.opts.NextAdopts():
 		return "the vipd that starts next cannot take the VIPs over (a release without restarts in place)"
 	}
-	for _, m := range a.members.snapshot() {
+	for _, m := range a.members.Members() {
 		if m.Name != a.self && (m.State == StateAlive || m.State == StateSuspect) && !m.Meta.RestartAware {
 			return fmt.Sprintf("member %s runs a release without restarts in place", m.Name)
 		}
@@ -283,7 +283,7 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 		}
 	}
 	var alive []string
-	for _, m := range a.members.snapshot() {
+	for _, m := range a.members.Members() {
 		if m.Name != a.self && (m.State == StateAlive || m.State == StateSuspect) {
 			alive = append(alive, m.Name)
 		}
@@ -297,12 +297,12 @@ func (a *Agent) restartInPlace(ctx context.Context) bool {
 	// Members that join meanwhile learn it from the metadata.
 	a.st.restartGrace = grace
 	if b, err := a.encodeMeta(a.localMeta()); err == nil {
-		a.members.advertiseFinal(b, restartAnnounceTimeout)
+		a.members.AdvertiseFinal(b, restartAnnounceTimeout)
 	}
 	if r, ok := a.backends.(Restarter); ok {
 		r.Detach()
 	}
-	if err := a.members.shutdown(); err != nil {
+	if err := a.members.Shutdown(); err != nil {
 		a.log.Warn("stop memberlist", "err", err)
 	}
 	for _, w := range a.st.waiters {
@@ -358,7 +358,7 @@ func (a *Agent) finishHandoffs(ctx context.Context) string {
 			return ""
 		}
 		select {
-		case <-a.members.changed:
+		case <-a.members.Changed():
 		case <-a.wake:
 		case <-t.C:
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lifecycle"
+	"github.com/vipd/vipd/agent/membership"
 	"github.com/vipd/vipd/conns"
 )
 
@@ -273,7 +274,7 @@ func TestClusterRestartBindAddressLate(t *testing.T) {
 			if time.Now().Before(bindAt) {
 				return fmt.Errorf("membership port %s: %w", netip.AddrPortFrom(addr, uint16(port)), syscall.EADDRNOTAVAIL)
 			}
-			return probeBind(addr, port)
+			return membership.ProbeBind(addr, port)
 		}
 	}
 	owner, _, samples, stopped := c.stopOwnerForRestart()

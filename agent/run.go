@@ -13,6 +13,7 @@ import (
 
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lease"
+	"github.com/vipd/vipd/agent/membership"
 )
 
 // Run runs the agent until ctx ends, then hands its VIPs off (bounded by
@@ -87,7 +88,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.st.adoptUntil = ad.until
 
 	if c.Cluster.KeyFile != "" {
-		kr, err := loadKeyring(c.Cluster.KeyFile)
+		kr, err := membership.LoadKeyring(c.Cluster.KeyFile)
 		if err != nil {
 			return err
 		}
@@ -101,10 +102,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil // stopped while waiting for the bind address
 	}
 	a.members = ml
-	a.goroutines.Go(func() { ml.runPublisher(bg) })
+	a.goroutines.Go(func() { ml.RunPublisher(bg) })
 	a.lease = lease.NewRunner(lease.Config{Self: a.self, Timers: leaseTimers(c.Cluster.FailureDetection), Grid: a.grid, Now: a.now,
-		Send: ml.sendHeartbeat, Wake: a.wakeLoop, ValidName: config.ValidNodeName})
-	ml.setOnHeartbeat(a.lease.Receive)
+		Send: ml.SendHeartbeat, Wake: a.wakeLoop, ValidName: config.ValidNodeName})
+	ml.OnHeartbeat(a.lease.Receive)
 	// Held on the previous process's word until its deadline: the peers
 	// claim nothing before it.
 	a.lease.HoldUntil(a.st.adoptUntil)
@@ -115,10 +116,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		cb = nil
 	}
 	a.clients = newClients(a, cb)
-	ml.setOnList(a.clients.receive)
+	ml.OnList(a.clients.receive)
 	a.goroutines.Go(func() { a.clients.run(bg) })
 	// A first status before the API serves: nothing held, nobody elected.
-	members := ml.snapshot()
+	members := ml.Members()
 	q := hasQuorum(a.self, a.cache.get(), members, nil, c.Cluster.RequireQuorum)
 	a.lease.SetBase(q.Base, q.Required, memberAddrs(members), false)
 	a.st.lease = a.lease.State()
@@ -126,14 +127,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	api, err := a.serveAPI(bg)
 	if err != nil {
-		ml.shutdown()
+		ml.Shutdown()
 		return err
 	}
 	defer api.stop()
 
 	if addr := c.API.MetricsAddress; addr != "" {
 		if err := a.metrics.serve(bg, addr, &a.goroutines, func(err error) { a.log.Error("metrics server", "err", err) }); err != nil {
-			ml.shutdown()
+			ml.Shutdown()
 			return err
 		}
 		a.log.Info("metrics listening", "address", addr)
@@ -173,7 +174,7 @@ const (
 // metadata is what this node holds once the address is there: VIPs taken
 // over from the previous process that lapsed meanwhile are not in it
 // (dropAdopted), so no peer hands its VIP to this node for them.
-func (a *Agent) startMembership(ctx, work context.Context) (*membership, error) {
+func (a *Agent) startMembership(ctx, work context.Context) (*membership.Membership[NodeMeta], error) {
 	c := a.st.cfg
 	waiting := false
 	var extended time.Time
@@ -183,16 +184,15 @@ func (a *Agent) startMembership(ctx, work context.Context) (*membership, error) 
 		// memberlist reports bind errors as text; try the port first to
 		// tell "not configured yet" from "in use".
 		err := a.probeBind(c.Cluster.BindAddr(), c.Cluster.BindPort)
-		var ml *membership
+		var ml *membership.Membership[NodeMeta]
 		if err == nil {
 			a.dropAdopted(work, true)
 			var meta []byte
 			if meta, err = a.encodeMeta(a.localMeta()); err != nil {
 				return nil, err
 			}
-			ml, err = newMembership(c, a.log, meta, a.keyring, a.now, func(reason string) {
-				a.metrics.rejected.WithLabelValues(reason).Inc()
-			}, nil)
+			ml, err = membership.New(c, membership.Options[NodeMeta]{Codec: metaCodec, Logger: a.log, Meta: meta, Keyring: a.keyring, Now: a.now,
+				Rejected: func(reason string) { a.metrics.rejected.WithLabelValues(reason).Inc() }})
 		}
 		switch {
 		case err == nil:
@@ -250,7 +250,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 			break
 		}
 		select {
-		case <-a.members.changed:
+		case <-a.members.Changed():
 		case <-t.C:
 		}
 	}
@@ -264,7 +264,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 			break
 		}
 		select {
-		case <-a.members.changed:
+		case <-a.members.Changed():
 		case <-a.wake:
 		case <-t.C:
 		}
@@ -280,12 +280,12 @@ func (a *Agent) shutdown(ctx context.Context) {
 	// before the leave message, or they record this node as dead instead
 	// of left.
 	if b, err := a.encodeMeta(a.localMeta()); err == nil {
-		a.members.advertiseFinal(b, time.Second)
+		a.members.AdvertiseFinal(b, time.Second)
 	}
-	if err := a.members.leave(2 * time.Second); err != nil {
+	if err := a.members.Leave(2 * time.Second); err != nil {
 		a.log.Warn("leave cluster", "err", err)
 	}
-	if err := a.members.shutdown(); err != nil {
+	if err := a.members.Shutdown(); err != nil {
 		a.log.Warn("stop memberlist", "err", err)
 	}
 	for _, w := range a.st.waiters {

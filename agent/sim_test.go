@@ -845,7 +845,7 @@ func (s *sim) merge(q *simProc, from string, t []simEntry, join bool) {
 
 // detect is membership's failure detection at p: a member that p has
 // not heard, directly or through another member, for simDead is dead
-// (memberlist reports no suspicion: agent/membership.go sees a member
+// (memberlist reports no suspicion: agent/membership sees a member
 // alive until NotifyLeave).
 func (s *sim) detect(p *simProc) {
 	now := p.now()

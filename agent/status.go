@@ -93,7 +93,7 @@ func priorityWarning(view []Member, c *config.Config) string {
 		for _, vm := range m.Meta.VIPs {
 			used = used || vm.Priority != 0
 		}
-		if m.State.usable() && m.Meta.Valid && !m.Meta.PriorityAware {
+		if m.State.Usable() && m.Meta.Valid && !m.Meta.PriorityAware {
 			old = append(old, sanitize(m.Name))
 		}
 	}

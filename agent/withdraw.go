@@ -35,7 +35,7 @@ type withdrawRequest struct {
 // noPersist. With wait, it returns a waiter that is answered when every VIP
 // this node held is held elsewhere, or at the deadline.
 func (a *Agent) withdraw(req withdrawRequest) (*withdrawWaiter, *apipb.WithdrawResponse, error) {
-	view := a.view(a.members.snapshot())
+	view := a.view(a.members.Members())
 	var others []Member
 	for _, m := range view {
 		if m.Name != a.self {
@@ -157,7 +157,7 @@ func (a *Agent) forget(name string) error {
 		return status.Errorf(codes.InvalidArgument, "forget: name a node")
 	}
 	known := false
-	for _, m := range a.members.snapshot() {
+	for _, m := range a.members.Members() {
 		if m.Name != name {
 			continue
 		}
@@ -177,7 +177,7 @@ func (a *Agent) forget(name string) error {
 	if !known {
 		return status.Errorf(codes.NotFound, "forget: no member named %q", sanitize(name))
 	}
-	a.members.forget(name)
+	a.members.Forget(name)
 	a.cache.set(next)
 	if err := savePeerCache(a.st.cfg.StateDir, next); err != nil {
 		a.log.Error("save peer cache (kept in memory)", "err", err)

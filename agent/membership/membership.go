@@ -1,4 +1,14 @@
-package agent
+// Package membership is vipd's cluster membership: memberlist, behind a
+// narrow API. It keeps a table of every node seen (Members: dead and left
+// ones too, which memberlist forgets) and signals its changes (Changed);
+// publishes this node's metadata (SetMeta, pushed to every member at once,
+// and AdvertiseFinal before leaving) and reads the others' with the
+// caller's Codec; carries the messages that are not memberlist's (the
+// lease's heartbeats, SendHeartbeat and OnHeartbeat; the lists of client
+// connections, SendList and OnList) on its own transport, which drops
+// whatever comes from outside the admitted networks before anything reads
+// it and seals it under the cluster keys (LoadKeyring, RotateKeyring).
+package membership
 
 import (
 	"bytes"
@@ -8,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,12 +31,13 @@ import (
 	"github.com/vipd/vipd/agent/config"
 )
 
-// memberInfo is the membership table entry of one node.
-type memberInfo struct {
+// Member is the membership table entry of one node; M is what its
+// metadata says (Codec.Decode).
+type Member[M any] struct {
 	Name    string
 	Address string // host:port
-	State   MemberState
-	Meta    NodeMeta
+	State   State
+	Meta    M
 	// Since is when the member's state or metadata last changed.
 	Since time.Time
 	// MetaSince is when its metadata last changed (or was first seen).
@@ -35,25 +45,36 @@ type memberInfo struct {
 	raw       string // the metadata as received
 }
 
-// membership wraps memberlist: it publishes this node's metadata, keeps a
+// Codec reads the metadata the members publish.
+type Codec[M any] struct {
+	// Decode reads a member's metadata; a member whose metadata it
+	// refuses is not admitted.
+	Decode func(b []byte) (M, error)
+	// Leaving reports whether a member said it was leaving: when it goes,
+	// it left rather than died.
+	Leaving func(m M) bool
+}
+
+// Membership wraps memberlist: it publishes this node's metadata, keeps a
 // table of every node seen (including dead and left ones, which memberlist
 // forgets), and signals changes on a channel.
-type membership struct {
-	list *memberlist.Memberlist
-	self string
-	log  *slog.Logger
-	now  func() time.Time
+type Membership[M any] struct {
+	list  *memberlist.Memberlist
+	self  string
+	log   *slog.Logger
+	now   func() time.Time
+	codec Codec[M]
 
 	metaMu sync.Mutex
 	meta   []byte
 
 	mu      sync.Mutex
-	nodes   map[string]memberInfo
+	nodes   map[string]Member[M]
 	changed chan struct{} // capacity 1: a pending "something changed"
 
 	publish chan struct{} // capacity 1: metadata needs re-advertising
 	pubMu   sync.Mutex    // held while advertising
-	final   bool          // advertiseFinal ran: advertise nothing more
+	final   bool          // AdvertiseFinal ran: advertise nothing more
 
 	// allowed are the networks whose members are admitted (nil: any);
 	// replaced on reload.
@@ -68,6 +89,10 @@ type membership struct {
 	advertised netip.AddrPort
 	misplaced  atomic.Bool
 }
+
+// DeadNodeReclaimTime is how long after its old entry died a node that
+// restarts with the same name and a new address may take its name back.
+const DeadNodeReclaimTime = 10 * time.Second
 
 // memberlistConfig builds memberlist's configuration from ours.
 func memberlistConfig(c *config.Config) *memberlist.Config {
@@ -93,9 +118,7 @@ func memberlistConfig(c *config.Config) *memberlist.Config {
 	mc.BindPort = c.Cluster.BindPort
 	mc.AdvertiseAddr = c.Cluster.BindAddr().String()
 	mc.AdvertisePort = c.Cluster.BindPort
-	// A node that restarts with the same name and a new address may take
-	// its old name back after this long.
-	mc.DeadNodeReclaimTime = 10 * time.Second
+	mc.DeadNodeReclaimTime = DeadNodeReclaimTime
 	// Our messages are a few hundred bytes at most; LZW costs a 64 KiB
 	// table per packet (most of the idle CPU and garbage) and saves
 	// nothing. Peers still read compressed messages from older versions.
@@ -103,30 +126,57 @@ func memberlistConfig(c *config.Config) *memberlist.Config {
 	return mc
 }
 
-// newMembership starts memberlist for c. tune, when set, changes
-// memberlist's configuration last (tests that turn gossip and probes off).
-func newMembership(c *config.Config, lg *slog.Logger, meta []byte, keyring *memberlist.Keyring, now func() time.Time, rejected func(string), tune func(*memberlist.Config)) (*membership, error) {
-	m := &membership{
+// delegate is what memberlist calls (its Delegate, EventDelegate,
+// AliveDelegate and MergeDelegate), kept off Membership's API.
+type delegate[M any] struct{ *Membership[M] }
+
+// Options are what New takes besides the configuration.
+type Options[M any] struct {
+	// Codec reads the members' metadata. Required.
+	Codec Codec[M]
+	// Logger receives membership's logs and memberlist's. Required.
+	Logger *slog.Logger
+	// Meta is this node's first metadata.
+	Meta []byte
+	// Keyring seals membership traffic (cluster.key_file). [none: in the
+	// clear]
+	Keyring *memberlist.Keyring
+	// Now is the clock of Member.Since. Required.
+	Now func() time.Time
+	// Rejected counts a member or packet refused admission, by reason
+	// ("name", "address", "network", "metadata", "packet"). Required.
+	Rejected func(reason string)
+	// Tune, when set, changes memberlist's configuration last (tests that
+	// turn gossip and probes off).
+	Tune func(*memberlist.Config)
+}
+
+// New starts memberlist for c.
+func New[M any](c *config.Config, o Options[M]) (*Membership[M], error) {
+	lg, meta, keyring, rejected, tune := o.Logger, o.Meta, o.Keyring, o.Rejected, o.Tune
+	m := &Membership[M]{
 		rejected:   rejected,
 		advertised: netip.AddrPortFrom(c.Cluster.BindAddr().Unmap(), uint16(c.Cluster.BindPort)),
 		self:       c.NodeName,
 		log:        lg,
-		now:        now,
+		now:        o.Now,
+		codec:      o.Codec,
 		meta:       meta,
-		nodes:      map[string]memberInfo{},
+		nodes:      map[string]Member[M]{},
 		changed:    make(chan struct{}, 1),
 		publish:    make(chan struct{}, 1),
 	}
-	nets := admissionNetworks(c)
+	nets := AdmissionNetworks(c)
 	m.allowed.Store(&nets)
 	mc := memberlistConfig(c)
 	if tune != nil {
 		tune(mc)
 	}
-	mc.Delegate = m
-	mc.Events = m
-	mc.Alive = m
-	mc.Merge = m
+	d := delegate[M]{m}
+	mc.Delegate = d
+	mc.Events = d
+	mc.Alive = d
+	mc.Merge = d
 	mc.Logger = log.New(newSlogWriter(lg.With("component", "memberlist"), time.Now), "", 0)
 	if keyring != nil {
 		mc.Keyring = keyring
@@ -152,10 +202,10 @@ func newMembership(c *config.Config, lg *slog.Logger, meta []byte, keyring *memb
 	return m, nil
 }
 
-// probeBind tries the membership port (TCP and UDP) on addr and releases
+// ProbeBind tries the membership port (TCP and UDP) on addr and releases
 // it: its errors carry the syscall error (EADDRNOTAVAIL, EADDRINUSE) that
 // memberlist's own only names in text.
-func probeBind(addr netip.Addr, port int) error {
+func ProbeBind(addr netip.Addr, port int) error {
 	ap := netip.AddrPortFrom(addr, uint16(port)).String()
 	l, err := net.Listen("tcp", ap)
 	if err != nil {
@@ -170,11 +220,11 @@ func probeBind(addr netip.Addr, port int) error {
 	return nil
 }
 
-// admissionNetworks are the networks whose hosts may take part in
+// AdmissionNetworks are the networks whose hosts may take part in
 // membership: cluster.allowed_networks when set; otherwise any address when a
 // key_file authenticates members, and without one only this node's bind
 // address and the configured peers' addresses (host names resolved now).
-func admissionNetworks(c *config.Config) []netip.Prefix {
+func AdmissionNetworks(c *config.Config) []netip.Prefix {
 	host := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()) }
 	if len(c.Cluster.AllowedPrefixes()) > 0 {
 		return append(slices.Clone(c.Cluster.AllowedPrefixes()), host(c.Cluster.BindAddr()))
@@ -203,14 +253,14 @@ func admissionNetworks(c *config.Config) []netip.Prefix {
 	return out
 }
 
-// setAllowed replaces the admitted networks (reload).
-func (m *membership) setAllowed(nets []netip.Prefix) { m.allowed.Store(&nets) }
+// SetAllowed replaces the admitted networks (reload).
+func (m *Membership[M]) SetAllowed(nets []netip.Prefix) { m.allowed.Store(&nets) }
 
 // admit decides whether a node may take part in membership: a valid name
 // (so no name carries control characters into logs and status), an address
 // in the admitted networks, and metadata that decodes. Members refused here
 // never reach the membership table, the quorum base or the peer cache.
-func (m *membership) admit(n *memberlist.Node) error {
+func (m *Membership[M]) admit(n *memberlist.Node) error {
 	if n.Name == m.self {
 		return nil
 	}
@@ -227,7 +277,7 @@ func (m *membership) admit(n *memberlist.Node) error {
 		m.rejected("network")
 		return fmt.Errorf("node %s at %s: not in cluster.allowed_networks (default without key_file: the configured peers)", n.Name, a.Unmap())
 	}
-	if _, err := DecodeMeta(n.Meta); err != nil {
+	if _, err := m.codec.Decode(n.Meta); err != nil {
 		m.rejected("metadata")
 		return fmt.Errorf("node %s: metadata not understood: %w", n.Name, err)
 	}
@@ -236,12 +286,12 @@ func (m *membership) admit(n *memberlist.Node) error {
 
 // NotifyAlive implements memberlist.AliveDelegate: an alive message about a
 // node that admit refuses is ignored.
-func (m *membership) NotifyAlive(n *memberlist.Node) error { return m.admit(n) }
+func (m delegate[M]) NotifyAlive(n *memberlist.Node) error { return m.admit(n) }
 
 // NotifyMerge implements memberlist.MergeDelegate: a push/pull exchange
 // (join) that would bring in a node admit refuses is cancelled. A peer's
 // state that has this node at another address sets misplaced.
-func (m *membership) NotifyMerge(peers []*memberlist.Node) error {
+func (m delegate[M]) NotifyMerge(peers []*memberlist.Node) error {
 	for _, n := range peers {
 		if n.Name != m.self {
 			continue
@@ -258,9 +308,9 @@ func (m *membership) NotifyMerge(peers []*memberlist.Node) error {
 	return nil
 }
 
-// setMeta changes the metadata this node advertises; the publisher
+// SetMeta changes the metadata this node advertises; the publisher
 // goroutine re-advertises it.
-func (m *membership) setMeta(b []byte) {
+func (m *Membership[M]) SetMeta(b []byte) {
 	m.metaMu.Lock()
 	same := bytes.Equal(m.meta, b)
 	m.meta = b
@@ -273,13 +323,13 @@ func (m *membership) setMeta(b []byte) {
 	}
 }
 
-// runPublisher re-advertises metadata when it changes, off the reconcile
+// RunPublisher re-advertises metadata when it changes, off the reconcile
 // loop, and pushes the update to every member at once. It does not wait
 // for the update to be gossiped (memberlist's UpdateNode can wait until
 // every retransmission went out): a newer update replaces an older one
 // still queued, and waiting would hold the newer one back, so a node's
 // last word before leaving could reach a peer after its leave message.
-func (m *membership) runPublisher(ctx context.Context) {
+func (m *Membership[M]) RunPublisher(ctx context.Context) {
 	var pushes sync.WaitGroup
 	defer pushes.Wait()
 	for {
@@ -308,9 +358,9 @@ func (m *membership) runPublisher(ctx context.Context) {
 //
 // The members come from this node's own table: memberlist's Members()
 // hands out pointers to nodes it keeps changing (a data race).
-func (m *membership) push(wg *sync.WaitGroup) {
-	for _, n := range m.snapshot() {
-		if n.Name == m.self || n.State != StateAlive {
+func (m *Membership[M]) push(wg *sync.WaitGroup) {
+	for _, n := range m.Members() {
+		if n.Name == m.self || n.State != Alive {
 			continue
 		}
 		ap, err := netip.ParseAddrPort(n.Address)
@@ -322,12 +372,12 @@ func (m *membership) push(wg *sync.WaitGroup) {
 	}
 }
 
-// advertiseFinal makes b this node's last metadata before it leaves and
+// AdvertiseFinal makes b this node's last metadata before it leaves and
 // pushes it to every alive member, waiting up to wait for their acks.
 // Nothing is advertised after it: a newer queued update would replace b,
 // and the leave message replaces any update still queued, so peers would
 // see the node die rather than leave.
-func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
+func (m *Membership[M]) AdvertiseFinal(b []byte, wait time.Duration) {
 	m.pubMu.Lock()
 	defer m.pubMu.Unlock()
 	m.final = true
@@ -349,8 +399,8 @@ func (m *membership) advertiseFinal(b []byte, wait time.Duration) {
 	}
 }
 
-// join joins the given addresses and returns how many answered.
-func (m *membership) join(addrs []string) (int, error) {
+// Join joins the given addresses and returns how many answered.
+func (m *Membership[M]) Join(addrs []string) (int, error) {
 	if len(addrs) == 0 {
 		return 0, nil
 	}
@@ -361,11 +411,11 @@ func (m *membership) join(addrs []string) (int, error) {
 	return n, nil
 }
 
-// snapshot returns the membership table, sorted by name.
-func (m *membership) snapshot() []memberInfo {
+// Members returns the membership table, sorted by name.
+func (m *Membership[M]) Members() []Member[M] {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]memberInfo, 0, len(m.nodes))
+	out := make([]Member[M], 0, len(m.nodes))
 	for _, n := range m.nodes {
 		out = append(out, n)
 	}
@@ -373,25 +423,41 @@ func (m *membership) snapshot() []memberInfo {
 	return out
 }
 
-// forget removes a node from the table; it reappears if it joins again.
-func (m *membership) forget(name string) {
+// Changed is signalled (with capacity 1: one pending signal stands for
+// any number of changes) when a member's state or metadata changes.
+func (m *Membership[M]) Changed() <-chan struct{} { return m.changed }
+
+// Advertised is this node's membership address.
+func (m *Membership[M]) Advertised() netip.AddrPort { return m.advertised }
+
+// TakeMisplaced reports, once, whether a state exchange showed a peer
+// knowing this node at another address since the last call (it came back
+// under a new one, and the peer still has its old process's entry): the
+// caller joins again until the peers take it.
+func (m *Membership[M]) TakeMisplaced() bool { return m.misplaced.Swap(false) }
+
+// Forget removes a node from the table; it reappears if it joins again.
+func (m *Membership[M]) Forget(name string) {
 	m.mu.Lock()
 	delete(m.nodes, name)
 	m.mu.Unlock()
 }
 
-func (m *membership) leave(timeout time.Duration) error {
+// Leave tells the members this node leaves, waiting up to timeout for the
+// message to go out.
+func (m *Membership[M]) Leave(timeout time.Duration) error {
 	if err := m.list.Leave(timeout); err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
 }
 
-func (m *membership) shutdown() error {
+// Shutdown stops memberlist and the transport, without a leave message.
+func (m *Membership[M]) Shutdown() error {
 	return m.list.Shutdown()
 }
 
-func (m *membership) signal() {
+func (m *Membership[M]) signal() {
 	select {
 	case m.changed <- struct{}{}:
 	default:
@@ -401,7 +467,7 @@ func (m *membership) signal() {
 // The memberlist.Delegate methods. Only NodeMeta carries vipd data.
 
 // NodeMeta implements memberlist.Delegate.
-func (m *membership) NodeMeta(limit int) []byte {
+func (m delegate[M]) NodeMeta(limit int) []byte {
 	m.metaMu.Lock()
 	defer m.metaMu.Unlock()
 	if len(m.meta) > limit {
@@ -414,16 +480,16 @@ func (m *membership) NodeMeta(limit int) []byte {
 // messages: the lists of client connections go on streams of the
 // transport, which knows where they came from (transport.go). An older
 // release's lists, which came this way without a sender, are dropped.
-func (m *membership) NotifyMsg([]byte) {}
+func (m delegate[M]) NotifyMsg([]byte) {}
 
-// setOnList sets the handler of the client connections lists, with the
+// OnList sets the handler of the client connections lists, with the
 // address each came from.
-func (m *membership) setOnList(f func(b []byte, from netip.AddrPort)) { m.transport.list.Store(&f) }
+func (m *Membership[M]) OnList(f func(b []byte, from netip.AddrPort)) { m.transport.list.Store(&f) }
 
-// sendReliable sends msg (a client connections list) to a member on a
+// SendList sends msg (a client connections list) to a member on a
 // stream of the transport (TCP, sealed under the cluster key when
 // key_file is set).
-func (m *membership) sendReliable(to memberInfo, msg []byte) error {
+func (m *Membership[M]) SendList(to Member[M], msg []byte) error {
 	ap, err := netip.ParseAddrPort(to.Address)
 	if err != nil {
 		return fmt.Errorf("member %s: address %q: %w", to.Name, to.Address, err)
@@ -434,56 +500,56 @@ func (m *membership) sendReliable(to memberInfo, msg []byte) error {
 	return nil
 }
 
-// setOnHeartbeat sets the handler of the lease's heartbeats.
-func (m *membership) setOnHeartbeat(f func(payload []byte, from netip.AddrPort)) {
+// OnHeartbeat sets the handler of the lease's heartbeats.
+func (m *Membership[M]) OnHeartbeat(f func(payload []byte, from netip.AddrPort)) {
 	m.transport.heartbeat.Store(&f)
 }
 
-// sendHeartbeat sends a lease heartbeat to a member's membership address.
-func (m *membership) sendHeartbeat(payload []byte, to netip.AddrPort) {
+// SendHeartbeat sends a lease heartbeat to a member's membership address.
+func (m *Membership[M]) SendHeartbeat(payload []byte, to netip.AddrPort) {
 	if err := m.transport.sendHeartbeat(payload, to); err != nil {
 		m.log.Debug("heartbeat", "peer", to, "err", err)
 	}
 }
 
 // GetBroadcasts implements memberlist.Delegate.
-func (m *membership) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (m delegate[M]) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState implements memberlist.Delegate.
-func (m *membership) LocalState(join bool) []byte { return nil }
+func (m delegate[M]) LocalState(join bool) []byte { return nil }
 
 // MergeRemoteState implements memberlist.Delegate.
-func (m *membership) MergeRemoteState(buf []byte, join bool) {}
+func (m delegate[M]) MergeRemoteState(buf []byte, join bool) {}
 
 // The memberlist.EventDelegate methods. They run with memberlist's locks
 // held: record and signal, nothing else.
 
 // NotifyJoin implements memberlist.EventDelegate.
-func (m *membership) NotifyJoin(n *memberlist.Node) { m.record(n, StateAlive) }
+func (m delegate[M]) NotifyJoin(n *memberlist.Node) { m.record(n, Alive) }
 
 // NotifyUpdate implements memberlist.EventDelegate.
-func (m *membership) NotifyUpdate(n *memberlist.Node) { m.record(n, StateAlive) }
+func (m delegate[M]) NotifyUpdate(n *memberlist.Node) { m.record(n, Alive) }
 
 // NotifyLeave implements memberlist.EventDelegate. memberlist does not say
 // whether the node left or died; a node leaving gracefully says so in its
 // metadata first.
-func (m *membership) NotifyLeave(n *memberlist.Node) {
+func (m delegate[M]) NotifyLeave(n *memberlist.Node) {
 	m.mu.Lock()
 	prev := m.nodes[n.Name]
 	m.mu.Unlock()
-	st := StateDead
-	if prev.Meta.Leaving {
-		st = StateLeft
+	st := Dead
+	if m.codec.Leaving(prev.Meta) {
+		st = Left
 	}
 	m.record(n, st)
 }
 
-func (m *membership) record(n *memberlist.Node, st MemberState) {
-	meta, err := DecodeMeta(n.Meta)
+func (m *Membership[M]) record(n *memberlist.Node, st State) {
+	meta, err := m.codec.Decode(n.Meta)
 	if err != nil {
 		m.log.Warn("ignoring undecodable metadata from peer", "peer", n.Name, "err", err)
 	}
-	info := memberInfo{
+	info := Member[M]{
 		Name:    n.Name,
 		Address: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
 		State:   st,
@@ -505,160 +571,4 @@ func (m *membership) record(n *memberlist.Node, st MemberState) {
 		m.log.Info("member state", "member", n.Name, "peer", info.Address, "state", st.String())
 	}
 	m.signal()
-}
-
-// sendFailureEvery is how often one kind of memberlist warning or error is
-// logged: while a link is down memberlist fails to send gossip and probes
-// several times a second, and a host sending garbage to the membership port
-// makes one error per packet.
-const sendFailureEvery = 10 * time.Second
-
-// slogWriter adapts memberlist's log lines ("[WARN] memberlist: ...") to
-// slog levels. Warnings and errors are logged each kind (logKind) at most
-// once per sendFailureEvery, with the number of lines left out since; send
-// failures ("Failed to send gossip to ...: ... network is unreachable") at
-// WARN.
-type slogWriter struct {
-	lg  *slog.Logger
-	now func() time.Time
-
-	mu         sync.Mutex
-	lastLogged map[string]time.Time // kind -> when last logged
-	suppressed map[string]int
-	// The budget: at most logBudget lines per window of sendFailureEvery
-	// whatever their kinds (text a sender chooses, a label or a node name,
-	// makes new kinds); the rest are counted in overBudget.
-	windowStart time.Time
-	inWindow    int
-	overBudget  int
-}
-
-// logBudget bounds memberlist warnings and errors per sendFailureEvery,
-// all kinds together.
-const logBudget = 20
-
-// maxLogKinds bounds the kinds remembered; older ones are forgotten first.
-const maxLogKinds = 256
-
-func newSlogWriter(lg *slog.Logger, now func() time.Time) *slogWriter {
-	return &slogWriter{lg: lg, now: now, lastLogged: map[string]time.Time{}, suppressed: map[string]int{}}
-}
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	s := strings.TrimSpace(string(p))
-	level := slog.LevelDebug
-	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[INFO]": slog.LevelDebug} {
-		if strings.HasPrefix(s, prefix) {
-			level = l
-			s = strings.TrimSpace(strings.TrimPrefix(s, prefix))
-		}
-	}
-	s = strings.TrimPrefix(s, "memberlist: ")
-	if level < slog.LevelWarn {
-		w.lg.Log(context.Background(), level, s)
-		return len(p), nil
-	}
-	kind, sendFailure := sendFailureKind(s)
-	if sendFailure {
-		level = slog.LevelWarn
-	} else {
-		kind = logKind(s)
-	}
-	n, logNow := w.throttle(kind)
-	if !logNow {
-		return len(p), nil
-	}
-	if n > 0 {
-		w.lg.Log(context.Background(), level, s, "suppressed", n)
-	} else {
-		w.lg.Log(context.Background(), level, s)
-	}
-	return len(p), nil
-}
-
-// quoted, nodeName and number match what varies in memberlist's messages:
-// quoted text (a node name, a label a sender chose), an unquoted node name,
-// a number (an address, a port, a message type).
-var (
-	quoted   = regexp.MustCompile(`'[^']*'|"[^"]*"`)
-	nodeName = regexp.MustCompile(`\bnode \S+`)
-	number   = regexp.MustCompile(`[0-9]+`)
-)
-
-// logKind is what a warning or error is about, without what varies (the
-// peer, the address, the detail): "Failed to decode ping request" for
-// "Failed to decode ping request: msgpack ... from=203.0.113.9:7946", so a
-// flood of garbage packets logs one line per kind every sendFailureEvery.
-func logKind(s string) string {
-	// Quoted text first: a label can hold ": ".
-	s = nodeName.ReplaceAllString(quoted.ReplaceAllString(s, "'*'"), "node *")
-	if i := strings.Index(s, ": "); i >= 0 {
-		s = s[:i]
-	}
-	if i := strings.Index(s, " from="); i >= 0 {
-		s = s[:i]
-	}
-	return number.ReplaceAllString(s, "N")
-}
-
-// sendFailureKind returns "Failed to send gossip" for "Failed to send
-// gossip to 192.0.2.12:7946: ...".
-func sendFailureKind(s string) (string, bool) {
-	const prefix = "Failed to send "
-	rest, ok := strings.CutPrefix(s, prefix)
-	if !ok {
-		return "", false
-	}
-	if i := strings.IndexByte(rest, ':'); i >= 0 {
-		rest = rest[:i]
-	}
-	rest, _, _ = strings.Cut(rest, " to ")
-	return prefix + rest, true
-}
-
-// throttle reports whether a line of kind is logged now and how many of
-// its kind were left out since the last one logged.
-func (w *slogWriter) throttle(kind string) (int, bool) {
-	now := w.now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if now.Sub(w.windowStart) >= sendFailureEvery || now.Before(w.windowStart) {
-		if w.overBudget > 0 {
-			w.lg.Warn("memberlist warnings and errors left out (over the log budget)", "suppressed", w.overBudget, "budget", logBudget, "per", sendFailureEvery)
-		}
-		w.windowStart, w.inWindow, w.overBudget = now, 0, 0
-	}
-	if last, ok := w.lastLogged[kind]; ok && now.Sub(last) < sendFailureEvery && now.Sub(last) >= 0 {
-		w.suppressed[kind]++
-		return 0, false
-	}
-	if w.inWindow >= logBudget {
-		w.overBudget++
-		return 0, false
-	}
-	w.inWindow++
-	if len(w.lastLogged) >= maxLogKinds {
-		w.prune(now)
-	}
-	n := w.suppressed[kind]
-	w.lastLogged[kind], w.suppressed[kind] = now, 0
-	return n, true
-}
-
-// prune forgets kinds not logged for a window (then the oldest half), so
-// text chosen by senders cannot grow the maps without bound.
-func (w *slogWriter) prune(now time.Time) {
-	for k, t := range w.lastLogged {
-		if now.Sub(t) >= sendFailureEvery {
-			delete(w.lastLogged, k)
-			delete(w.suppressed, k)
-		}
-	}
-	for k := range w.lastLogged {
-		if len(w.lastLogged) < maxLogKinds/2 {
-			break
-		}
-		delete(w.lastLogged, k)
-		delete(w.suppressed, k)
-	}
 }

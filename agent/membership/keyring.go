@@ -1,4 +1,4 @@
-package agent
+package membership
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 	"github.com/vipd/vipd/agent/config"
 )
 
-// loadKeyring reads cluster.key_file: one or more base64 keys (16, 24 or 32
+// LoadKeyring reads cluster.key_file: one or more base64 keys (16, 24 or 32
 // bytes), one per line. The first key encrypts; all of them decrypt, which
 // is how keys are rotated (add the new key as a second line everywhere,
 // move it first everywhere, then remove the old one).
-func loadKeyring(path string) (*memberlist.Keyring, error) {
+func LoadKeyring(path string) (*memberlist.Keyring, error) {
 	keys, err := config.ReadKeys(path)
 	if err != nil {
 		return nil, err
@@ -24,10 +24,10 @@ func loadKeyring(path string) (*memberlist.Keyring, error) {
 	return kr, nil
 }
 
-// rotateKeyring makes kr hold exactly the keys of path, the first one
+// RotateKeyring makes kr hold exactly the keys of path, the first one
 // primary: what a SIGHUP after editing key_file does. Order of operations
 // keeps the ring usable throughout: add, switch primary, then remove.
-func rotateKeyring(kr *memberlist.Keyring, path string) (changed bool, err error) {
+func RotateKeyring(kr *memberlist.Keyring, path string) (changed bool, err error) {
 	keys, err := config.ReadKeys(path)
 	if err != nil {
 		return false, err

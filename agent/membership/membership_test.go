@@ -1,4 +1,4 @@
-package agent
+package membership
 
 import (
 	"bytes"
@@ -216,7 +216,7 @@ func TestAdmission(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, p := range admissionNetworks(parse(tt.cluster)) {
+			for _, p := range AdmissionNetworks(parse(tt.cluster)) {
 				got = append(got, p.String())
 			}
 			if !slices.Equal(got, tt.want) {
@@ -226,9 +226,9 @@ func TestAdmission(t *testing.T) {
 	}
 
 	var reasons []string
-	m := &membership{self: "cp-1", rejected: func(r string) { reasons = append(reasons, r) }}
-	m.setAllowed(admissionNetworks(parse("")))
-	good, _ := NodeMeta{Valid: true}.Encode()
+	m := &Membership[string]{self: "cp-1", codec: testCodec, rejected: func(r string) { reasons = append(reasons, r) }}
+	m.SetAllowed(AdmissionNetworks(parse("")))
+	good := []byte("ok:")
 	node := func(name, ip string, meta []byte) *memberlist.Node {
 		return &memberlist.Node{Name: name, Addr: net.ParseIP(ip), Port: 7946, Meta: meta}
 	}
@@ -247,7 +247,7 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("admit %q at %v: %v (reasons %v), want reason %q", tt.n.Name, tt.n.Addr, err, reasons, tt.reason)
 		}
 	}
-	if err := m.NotifyMerge([]*memberlist.Node{node("cp-2", "192.0.2.12", good), node("stranger", "192.0.2.50", good)}); err == nil {
+	if err := (delegate[string]{m}).NotifyMerge([]*memberlist.Node{node("cp-2", "192.0.2.12", good), node("stranger", "192.0.2.50", good)}); err == nil {
 		t.Error("a join bringing in a stranger was not refused")
 	}
 
@@ -263,7 +263,7 @@ func TestAdmission(t *testing.T) {
 // join, only the publisher's pings can carry it.
 func TestMetadataPushed(t *testing.T) {
 	ports := []int{freePort(t), freePort(t)}
-	var ms []*membership
+	var ms []*Membership[string]
 	for i, name := range []string{"cp-1", "cp-2"} {
 		src := fmt.Sprintf("node_name = %q\nstate_dir = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\npeers = [\"127.0.0.1:%d\"]\n"+
 			"[[vip]]\nname = \"a\"\naddress = \"192.0.2.10\"\ninterface = \"eth0\"\n", name, t.TempDir(), ports[i], ports[1-i])
@@ -276,25 +276,24 @@ func TestMetadataPushed(t *testing.T) {
 			mc.ProbeInterval = time.Hour
 			mc.PushPullInterval = time.Hour
 		}
-		meta, _ := NodeMeta{Valid: true}.Encode()
-		m, err := newMembership(c, slog.New(slog.NewTextHandler(io.Discard, nil)), meta, nil, time.Now, func(string) {}, quiet)
+		m, err := New(c, Options[string]{Codec: testCodec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Meta: []byte("ok:idle"), Now: time.Now, Rejected: func(string) {}, Tune: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { m.shutdown() })
+		t.Cleanup(func() { m.Shutdown() })
 		ms = append(ms, m)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { ms[0].runPublisher(ctx); close(done) }()
+	go func() { ms[0].RunPublisher(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	if _, err := ms[1].join([]string{fmt.Sprintf("127.0.0.1:%d", ports[0])}); err != nil {
+	if _, err := ms[1].Join([]string{fmt.Sprintf("127.0.0.1:%d", ports[0])}); err != nil {
 		t.Fatal(err)
 	}
-	seen := func(want NodeMeta) bool {
-		for _, n := range ms[1].snapshot() {
+	seen := func(want string) bool {
+		for _, n := range ms[1].Members() {
 			if n.Name == "cp-1" {
-				return n.Meta.Withdrawn == want.Withdrawn && n.Meta.VIPs[config.VIPKey("a")].Held == want.VIPs[config.VIPKey("a")].Held
+				return n.Meta == want
 			}
 		}
 		return false
@@ -302,23 +301,19 @@ func TestMetadataPushed(t *testing.T) {
 	// cp-1 pushes to the members in its table: wait until cp-2 is there
 	// (the join's state exchange reaches it a moment after Join returns).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if slices.ContainsFunc(ms[0].snapshot(), func(n memberInfo) bool { return n.Name == "cp-2" && n.State == StateAlive }) {
+		if slices.ContainsFunc(ms[0].Members(), func(n Member[string]) bool { return n.Name == "cp-2" && n.State == Alive }) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cp-1 never saw cp-2 join: %+v", ms[0].snapshot())
+			t.Fatalf("cp-1 never saw cp-2 join: %+v", ms[0].Members())
 		}
 	}
-	held := NodeMeta{Valid: true, Withdrawn: true, VIPs: map[uint32]VIPMeta{config.VIPKey("a"): {Healthy: true, Held: true}}}
-	b, err := held.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms[0].setMeta(b)
+	held := "ok:held"
+	ms[0].SetMeta([]byte(held))
 	deadline := time.Now().Add(10 * time.Second)
 	for !seen(held) {
 		if time.Now().After(deadline) {
-			t.Fatalf("cp-2 never saw cp-1's new metadata: %+v", ms[1].snapshot())
+			t.Fatalf("cp-2 never saw cp-1's new metadata: %+v", ms[1].Members())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -1,4 +1,4 @@
-package agent
+package membership
 
 import (
 	"bytes"
@@ -82,5 +82,80 @@ func TestTransportHeartbeats(t *testing.T) {
 	}
 	if dropped.Load() == before {
 		t.Errorf("the dropped packet was not counted")
+	}
+}
+
+// testKeyring returns a keyring whose key is s repeated.
+func testKeyring(t *testing.T, s string) *memberlist.Keyring {
+	t.Helper()
+	kr, err := memberlist.NewKeyring(nil, bytes.Repeat([]byte(s), 32)[:32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+// TestTransportListStream: a list goes on a stream of its own, sealed
+// under the cluster key, and arrives with the sender's bind address; a
+// transport with another key cannot read it; memberlist's own streams
+// still reach memberlist whole.
+func TestTransportListStream(t *testing.T) {
+	var any atomic.Pointer[[]netip.Prefix]
+	kr := testKeyring(t, "a")
+	start := func(addr string, kr0 *memberlist.Keyring) (*transport, chan netip.AddrPort) {
+		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(freePort(t))), log.New(io.Discard, "", 0), &any, func() {}, kr0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Shutdown() })
+		got := make(chan netip.AddrPort, 4)
+		f := func(p []byte, from netip.AddrPort) {
+			if string(p) == "list" {
+				got <- from
+			}
+		}
+		tr.list.Store(&f)
+		return tr, got
+	}
+	a, _ := start("127.0.0.2", kr)
+	b, gotB := start("127.0.0.1", kr)
+	if err := a.sendList([]byte("list"), b.bind); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case from := <-gotB:
+		if from.Addr() != a.bind.Addr() {
+			t.Fatalf("the list came from %s, want a's bind address %s", from, a.bind.Addr())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no list in 5 s")
+	}
+	other, gotO := start("127.0.0.1", testKeyring(t, "b"))
+	if err := a.sendList([]byte("list"), other.bind); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case from := <-gotO:
+		t.Fatalf("a transport with another key read a list from %s", from)
+	case <-time.After(500 * time.Millisecond):
+	}
+	// memberlist's streams: the bytes the transport peeked are read again.
+	conn, err := a.DialTimeout(b.bind.String(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte{8, 1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-b.StreamCh():
+		defer s.Close()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "\x08\x01\x02\x03" {
+			t.Fatalf("memberlist's stream read %x, %v; want 08010203", buf, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("memberlist's stream did not arrive in 5 s")
 	}
 }
