@@ -298,6 +298,16 @@ var simChainRegressions = map[uint64]string{
 	// until it is back or its grace runs out.
 	877: "a claim over a holder restarting in place (preempt)",
 	945: "a claim over a holder restarting in place (its health frozen)",
+	// A holder restarts in place; its next process adopts the VIP (the
+	// lease's HoldUntil) and its lease confirms it; then it is cut off
+	// (a partition, or its outgoing packets lost) before HoldUntil's
+	// deadline. The peers had heard its new epoch (their restart grace
+	// over) and took the VIP over on votes; it never fenced, HoldUntil
+	// still letting it hold without evidence: two holders. The lease now
+	// ends HoldUntil at the process's first majority evidence.
+	3875: "an adopted VIP held on HoldUntil after the lease confirmed it (partition)",
+	6409: "an adopted VIP held on HoldUntil after the lease confirmed it (partition)",
+	9456: "an adopted VIP held on HoldUntil after the lease confirmed it (outgoing lost)",
 }
 
 // TestSimRegressions: the seeds of fixed findings pass.

@@ -90,9 +90,11 @@
 // can come from the metadata too (MarkRestarting), for a member that
 // joined meanwhile. Either way the grace counts for at most
 // MaxRestartGrace, whatever the word says. The next process may hold the VIPs it adopts without
-// evidence until the same deadline (HoldUntil), and from then on only with
-// it: the peers claim nothing before it, and it holds nothing after it
-// without a majority hearing it.
+// evidence until the same deadline (HoldUntil) or until a majority first
+// answers it, whichever comes first, and from then on only with evidence:
+// the peers claim nothing while they wait for it, and a peer that heard it
+// (its grace ended) may take the VIPs over on votes, once it has fenced
+// itself.
 //
 // docs/design.md ("The lease") has the long form, and what it costs.
 //

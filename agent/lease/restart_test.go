@@ -275,3 +275,41 @@ func TestLeaseRestartGraceCapped(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerHoldUntilEndsWithEvidence: a process that adopted VIPs
+// (HoldUntil) and then had a majority answer its heartbeats holds, from
+// then on, only with evidence, even before the HoldUntil deadline: the
+// peers that answered heard its new epoch, which ended their restart
+// grace, and take the VIP over on their votes once it is cut off.
+func TestRunnerHoldUntilEndsWithEvidence(t *testing.T) {
+	cfg := FastTimers()
+	t0 := time.Unix(1000, 0)
+	now := t0
+	r := newTestRunner(cfg, t0, func() time.Time { return now })
+	addrs := testAddrs()
+	r.SetBase([]string{"a", "b", "c"}, true, addrs, true)
+	r.HoldUntil(now.Add(5 * time.Second))
+	r.mu.Lock()
+	sends, _ := r.tr.tick(r.base, now)
+	r.mu.Unlock()
+	if len(sends) == 0 {
+		t.Fatal("no round sent")
+	}
+	round := sends[len(sends)-1].HB
+	for i, from := range []string{"b", "c"} {
+		hb := heartbeat{From: from, Epoch: uint64(7 + i), Seq: 1, Reply: true,
+			Entries: []heartbeatEntry{{Name: "a", Epoch: r.tr.epoch, Seq: round.Seq}}}
+		p, err := hb.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Receive(p, addrs[from])
+	}
+	if st := r.State(); !st.CanHold() || st.Adopting() {
+		t.Fatalf("after a majority's answers: may hold %v, adopting %v; want true, false", st.CanHold(), st.Adopting())
+	}
+	now = now.Add(2 * cfg.Release) // cut off since; HoldUntil still 4 s away
+	if r.State().CanHold() {
+		t.Error("may hold without evidence within HoldUntil after its own evidence came and went")
+	}
+}

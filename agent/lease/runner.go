@@ -129,7 +129,9 @@ func (r *Runner) SetBase(base []string, required bool, addrs map[string]netip.Ad
 // HoldUntil lets this node hold VIPs without evidence until t: it adopted
 // them from its previous process, which told the peers it was restarting
 // in place and its successor would be back by t, so none of them claims
-// before then. After t the fence applies as to any holder.
+// before then. After t the fence applies as to any holder, and so it does
+// from this process's first majority evidence on: the members that
+// answered heard its new epoch, which ended their grace.
 func (r *Runner) HoldUntil(t time.Time) {
 	r.mu.Lock()
 	r.holdUntil = t
@@ -246,6 +248,12 @@ func (r *Runner) stateLocked(now time.Time) State {
 		}
 	}
 	st.canHold, st.evidence = r.tr.fence(r.base, r.required, now)
+	if st.canHold && r.required && !st.evidence.IsZero() {
+		// A majority answered this process: they heard its epoch, which
+		// ended their restart grace, so from now on it holds only with
+		// evidence, like any holder, however far HoldUntil's deadline.
+		r.holdUntil = time.Time{}
+	}
 	if !st.canHold && now.Before(r.holdUntil) {
 		// VIPs adopted from this node's previous process (HoldUntil):
 		// the peers wait for it until then.
