@@ -120,9 +120,17 @@ func (s *sim) serves(i int) bool {
 
 // reachable reports whether host i serves its connections and their
 // segments reach it: it has the address, or it lingers while a host with
-// the address forwards to it.
+// the address forwards to it. A host whose vipd was killed less than
+// simCleanup ago does not: vipd cleanup (ExecStopPost) takes its address
+// and rules away, and nothing forwards to a dead process's host, so its
+// connections are lost anyway (docs/design.md, "The lease": a peer may
+// claim on the refused probe meanwhile; the two-holder checker allows
+// the same window, announcers).
 func (s *sim) reachable(i int) bool {
 	h := s.hosts[i]
+	if p := h.proc; p != nil && p.dead && p.killedAt >= 0 && s.now-p.killedAt <= simCleanup {
+		return false
+	}
 	if !s.serves(i) || s.hasAddrNow(h) {
 		return s.serves(i)
 	}
