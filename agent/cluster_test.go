@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/lifecycle"
 	"github.com/vipd/vipd/conns"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // wire is a fake network shared by in-process agents: it records which
@@ -507,33 +507,13 @@ type testCluster struct {
 	chain bool
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	// memberlist needs the same port free for TCP and UDP.
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 func newTestCluster(t *testing.T, names ...string) *testCluster {
 	c := &testCluster{t: t, w: newWire(), dir: t.TempDir(), nodes: map[string]*testNode{}, vip: netip.MustParseAddr("192.0.2.10")}
 	// Registered first, so it runs after every node stopped.
 	c.log = &testWriter{t: t}
 	t.Cleanup(c.log.close)
 	for _, n := range names {
-		c.nodes[n] = &testNode{name: n, port: freePort(t)}
+		c.nodes[n] = &testNode{name: n, port: testkit.FreePort(t)}
 	}
 	for _, n := range names {
 		c.nodes[n].cfg = c.config(n, "")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // FuzzDecodeMeta: garbage metadata from a peer is rejected, never a panic;
@@ -147,7 +148,7 @@ func FuzzAPIHandlers(f *testing.F) {
 func startFuzzAgent(f *testing.F) *apiServer {
 	dir := f.TempDir()
 	text := fmt.Sprintf("node_name = \"solo\"\nstate_dir = %q\n[api]\nsocket = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\n[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n",
-		filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), freePort(f))
+		filepath.Join(dir, "state"), filepath.Join(dir, "api.sock"), testkit.FreePort(f))
 	cfg, err := config.Parse(filepath.Join(dir, "vipd.toml"), []byte(text))
 	if err != nil {
 		f.Fatal(err)

@@ -2,46 +2,28 @@ package agent
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/internal/testkit"
 )
-
-func newKey(t *testing.T) string {
-	t.Helper()
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(k)
-}
-
-func writeKeyFile(t *testing.T, path string, keys ...string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestClusterEncryption: a node with the wrong key stays out; keys rotate
 // across a running cluster with SIGHUP (Reload) without a split.
 func TestClusterEncryption(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	k1, k2 := newKey(t), newKey(t)
+	k1, k2 := testkit.NewKey(t), testkit.NewKey(t)
 	keyPath := func(n string) string { return filepath.Join(c.dir, n+".key") }
 	for _, n := range []string{"a", "b"} {
-		writeKeyFile(t, keyPath(n), k1)
+		testkit.WriteKeyFile(t, keyPath(n), k1)
 		c.nodes[n].cfg = c.config(n, "key_file = \""+keyPath(n)+"\"")
 	}
-	writeKeyFile(t, keyPath("c"), k2) // wrong key
+	testkit.WriteKeyFile(t, keyPath("c"), k2) // wrong key
 	c.nodes["c"].cfg = c.config("c", "key_file = \""+keyPath("c")+"\"")
 	for _, n := range []string{"a", "b", "c"} {
 		c.start(n)
@@ -67,7 +49,7 @@ func TestClusterEncryption(t *testing.T) {
 	// Rotate a and b to k2: install, use, remove; they stay together.
 	for _, keys := range [][]string{{k1, k2}, {k2, k1}, {k2}} {
 		for _, n := range []string{"a", "b"} {
-			writeKeyFile(t, keyPath(n), keys...)
+			testkit.WriteKeyFile(t, keyPath(n), keys...)
 			c.nodes[n].agent.Reload()
 		}
 		for _, n := range []string{"a", "b"} {

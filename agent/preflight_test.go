@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // TestRunRefusesWhatPreflightRefuses: each start-up refusal of Run that
@@ -42,7 +43,7 @@ func TestRunRefusesWhatPreflightRefuses(t *testing.T) {
 				tc.socket = filepath.Join(d, "run", "vipd.sock")
 			}
 			text := fmt.Sprintf("node_name = \"cp-1\"\nstate_dir = %q\n[api]\nsocket = %q\n%s[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\n"+
-				"[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n", tc.stateDir, tc.socket, tc.extra, freePort(t))
+				"[[vip]]\nname = \"apiserver\"\naddress = \"192.0.2.10\"\ninterface = \"fake0\"\n", tc.stateDir, tc.socket, tc.extra, testkit.FreePort(t))
 			path := filepath.Join(d, "vipd.toml")
 			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/vipd/vipd/agent/apipb"
 	"github.com/vipd/vipd/agent/config"
 	"github.com/vipd/vipd/agent/membership"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 func TestRejoinTargets(t *testing.T) {
@@ -92,7 +93,7 @@ func TestClusterRejoinsUnderNewAddress(t *testing.T) {
 	c.nodes[x].restart.Store(true)
 	c.stop(x)
 	// The next process: another address and port.
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	text, err := os.ReadFile(c.nodes[x].cfg.Path)
 	if err != nil {
 		t.Fatal(err)

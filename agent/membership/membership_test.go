@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/vipd/vipd/agent/config"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // TestMemberlistConfig: memberlist keeps its robust LAN failure detection
@@ -204,7 +205,7 @@ func TestAdmission(t *testing.T) {
 		return c
 	}
 	key := filepath.Join(t.TempDir(), "k")
-	writeKeyFile(t, key, newKey(t))
+	testkit.WriteKeyFile(t, key, testkit.NewKey(t))
 	for _, tt := range []struct {
 		name    string
 		cluster string
@@ -262,7 +263,7 @@ func TestAdmission(t *testing.T) {
 // push alone: with gossip, probes and state exchanges turned off after the
 // join, only the publisher's pings can carry it.
 func TestMetadataPushed(t *testing.T) {
-	ports := []int{freePort(t), freePort(t)}
+	ports := []int{testkit.FreePort(t), testkit.FreePort(t)}
 	var ms []*Membership[string]
 	for i, name := range []string{"cp-1", "cp-2"} {
 		src := fmt.Sprintf("node_name = %q\nstate_dir = %q\n[cluster]\nbind_address = \"127.0.0.1\"\nbind_port = %d\npeers = [\"127.0.0.1:%d\"]\n"+

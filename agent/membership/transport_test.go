@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // TestTransportHeartbeats: heartbeats go between two transports on
@@ -29,7 +31,7 @@ func TestTransportHeartbeats(t *testing.T) {
 	var any atomic.Pointer[[]netip.Prefix]
 	var dropped atomic.Int32
 	start := func(kr *memberlist.Keyring, allowed *atomic.Pointer[[]netip.Prefix]) (*transport, chan []byte) {
-		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t))), log.New(io.Discard, "", 0), allowed, func() { dropped.Add(1) }, kr)
+		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(testkit.FreePort(t))), log.New(io.Discard, "", 0), allowed, func() { dropped.Add(1) }, kr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +105,7 @@ func TestTransportListStream(t *testing.T) {
 	var any atomic.Pointer[[]netip.Prefix]
 	kr := testKeyring(t, "a")
 	start := func(addr string, kr0 *memberlist.Keyring) (*transport, chan netip.AddrPort) {
-		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(freePort(t))), log.New(io.Discard, "", 0), &any, func() {}, kr0)
+		tr, err := newTransport(netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(testkit.FreePort(t))), log.New(io.Discard, "", 0), &any, func() {}, kr0)
 		if err != nil {
 			t.Fatal(err)
 		}

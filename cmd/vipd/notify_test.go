@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // Bounds of every wait in the systemd notification test. They are generous
@@ -56,7 +58,7 @@ func TestSystemdNotify(t *testing.T) {
 	// it, and a --check error (the daemon refuses nothing --check accepts).
 	t.Run("interface missing", func(t *testing.T) {
 		dir := t.TempDir()
-		cfg := writeNotifyConfig(t, notifyScenario{dir: dir, bindPort: freePort(t), iface: "vtnotify-none"})
+		cfg := writeNotifyConfig(t, notifyScenario{dir: dir, bindPort: testkit.FreePort(t), iface: "vtnotify-none"})
 		out, err := exec.Command(bin, "--config", cfg).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -83,7 +85,7 @@ func TestSystemdNotify(t *testing.T) {
 		n := runNotifyScenario(t, notifyScenario{
 			bin:        bin,
 			dir:        dir,
-			bindPort:   freePort(t),
+			bindPort:   testkit.FreePort(t),
 			iface:      "lo",
 			wantStatus: "STATUS=holding no VIP",
 		})
@@ -506,28 +508,6 @@ func vipdBinary(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freePort returns a port that was free on 127.0.0.1 for both TCP and
-// UDP (memberlist binds both) a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		return port
-	}
-	t.Fatal("no port free for both TCP and UDP on 127.0.0.1 after 20 tries")
-	return 0
 }
 
 // envWithout is the test's environment minus the named variables.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vipd/vipd/internal/testkit"
 	"github.com/vipd/vipd/lab/netlab"
 )
 
@@ -180,16 +181,6 @@ func TestKeyFileMode(t *testing.T) {
 	t.Logf("vipd --check: %s", strings.TrimSpace(out))
 }
 
-// newKey returns a random 32-byte key, base64.
-func newKey(t *testing.T) string {
-	t.Helper()
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(k)
-}
-
 // TestKeyRotationBySIGHUP rotates the membership key of a running cluster
 // the documented way, SIGHUP after each edit of every node's key_file: add
 // the new key as the second line everywhere, move it first everywhere, then
@@ -197,7 +188,7 @@ func newKey(t *testing.T) string {
 // throughout; afterwards a node that only has the old key cannot join, and
 // with the new key it can.
 func TestKeyRotationBySIGHUP(t *testing.T) {
-	oldKey, newK := newKey(t), newKey(t)
+	oldKey, newK := testkit.NewKey(t), testkit.NewKey(t)
 	keyFile := func(h *netlab.Host) string { return filepath.Join(h.Dir, "cluster.key") }
 	writeKeys := func(h *netlab.Host, keys ...string) {
 		t.Helper()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vipd/vipd/agent/apipb"
+	"github.com/vipd/vipd/internal/testkit"
 )
 
 // errorRow is one row of the error table in docs/operations.md.
@@ -378,7 +379,7 @@ func errorTriggers(h *harness) map[string]func(t *testing.T) outcome {
 			return h.vipdRun(t, fmt.Sprintf(runConfig, port, ""), map[string]string{"port": strconv.Itoa(port), "address": "127.0.0.1"})
 		},
 		"metrics-port-in-use": func(t *testing.T) outcome {
-			free, busy := freeLoopbackPort(t), busyPort(t)
+			free, busy := testkit.FreePort(t), busyPort(t)
 			addr := fmt.Sprintf("127.0.0.1:%d", busy)
 			return h.vipdRun(t, fmt.Sprintf(runConfig, free, fmt.Sprintf("metrics_address = %q", addr)), map[string]string{"port": strconv.Itoa(busy), "address": addr})
 		},
@@ -441,26 +442,6 @@ func busyPort(t *testing.T) int {
 		}
 		t.Cleanup(func() { l.Close(); u.Close() })
 		return port
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-// freeLoopbackPort returns a loopback port free for TCP and UDP now.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
 	}
 	t.Fatal("no free port")
 	return 0
