@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -312,4 +313,17 @@ func TestRunnerHoldUntilEndsWithEvidence(t *testing.T) {
 	if r.State().CanHold() {
 		t.Error("may hold without evidence within HoldUntil after its own evidence came and went")
 	}
+}
+
+// restartingPeers returns the members whose restart grace runs at now,
+// sorted (the set Runner's State reports as restarting).
+func (l *tracker) restartingPeers(now time.Time) []string {
+	var out []string
+	for n, p := range l.peers {
+		if p.restarting(now) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -240,7 +240,7 @@ func (r *Runner) stateLocked(now time.Time) State {
 	// of them stay empty.
 	st := State{timers: r.tr.cfg, required: r.required}
 	for n, p := range r.tr.peers {
-		if !p.heard.IsZero() && now.Sub(p.heard) < r.tr.cfg.Claim {
+		if p.heardWithin(r.tr.cfg.Claim, now) {
 			put(&st.heard, n, true)
 		}
 		if p.restarting(now) {

@@ -53,6 +53,12 @@ func (p *peerState) restarting(now time.Time) bool {
 	return p != nil && !p.restartUntil.IsZero() && now.Before(p.restartUntil)
 }
 
+// heardWithin reports whether p's last heartbeat arrived less than d
+// before now.
+func (p *peerState) heardWithin(d time.Duration, now time.Time) bool {
+	return !p.heard.IsZero() && now.Sub(p.heard) < d
+}
+
 // tracker holds the lease state of one node.
 type tracker struct {
 	cfg     Timers
@@ -373,7 +379,7 @@ func (l *tracker) sentAt(seq uint64) (time.Time, bool) {
 func (l *tracker) heardWithin(d time.Duration, now time.Time) []string {
 	var out []string
 	for n, p := range l.peers {
-		if !p.heard.IsZero() && now.Sub(p.heard) < d {
+		if p.heardWithin(d, now) {
 			out = append(out, n)
 		}
 	}
@@ -491,17 +497,5 @@ func (l *tracker) silent(base []string, now time.Time) []string {
 			out = append(out, n)
 		}
 	}
-	return out
-}
-
-// restartingPeers returns the members whose restart grace runs at now.
-func (l *tracker) restartingPeers(now time.Time) []string {
-	var out []string
-	for n, p := range l.peers {
-		if p.restarting(now) {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
 	return out
 }
